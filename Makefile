@@ -1,0 +1,41 @@
+# The two commands of the README: `make run` and `make test`.
+# Everything they need is installed here, into .venv, from a Python >= 3.12 that
+# scripts/find-python locates (or explains how to install).
+VENV      := .venv
+PY        := $(VENV)/bin/python
+STATE     := .state
+LISTEN    ?= 127.0.0.1:8080
+RULES     ?= rules/example.yaml
+PYTEST_ARGS ?=
+
+.PHONY: run test venv demo-setup bench lint clean
+
+$(VENV)/.installed: pyproject.toml
+	@PYBIN=$$(scripts/find-python) || exit 1; \
+	  [ -x $(PY) ] || $$PYBIN -m venv $(VENV)
+	$(PY) -m pip install -q --upgrade pip
+	$(PY) -m pip install -q -e '.[test]'
+	@touch $@
+
+venv: $(VENV)/.installed
+
+# Creates what the example rules read: the demo claim's proxy token and the demo
+# credential's value (a fake token), each 0600, only if absent; then the CA.
+demo-setup: venv
+	@mkdir -p $(STATE) && chmod 700 $(STATE)
+	@$(PY) -m proxy demo-setup --state-dir $(STATE)
+
+run: demo-setup
+	$(PY) -m proxy run --rules $(RULES) --state-dir $(STATE) --listen $(LISTEN)
+
+test: venv
+	$(PY) -m pytest $(PYTEST_ARGS)
+
+bench: venv
+	$(PY) bench/run.py
+
+lint: venv
+	$(PY) -m ruff check proxy addons certs tests bench
+
+clean:
+	rm -rf $(VENV) $(STATE)

@@ -1,0 +1,46 @@
+"""surrogate's addon chain. The order of the chain is written here and nowhere else.
+
+Each addon handles one concern and talks to the others only through ``flow.metadata`` (keys in
+:mod:`addons.facts`). mitmproxy calls addons in list order for every hook, so:
+
+1. identify   — who is this (claim), from Proxy-Authorization; strips Proxy-* headers
+2. policy     — egress rules decide; deny before any upstream TCP/TLS; authority agreement
+3. substitute — placeholders → secrets, injections, violations
+4. stream     — forward every body read as it arrives (SSE), count bytes
+5. resolve    — pinned names → addresses, before mitmproxy's own loop check
+6. audit      — one JSON event per flow, after every decision above is known
+
+then only the mitmproxy addons interception needs: proxyserver (listeners, loop check),
+next_layer (protocol detection; runs after policy's opaque-tunnel choice), tlsconfig (our CA,
+upstream verification), errorcheck (exit non-zero on a startup error).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from mitmproxy.addons import errorcheck, next_layer, proxyserver, tlsconfig
+
+from addons.audit import Audit
+from addons.identify import Identify
+from addons.policy import Policy
+from addons.resolve import Resolve
+from addons.stream import Stream
+from addons.substitute import Substitute
+from proxy.state import State
+
+
+def chain(state: State) -> list[Any]:
+    """The full, ordered addon list for a proxy serving ``state``."""
+    return [
+        Identify(state),
+        Policy(state),
+        Substitute(state),
+        Stream(),
+        Resolve(state),
+        Audit(),
+        proxyserver.Proxyserver(),
+        next_layer.NextLayer(),
+        tlsconfig.TlsConfig(),
+        errorcheck.ErrorCheck(repeat_errors_on_stderr=True),
+    ]

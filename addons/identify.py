@@ -1,0 +1,114 @@
+"""identify: which claim is this connection?
+
+Explicit mode: the sandbox sends ``Proxy-Authorization: Basic base64(<claim id>:<token>)``
+(RFC 9110 §11.7.1, RFC 7617) on its CONNECT, or on each plain-HTTP request. The token is
+compared in constant time with the claim's proxy token; a missing or wrong one gets 407 with
+``Proxy-Authenticate: Basic``. A CONNECT authenticates its whole tunnel: the claim and the
+canonical CONNECT target are remembered per client connection and copied into every flow in it.
+
+Every ``Proxy-*`` header is removed before anything is forwarded, so the proxy credential never
+reaches an upstream.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import hmac
+from dataclasses import dataclass
+
+from mitmproxy import connection, http
+
+from addons import facts
+from proxy.decide import Reason, deny
+from proxy.errors import HostError, SecretUnavailable
+from proxy.hosts import canonical_host
+from proxy.policy import Claim
+from proxy.state import State
+
+
+@dataclass(frozen=True, slots=True)
+class _Tunnel:
+    claim_id: str
+    authority: tuple[str, int]
+
+
+def _credentials(value: str) -> tuple[str, str] | None:
+    scheme, _, token = value.strip().partition(" ")
+    if scheme.lower() != "basic":
+        return None
+    try:
+        user, sep, password = base64.b64decode(token.strip(), validate=True).decode().partition(":")
+    except (binascii.Error, ValueError, UnicodeDecodeError):
+        return None
+    return (user, password) if sep else None
+
+
+class Identify:
+    def __init__(self, state: State) -> None:
+        self.state = state
+        self.tunnels: dict[str, _Tunnel] = {}
+
+    def _authenticate(self, flow: http.HTTPFlow) -> Claim | None:
+        creds = _credentials(flow.request.headers.get("Proxy-Authorization", ""))
+        claim = self.state.policy.claims.get(creds[0]) if creds else None
+        if creds is None or claim is None:
+            return None
+        try:
+            expected, _ = claim.proxy_token.current()
+        except SecretUnavailable:
+            return None
+        if not hmac.compare_digest(creds[1].encode(), expected.reveal().encode()):
+            return None
+        return claim
+
+    def _refuse_auth(self, flow: http.HTTPFlow) -> None:
+        facts.refuse(
+            flow,
+            deny(
+                Reason.PROXY_AUTH_REQUIRED,
+                "proxy authentication required: send Proxy-Authorization: Basic <claim>:<token>",
+                status=407,
+            ),
+            {"Proxy-Authenticate": 'Basic realm="surrogate"'},
+        )
+
+    def http_connect(self, flow: http.HTTPFlow) -> None:
+        flow.metadata[facts.REQUEST_ID] = flow.id
+        claim = self._authenticate(flow)
+        _strip_proxy_headers(flow)
+        if claim is None:
+            self._refuse_auth(flow)
+            return
+        flow.metadata[facts.CLAIM] = claim
+        try:
+            host = canonical_host(flow.request.host)
+        except HostError as e:
+            facts.refuse(flow, deny(Reason.NO_RULE, str(e), status=400))
+            return
+        flow.request.host = host
+        authority = (host, flow.request.port)
+        flow.metadata[facts.AUTHORITY] = authority
+        self.tunnels[flow.client_conn.id] = _Tunnel(claim.id, authority)
+
+    def requestheaders(self, flow: http.HTTPFlow) -> None:
+        flow.metadata[facts.REQUEST_ID] = flow.id
+        tunnel = self.tunnels.get(flow.client_conn.id)
+        if tunnel is not None:
+            claim = self.state.policy.claims.get(tunnel.claim_id)
+            flow.metadata[facts.AUTHORITY] = tunnel.authority
+        else:
+            claim = self._authenticate(flow)
+        _strip_proxy_headers(flow)
+        if claim is None:
+            self._refuse_auth(flow)
+            return
+        flow.metadata[facts.CLAIM] = claim
+
+    def client_disconnected(self, client: connection.Client) -> None:
+        self.tunnels.pop(client.id, None)
+
+
+def _strip_proxy_headers(flow: http.HTTPFlow) -> None:
+    for name in [n for n in flow.request.headers if n.lower().startswith("proxy-")]:
+        del flow.request.headers[name]

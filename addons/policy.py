@@ -1,0 +1,92 @@
+"""policy: the pool's egress rules decide, before any upstream connection is made.
+
+- CONNECT: decided on the canonical host and port in ``http_connect``; a refusal (403) is sent
+  instead of ``200 Connection established``, so no upstream TCP or TLS ever starts (the proxy runs
+  with the lazy connection strategy). A CONNECT allowed by a non-intercepting rule becomes an
+  opaque TCP tunnel: TLS is not terminated and no credential can apply.
+- Inside a tunnel: the CONNECT host, the TLS SNI and the Host header (``:authority`` on HTTP/2)
+  are each chosen by the client; all three must name the same host (and the Host port, when
+  given, the CONNECT port), else 421 Misdirected Request (RFC 9110 §15.5.20). Then the request
+  is decided in full (host, port, method, path).
+- Plain-HTTP proxy requests (absolute-form) are decided on their URL and Host header.
+"""
+
+from __future__ import annotations
+
+from mitmproxy import http
+from mitmproxy.proxy import layer, layers
+
+from addons import facts
+from proxy.decide import Reason, decide_connect, decide_request, deny
+from proxy.errors import HostError
+from proxy.hosts import canonical_host
+from proxy.state import State
+
+
+def _split_host_header(value: str) -> tuple[str, int | None]:
+    if value.startswith("["):
+        host, _, rest = value[1:].partition("]")
+        port = rest[1:] if rest.startswith(":") else ""
+    else:
+        host, _, port = value.rpartition(":") if value.count(":") == 1 else (value, "", "")
+    if port and not port.isdigit():
+        raise HostError(f"invalid port in Host header {value!r}")
+    return canonical_host(host), (int(port) if port else None)
+
+
+class Policy:
+    def __init__(self, state: State) -> None:
+        self.state = state
+        self.opaque_pending: set[str] = set()
+
+    def http_connect(self, flow: http.HTTPFlow) -> None:
+        if flow.response:
+            return
+        claim = flow.metadata[facts.CLAIM]
+        host, port = flow.metadata[facts.AUTHORITY]
+        decision = decide_connect(self.state.policy.pools[claim.pool], host, port)
+        flow.metadata[facts.DECISION] = decision
+        if not decision.allowed:
+            facts.refuse(flow, decision)
+        elif decision.rule is not None and not decision.rule.intercept:
+            flow.metadata[facts.OPAQUE] = True
+            self.opaque_pending.add(flow.client_conn.id)
+
+    def next_layer(self, nextlayer: layer.NextLayer) -> None:
+        # The first layer decision after an opaque CONNECT is the tunnel's content.
+        client_id = nextlayer.context.client.id
+        if client_id in self.opaque_pending and not nextlayer.layer:
+            self.opaque_pending.discard(client_id)
+            nextlayer.layer = layers.TCPLayer(nextlayer.context, ignore=True)
+
+    def requestheaders(self, flow: http.HTTPFlow) -> None:
+        if flow.response:
+            return
+        claim = flow.metadata[facts.CLAIM]
+        try:
+            decision = self._decide(flow, claim.pool)
+        except HostError as e:
+            decision = deny(Reason.AUTHORITY_MISMATCH, str(e), status=400)
+        flow.metadata[facts.DECISION] = decision
+        if not decision.allowed:
+            facts.refuse(flow, decision)
+
+    def _decide(self, flow: http.HTTPFlow, pool_name: str):  # -> Decision
+        req = flow.request
+        authority = flow.metadata.get(facts.AUTHORITY)
+        if authority is None:  # absolute-form request on the explicit proxy
+            authority = (canonical_host(req.host), req.port)
+        host, port = authority
+        names = {"Host header": req.host_header or ""}
+        if flow.client_conn.sni:
+            names["TLS SNI"] = flow.client_conn.sni
+        for what, value in names.items():
+            name, given_port = _split_host_header(value) if value else ("", None)
+            if name != host or (given_port is not None and given_port != port):
+                return deny(
+                    Reason.AUTHORITY_MISMATCH,
+                    f"{what} {value!r} does not match the tunnel's host {host}:{port}",
+                    status=421,
+                )
+        req.host = host  # connect to the canonical, checked name
+        return decide_request(self.state.policy.pools[pool_name], host, port, req.method, req.path)

@@ -1,0 +1,37 @@
+"""stream: never buffer a body.
+
+mitmproxy buffers request and response bodies (headers of a response included) unless told
+otherwise, so an SSE stream would deliver nothing until it ends. This addon sets a pass-through
+stream callable on both directions of every allowed flow: each read is forwarded as it arrives
+(an SSE event included) and memory stays flat however large the body. The callable also counts
+the bytes for the audit event.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from mitmproxy import http
+
+from addons import facts
+
+
+def _counter(counts: list[int], index: int) -> Callable[[bytes], bytes]:
+    def count(chunk: bytes) -> bytes:
+        counts[index] += len(chunk)
+        return chunk
+
+    return count
+
+
+class Stream:
+    def requestheaders(self, flow: http.HTTPFlow) -> None:
+        if flow.response:
+            return
+        counts = flow.metadata.setdefault(facts.BYTES, [0, 0])
+        flow.request.stream = _counter(counts, 0)
+
+    def responseheaders(self, flow: http.HTTPFlow) -> None:
+        assert flow.response is not None
+        counts = flow.metadata.setdefault(facts.BYTES, [0, 0])
+        flow.response.stream = _counter(counts, 1)

@@ -1,0 +1,40 @@
+"""substitute: placeholders → secrets in request headers, injections, violations.
+
+Thin glue over :func:`proxy.substitute.substitute_request`: it runs only on requests the policy
+allowed, hands over the header fields, the request target, the canonical host and whether the
+upstream leg is TLS, and applies the outcome (new fields, or a 403 refusal).
+"""
+
+from __future__ import annotations
+
+from mitmproxy import http
+
+from addons import facts
+from proxy.state import State
+from proxy.substitute import substitute_request
+
+
+class Substitute:
+    def __init__(self, state: State) -> None:
+        self.state = state
+
+    def requestheaders(self, flow: http.HTTPFlow) -> None:
+        if flow.response:
+            return
+        claim = flow.metadata[facts.CLAIM]
+        req = flow.request
+        outcome = substitute_request(
+            req.headers.fields,
+            req.data.path,
+            req.host,
+            req.scheme == "https",
+            claim.by_placeholder,
+            claim.injections,
+        )
+        if outcome.refusal is not None:
+            facts.refuse(flow, outcome.refusal)
+            return
+        if outcome.fields is not None:
+            req.headers.fields = tuple(outcome.fields)
+        flow.metadata[facts.USED] = outcome.used
+        flow.metadata[facts.CARRIED] = outcome.carried

@@ -1,0 +1,89 @@
+"""The audit event: one JSON line per request (or per refused or opaque CONNECT).
+
+Field names are defined here and nowhere else; ``rules/README.md`` documents them. An event
+never holds a secret value: credentials appear by name and version only, query values are
+redacted (keys kept), and header values are not logged at all.
+
+Fields:
+    time            ISO 8601 UTC timestamp of the event
+    event           "request" (an HTTP request) or "tunnel" (a CONNECT refused or opaque)
+    request_id      the id also returned to the sandbox in X-Surrogate-Request-Id
+    claim, pool     who sent it (null when identification failed)
+    client          client address "ip:port"
+    method, scheme, host, port, path
+                    what was asked; ``path`` with query values replaced by REDACTED
+    status          HTTP status sent to the client (null when the flow errored before one)
+    decision        allow | deny | violation | error
+    reason          reason code (see proxy.decide.Reason)
+    rule            the egress rule that decided, e.g. "demo.egress[0] api.github.com", or null
+    message         the human sentence of a refusal or error, null when allowed
+    credentials     [{"name", "version"}] swapped or injected into this request
+    carried         names of credentials whose placeholder passed unchanged
+    bytes_out       request body bytes sent upstream
+    bytes_in        response body bytes received from upstream
+    duration_ms     from the first request byte to the end of the response
+"""
+
+from __future__ import annotations
+
+import sys
+from typing import IO, Any
+from urllib.parse import quote
+
+import structlog
+
+TIME = "time"
+EVENT = "event"
+REQUEST_ID = "request_id"
+CLAIM = "claim"
+POOL = "pool"
+CLIENT = "client"
+METHOD = "method"
+SCHEME = "scheme"
+HOST = "host"
+PORT = "port"
+PATH = "path"
+STATUS = "status"
+DECISION = "decision"
+REASON = "reason"
+RULE = "rule"
+MESSAGE = "message"
+CREDENTIALS = "credentials"
+CARRIED = "carried"
+BYTES_OUT = "bytes_out"
+BYTES_IN = "bytes_in"
+DURATION_MS = "duration_ms"
+
+LOGGER_NAME = "surrogate.audit"
+
+
+def redact_path(path: str) -> str:
+    """``/a?x=1&y&z=2`` → ``/a?x=REDACTED&y&z=REDACTED``: keys kept, values hidden."""
+    base, sep, query = path.partition("?")
+    if not sep:
+        return path
+    parts = []
+    for item in query.split("&"):
+        key, eq, _ = item.partition("=")
+        parts.append(f"{key}=REDACTED" if eq else key)
+    return f"{base}?{'&'.join(parts)}"
+
+
+def configure(output: IO[str] | None = None) -> None:
+    """Send audit events as JSON lines to ``output`` (default stdout)."""
+    structlog.configure(
+        processors=[
+            structlog.processors.TimeStamper(fmt="iso", utc=True, key=TIME),
+            structlog.processors.JSONRenderer(ensure_ascii=False, default=_safe),
+        ],
+        logger_factory=structlog.WriteLoggerFactory(output or sys.stdout),
+        cache_logger_on_first_use=False,
+    )
+
+
+def _safe(value: Any) -> str:
+    return quote(str(value), safe=" /:.,-_")
+
+
+def logger() -> Any:
+    return structlog.get_logger(LOGGER_NAME)

@@ -1,0 +1,122 @@
+"""Decisions: pure functions from plain facts and the policy to an explained verdict.
+
+Every :class:`Decision` carries an action, a reason code (stable, for machines), a sentence (for
+people, never a secret), the rule that decided (or None when no rule did) and the HTTP status a
+refusal is answered with. Egress is default-deny: no matching rule, no connection.
+
+Rules of a pool are tried in file order; the first rule whose host, port, method and path all
+match decides. A CONNECT is decided on host and port alone (the method and path are not known
+until the tunnel carries a request); each request inside the tunnel is decided again in full.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from enum import StrEnum
+
+from proxy.policy import EgressRule, Pool
+
+
+class Action(StrEnum):
+    ALLOW = "allow"
+    DENY = "deny"
+    VIOLATION = "violation"
+    ERROR = "error"
+
+
+class Reason(StrEnum):
+    ALLOWED = "allowed"
+    NO_RULE = "no_rule"
+    PORT_NOT_ALLOWED = "port_not_allowed"
+    METHOD_NOT_ALLOWED = "method_not_allowed"
+    PATH_NOT_ALLOWED = "path_not_allowed"
+    PROXY_AUTH_REQUIRED = "proxy_auth_required"
+    AUTHORITY_MISMATCH = "authority_mismatch"
+    PLACEHOLDER_VIOLATION = "placeholder_violation"
+    CLEARTEXT_CREDENTIAL = "cleartext_credential"
+    CREDENTIAL_UNAVAILABLE = "credential_unavailable"
+    UPSTREAM_ERROR = "upstream_error"
+
+
+@dataclass(frozen=True, slots=True)
+class Decision:
+    action: Action
+    reason: Reason
+    message: str
+    rule: EgressRule | None = None
+    status: int = 200
+
+    @property
+    def allowed(self) -> bool:
+        return self.action is Action.ALLOW
+
+
+def deny(reason: Reason, message: str, status: int = 403, rule: EgressRule | None = None) -> Decision:
+    action = Action.VIOLATION if reason in _VIOLATIONS else Action.DENY
+    if reason in (Reason.CREDENTIAL_UNAVAILABLE, Reason.UPSTREAM_ERROR):
+        action = Action.ERROR
+    return Decision(action, reason, message, rule, status)
+
+
+_VIOLATIONS = frozenset({Reason.PLACEHOLDER_VIOLATION, Reason.CLEARTEXT_CREDENTIAL})
+
+
+def path_matches(prefix: str, path: str) -> bool:
+    """Segment-aware prefix match: ``/repos`` matches ``/repos`` and ``/repos/x``, not ``/reposx``.
+
+    ``path`` is the request path without its query. A prefix ending in ``/`` matches anything
+    that starts with it.
+    """
+    if not path.startswith(prefix):
+        return False
+    return prefix.endswith("/") or len(path) == len(prefix) or path[len(prefix)] == "/"
+
+
+# How far a rule got before it failed, so the refusal names the closest reason.
+_PROGRESS = (Reason.NO_RULE, Reason.PORT_NOT_ALLOWED, Reason.METHOD_NOT_ALLOWED, Reason.PATH_NOT_ALLOWED)
+
+
+def decide_connect(pool: Pool, host: str, port: int) -> Decision:
+    """Decide a CONNECT (or the start of a transparent connection) to canonical ``host``:``port``."""
+    best = 0
+    for rule in pool.egress:
+        if not rule.host.matches(host):
+            continue
+        if rule.ports and port not in rule.ports:
+            best = max(best, 1)
+            continue
+        return Decision(Action.ALLOW, Reason.ALLOWED, f"allowed by {rule.label()}", rule)
+    return _refusal(pool, host, port, best)
+
+
+def decide_request(pool: Pool, host: str, port: int, method: str, path: str) -> Decision:
+    """Decide one request; ``path`` may carry a query, which is ignored for matching."""
+    path = path.split("?", 1)[0] or "/"
+    best = 0
+    for rule in pool.egress:
+        if not rule.host.matches(host):
+            continue
+        if rule.ports and port not in rule.ports:
+            best = max(best, 1)
+            continue
+        if rule.methods and method not in rule.methods:
+            best = max(best, 2)
+            continue
+        if not any(path_matches(p, path) for p in rule.paths):
+            best = max(best, 3)
+            continue
+        return Decision(Action.ALLOW, Reason.ALLOWED, f"allowed by {rule.label()}", rule)
+    return _refusal(pool, host, port, best, method, path)
+
+
+def _refusal(
+    pool: Pool, host: str, port: int, best: int, method: str = "", path: str = ""
+) -> Decision:
+    reason = _PROGRESS[best]
+    what = {
+        Reason.NO_RULE: f"no egress rule of pool {pool.name!r} allows host {host}",
+        Reason.PORT_NOT_ALLOWED: f"no egress rule of pool {pool.name!r} allows port {port} on {host}",
+        Reason.METHOD_NOT_ALLOWED: f"no egress rule of pool {pool.name!r} allows {method} to {host}",
+        Reason.PATH_NOT_ALLOWED: f"no egress rule of pool {pool.name!r} allows path {path} on {host}",
+    }[reason]
+    return deny(reason, what)

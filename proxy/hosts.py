@@ -1,0 +1,110 @@
+"""Host names: one canonical form, and egress host patterns matched against it.
+
+Canonical form (used by policy, matching and audit alike):
+- lower case, no trailing dot;
+- internationalised names as IDNA 2008 A-labels with UTS #46 mapping (RFC 5891, UTS #46),
+  so ``BÜCHER.example`` and ``xn--bcher-kva.example`` are the same host;
+- IP literals in their ``ipaddress`` compressed form, brackets removed (``[::1]`` → ``::1``).
+
+Patterns (RFC 6125 §6.4.3 style, stricter):
+- ``api.github.com``: exactly that host;
+- ``*.example.com``: any host with at least one more label in front of ``example.com``; never
+  ``example.com`` itself, and never ``badexample.com`` (matching is at a label boundary);
+- ``*``: any host.
+
+Raises :class:`proxy.errors.HostError` for a name that cannot be canonicalised.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+from dataclasses import dataclass
+
+import idna
+
+from proxy.errors import HostError
+
+_MAX_NAME = 253
+
+
+def canonical_host(raw: str) -> str:
+    """Return the canonical form of ``raw`` (a host name or IP literal, no port).
+
+    Raises HostError naming the value when it is empty, too long, or not valid IDNA.
+    """
+    host = raw.strip()
+    if host.startswith("[") and host.endswith("]"):
+        host = host[1:-1]
+    if not host:
+        raise HostError(f"empty host name {raw!r}")
+    try:
+        return ipaddress.ip_address(host).compressed
+    except ValueError:
+        pass
+    host = host.rstrip(".").lower()
+    if not host or ".." in host:
+        raise HostError(f"invalid host name {raw!r}: empty label")
+    if host.isascii():
+        # Fast path for the usual case; underscores are tolerated because real services use
+        # them (e.g. ``_dmarc`` style names) and IDNA would refuse them.
+        ascii_host = host
+        if not all(c.isalnum() or c in "-._" for c in ascii_host):
+            raise HostError(f"invalid host name {raw!r}: only letters, digits, '-', '_' and '.'")
+    else:
+        try:
+            ascii_host = idna.encode(host, uts46=True).decode("ascii")
+        except idna.IDNAError as e:
+            raise HostError(f"invalid host name {raw!r}: {e}") from None
+    if len(ascii_host) > _MAX_NAME:
+        raise HostError(f"invalid host name {raw!r}: longer than {_MAX_NAME} characters")
+    return ascii_host
+
+
+@dataclass(frozen=True, slots=True)
+class HostPattern:
+    """A compiled egress host pattern. ``text`` is the canonical spelling, e.g. ``*.github.com``."""
+
+    text: str
+    suffix: str | None  # ".github.com" for a wildcard, None for exact or any
+    any_host: bool
+
+    @classmethod
+    def parse(cls, raw: str) -> HostPattern:
+        """Compile ``raw``; raises HostError for a misplaced ``*`` or an invalid name."""
+        raw = raw.strip()
+        if raw == "*":
+            return cls("*", None, True)
+        if raw.startswith("*."):
+            base = canonical_host(raw[2:])
+            if "*" in base:
+                raise HostError(f"invalid host pattern {raw!r}: '*' only as the whole first label")
+            return cls(f"*.{base}", f".{base}", False)
+        if "*" in raw:
+            raise HostError(
+                f"invalid host pattern {raw!r}: use 'name', '*.suffix' or '*' "
+                "('*' only as the whole first label)"
+            )
+        return cls(canonical_host(raw), None, False)
+
+    def matches(self, host: str) -> bool:
+        """True when canonical ``host`` matches this pattern."""
+        if self.any_host:
+            return True
+        if self.suffix is not None:
+            return host.endswith(self.suffix) and len(host) > len(self.suffix)
+        return host == self.text
+
+    def covers(self, other: HostPattern) -> bool:
+        """True when every host ``other`` matches is also matched by this pattern."""
+        if self.any_host:
+            return True
+        if other.any_host:
+            return False
+        if other.suffix is None:
+            return self.matches(other.text)
+        return self.suffix is not None and (
+            other.suffix == self.suffix or other.suffix.endswith(self.suffix)
+        )
+
+    def __str__(self) -> str:
+        return self.text

@@ -1,0 +1,324 @@
+"""Rules files: YAML (``version: 1``) parsed by pydantic at the edge, validated completely, and
+turned into a frozen :class:`proxy.policy.Policy`.
+
+Every problem found is reported at once, each with file, line, column and the dotted field, e.g.
+``rules/example.yaml:14:15: claims[0].credentials[0].hosts[0]: host api.example.com is not
+covered by an intercepting egress rule of pool 'demo'``. Nothing starts with a file that has a
+problem: :func:`load_rules` raises :class:`proxy.errors.RulesError`.
+
+Checks beyond the shape: host patterns parse; ports are 1..65535; methods are upper-case
+tokens; paths start with ``/``; each claim names an existing pool; claim ids, credential names
+(per claim) and placeholders (across the file) are unique; placeholders have the recognisable
+format; value sources are ``env:``/``file:`` and readable now; every credential host is covered by
+an intercepting egress rule of the claim's pool; an injection's format contains ``{value}`` and
+its header is not ``Host`` or ``Proxy-*``. A secret value never appears in a message.
+
+The fields are documented in ``rules/README.md``.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import Any, Literal, get_args, get_origin
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from proxy import placeholders
+from proxy.errors import HostError, Problem, RulesError, SecretUnavailable
+from proxy.hosts import HostPattern
+from proxy.policy import Claim, Credential, EgressRule, Injection, Policy, Pool
+from proxy.secrets import ValueSource
+
+_TOKEN = re.compile(r"^[!#$%&'*+.^_`|~0-9A-Za-z-]+$")  # RFC 9110 §5.6.2 token
+_SECRET_FIELDS = ("value", "proxy_token")
+
+
+class _Model(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True, strict=True)
+
+
+class RuleModel(_Model):
+    host: str
+    ports: list[int] = Field(default_factory=lambda: [443])
+    methods: list[str] = Field(default_factory=list)
+    paths: list[str] = Field(default_factory=lambda: ["/"])
+    intercept: bool = True
+
+
+class PoolModel(_Model):
+    egress: list[RuleModel] = Field(default_factory=list)
+
+
+class InjectModel(_Model):
+    set_header: str
+    format: str = "Bearer {value}"
+
+
+class CredentialModel(_Model):
+    name: str
+    value: str
+    placeholder: str
+    hosts: list[str] = Field(min_length=1)
+    inject: InjectModel | None = None
+
+
+class ClaimModel(_Model):
+    id: str
+    pool: str
+    proxy_token: str
+    credentials: list[CredentialModel] = Field(default_factory=list)
+
+
+class RulesModel(_Model):
+    version: Literal[1]
+    pools: dict[str, PoolModel]
+    claims: list[ClaimModel] = Field(default_factory=list)
+
+
+Loc = tuple[str | int, ...]
+
+
+def _dotted(loc: Loc) -> str:
+    out = ""
+    for part in loc:
+        out += f"[{part}]" if isinstance(part, int) else (f".{part}" if out else str(part))
+    return out
+
+
+class _Marks:
+    """Line/column of every node in the YAML document, keyed by its path."""
+
+    def __init__(self, file: str) -> None:
+        self.file = file
+        self.at: dict[Loc, tuple[int, int]] = {}
+        self.problems: list[Problem] = []
+
+    def walk(self, node: yaml.Node, loc: Loc = ()) -> None:
+        self.at[loc] = (node.start_mark.line + 1, node.start_mark.column + 1)
+        if isinstance(node, yaml.MappingNode):
+            seen: set[str] = set()
+            for key, value in node.value:
+                k = str(key.value)
+                if k in seen:
+                    self.add(loc + (k,), f"duplicate key {k!r}", key)
+                seen.add(k)
+                self.walk(value, loc + (k,))
+        elif isinstance(node, yaml.SequenceNode):
+            for i, item in enumerate(node.value):
+                self.walk(item, loc + (i,))
+
+    def add(self, loc: Loc, message: str, node: yaml.Node | None = None) -> None:
+        if node is not None:
+            line, col = node.start_mark.line + 1, node.start_mark.column + 1
+        else:
+            probe = loc
+            while probe not in self.at and probe:
+                probe = probe[:-1]
+            line, col = self.at.get(probe, (None, None))  # type: ignore[assignment]
+        self.problems.append(Problem(self.file, line, col, _dotted(loc), message))
+
+
+def _model_at(loc: Loc) -> Any:
+    """The pydantic model class found at ``loc`` (to list the fields an unknown key could be)."""
+    cur: Any = RulesModel
+    for part in loc:
+        while get_origin(cur) is not None or type(cur).__name__ == "UnionType":
+            args = [a for a in get_args(cur) if a is not type(None)]
+            cur = args[-1]
+        if isinstance(part, str) and isinstance(cur, type) and issubclass(cur, BaseModel):
+            if part not in cur.model_fields:
+                return cur
+            cur = cur.model_fields[part].annotation
+    return cur
+
+
+def _pydantic_problems(err: ValidationError, marks: _Marks) -> None:
+    for e in err.errors():
+        loc: Loc = tuple(e["loc"])
+        if e["type"] == "extra_forbidden":
+            model = _model_at(loc[:-1])
+            known = ", ".join(model.model_fields) if isinstance(model, type) else ""
+            marks.add(loc, f"unknown field {loc[-1]!r}; expected one of: {known}")
+        elif e["type"] == "missing":
+            marks.add(loc, "required field is missing")
+        elif loc and loc[-1] in _SECRET_FIELDS:
+            marks.add(loc, "must be a string 'env:NAME' or 'file:PATH'")
+        else:
+            marks.add(loc, e["msg"])
+
+
+def load_rules(path: str | Path) -> Policy:
+    """Load and fully validate the rules file at ``path``.
+
+    Raises RulesError listing every problem (file, line, column, field, message).
+    """
+    path = Path(path)
+    file = str(path)
+    marks = _Marks(file)
+    try:
+        text = path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as e:
+        why = e.strerror if isinstance(e, OSError) else "not UTF-8 text"
+        raise RulesError([Problem(file, None, None, "", f"cannot read rules file: {why}")]) from None
+    try:
+        loader = yaml.SafeLoader(text)
+        try:
+            node = loader.get_single_node()
+            data = loader.construct_document(node) if node is not None else None
+        finally:
+            loader.dispose()
+    except yaml.YAMLError as e:
+        mark = getattr(e, "problem_mark", None)
+        line, col = (mark.line + 1, mark.column + 1) if mark else (None, None)
+        problem = getattr(e, "problem", None) or str(e)
+        raise RulesError([Problem(file, line, col, "", f"invalid YAML: {problem}")]) from None
+    if node is None or not isinstance(data, dict):
+        raise RulesError([Problem(file, 1, 1, "", "expected a mapping with 'version: 1' and 'pools'")])
+    marks.walk(node)
+    if marks.problems:
+        raise RulesError(marks.problems)
+    try:
+        model = RulesModel.model_validate(data)
+    except ValidationError as e:
+        _pydantic_problems(e, marks)
+        raise RulesError(marks.problems) from None
+    policy = _build(model, path.parent.resolve(), marks)
+    if marks.problems:
+        raise RulesError(marks.problems)
+    return policy
+
+
+def _build(model: RulesModel, base_dir: Path, marks: _Marks) -> Policy:
+    pools: dict[str, Pool] = {}
+    for pname, pm in model.pools.items():
+        rules: list[EgressRule] = []
+        for i, rm in enumerate(pm.egress):
+            rule = _rule(pname, i, rm, ("pools", pname, "egress", i), marks)
+            if rule is not None:
+                rules.append(rule)
+        pools[pname] = Pool(pname, tuple(rules))
+
+    claims: dict[str, Claim] = {}
+    seen_placeholders: dict[str, str] = {}
+    for ci, cm in enumerate(model.claims):
+        loc: Loc = ("claims", ci)
+        if cm.id in claims:
+            marks.add(loc + ("id",), f"duplicate claim id {cm.id!r}")
+        pool = pools.get(cm.pool)
+        if pool is None:
+            known = ", ".join(sorted(pools)) or "(none defined)"
+            marks.add(loc + ("pool",), f"unknown pool {cm.pool!r}; defined pools: {known}")
+        token = _source(cm.proxy_token, base_dir, loc + ("proxy_token",), marks)
+        creds: list[Credential] = []
+        names: set[str] = set()
+        for ki, km in enumerate(cm.credentials):
+            kloc = loc + ("credentials", ki)
+            if km.name in names:
+                marks.add(kloc + ("name",), f"duplicate credential name {km.name!r} in claim {cm.id!r}")
+            names.add(km.name)
+            cred = _credential(km, kloc, pool, base_dir, marks, seen_placeholders, cm.id)
+            if cred is not None:
+                creds.append(cred)
+        if token is not None:
+            claims[cm.id] = Claim(
+                cm.id,
+                cm.pool,
+                token,
+                tuple(creds),
+                tuple(c for c in creds if c.inject is not None),
+                {c.placeholder.encode(): c for c in creds},
+            )
+    return Policy(marks.file, pools, claims)
+
+
+def _rule(pool: str, i: int, rm: RuleModel, loc: Loc, marks: _Marks) -> EgressRule | None:
+    ok = True
+    try:
+        host = HostPattern.parse(rm.host)
+    except HostError as e:
+        marks.add(loc + ("host",), str(e))
+        ok = False
+    for j, port in enumerate(rm.ports):
+        if not 1 <= port <= 65535:
+            marks.add(loc + ("ports", j), f"port {port} is outside 1..65535")
+            ok = False
+    for j, method in enumerate(rm.methods):
+        if not _TOKEN.match(method) or method != method.upper():
+            marks.add(loc + ("methods", j), f"method {method!r} must be an upper-case token like GET")
+            ok = False
+    for j, prefix in enumerate(rm.paths):
+        if not prefix.startswith("/") or "?" in prefix:
+            marks.add(loc + ("paths", j), f"path prefix {prefix!r} must start with '/' and hold no query")
+            ok = False
+    if not ok:
+        return None
+    return EgressRule(
+        f"{pool}.egress[{i}]", host, frozenset(rm.ports), frozenset(rm.methods),
+        tuple(rm.paths), rm.intercept,
+    )
+
+
+def _source(spec: str, base_dir: Path, loc: Loc, marks: _Marks) -> ValueSource | None:
+    try:
+        source = ValueSource.parse(spec, base_dir)
+    except ValueError as e:
+        marks.add(loc, str(e))
+        return None
+    try:
+        source.current()
+    except SecretUnavailable as e:
+        marks.add(loc, str(e))
+        return None
+    return source
+
+
+def _credential(
+    km: CredentialModel,
+    loc: Loc,
+    pool: Pool | None,
+    base_dir: Path,
+    marks: _Marks,
+    seen: dict[str, str],
+    claim_id: str,
+) -> Credential | None:
+    before = len(marks.problems)
+    if not placeholders.is_placeholder(km.placeholder):
+        marks.add(
+            loc + ("placeholder",),
+            f"placeholder {km.placeholder!r} does not have the recognisable format "
+            f"'{placeholders.PREFIX}' + 16..64 letters or digits (e.g. {placeholders.generate()})",
+        )
+    elif km.placeholder in seen:
+        marks.add(loc + ("placeholder",), f"placeholder already used by {seen[km.placeholder]}")
+    else:
+        seen[km.placeholder] = f"claim {claim_id!r} credential {km.name!r}"
+    hosts: list[HostPattern] = []
+    for j, raw in enumerate(km.hosts):
+        try:
+            pattern = HostPattern.parse(raw)
+        except HostError as e:
+            marks.add(loc + ("hosts", j), str(e))
+            continue
+        hosts.append(pattern)
+        if pool is not None and not any(r.intercept and r.host.covers(pattern) for r in pool.egress):
+            marks.add(
+                loc + ("hosts", j),
+                f"host {pattern} is not covered by an intercepting egress rule of pool "
+                f"{pool.name!r}; add one (intercept: true) or remove the host",
+            )
+    inject = None
+    if km.inject is not None:
+        header = km.inject.set_header
+        if not _TOKEN.match(header) or header.lower() == "host" or header.lower().startswith("proxy-"):
+            marks.add(loc + ("inject", "set_header"), f"{header!r} is not a header surrogate may set")
+        if any(ord(c) < 32 or ord(c) == 127 for c in km.inject.format):
+            marks.add(loc + ("inject", "format"), "format must not contain control characters")
+        elif "{value}" not in km.inject.format:
+            marks.add(loc + ("inject", "format"), "format must contain '{value}', e.g. 'Bearer {value}'")
+        inject = Injection(header, km.inject.format)
+    source = _source(km.value, base_dir, loc + ("value",), marks)
+    if source is None or len(marks.problems) != before:
+        return None
+    return Credential(km.name, km.placeholder, tuple(hosts), source, inject)

@@ -1,0 +1,125 @@
+"""Credential value sources: where a real secret comes from, and a wrapper that hides it.
+
+A value source is written ``env:NAME`` (read once, at load) or ``file:PATH`` (a relative PATH is
+taken from the rules file's folder; the file is re-read whenever its size, mtime or inode
+changes, so rotating a token is ``mv new-token PATH``). One trailing newline is dropped. A
+literal value is refused on purpose: secrets do not belong in rules files.
+
+Every read value must be non-empty and free of control characters (CR, LF, NUL, ...): it is
+placed into HTTP header values, where those would split or smuggle headers (RFC 9110 §5.5).
+
+Raises :class:`proxy.errors.SecretUnavailable` naming the source, never the value.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from proxy.errors import SecretUnavailable
+
+_CONTROL = re.compile(r"[\x00-\x1f\x7f]")
+
+
+class Secret:
+    """A secret value. ``repr``/``str`` never show it; only :meth:`reveal` does."""
+
+    __slots__ = ("_value",)
+
+    def __init__(self, value: str) -> None:
+        self._value = value
+
+    def reveal(self) -> str:
+        return self._value
+
+    def __repr__(self) -> str:
+        return "Secret(<redacted>)"
+
+    __str__ = __repr__
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, Secret) and other._value == self._value
+
+    def __hash__(self) -> int:
+        return hash(self._value)
+
+    def __reduce__(self) -> tuple[object, ...]:
+        raise TypeError("a Secret is not picklable")
+
+
+def _checked(value: str, source: str) -> str:
+    if value.endswith("\n"):
+        value = value[:-1]
+        if value.endswith("\r"):
+            value = value[:-1]
+    if not value:
+        raise SecretUnavailable(f"credential value from {source} is empty")
+    if _CONTROL.search(value):
+        raise SecretUnavailable(
+            f"credential value from {source} contains a control character (CR, LF, NUL, ...); "
+            "it would corrupt the HTTP header it is placed in"
+        )
+    return value
+
+
+@dataclass(slots=True)
+class ValueSource:
+    """A parsed ``env:``/``file:`` spec. :meth:`current` gives ``(Secret, version)``.
+
+    ``version`` starts at 1 and grows by one each time the value read differs from the last.
+    """
+
+    spec: str
+    kind: str
+    ref: str
+    _secret: Secret | None = field(default=None, repr=False)
+    _stamp: tuple[int, int, int] | None = field(default=None, repr=False)
+    version: int = 0
+
+    @classmethod
+    def parse(cls, spec: str, base_dir: Path) -> ValueSource:
+        """Parse ``spec``; raises ValueError with what would be right when it is not a source."""
+        kind, sep, ref = spec.partition(":")
+        if not sep or kind not in ("env", "file") or not ref:
+            raise ValueError(
+                "must be 'env:NAME' or 'file:PATH' (literal secret values are refused in rules files)"
+            )
+        if kind == "file":
+            ref = str((base_dir / os.path.expanduser(ref)).resolve())
+        return cls(spec=spec, kind=kind, ref=ref)
+
+    def describe(self) -> str:
+        return f"{self.kind}:{self.ref}"
+
+    def current(self) -> tuple[Secret, int]:
+        """Return the current value and its version, re-reading a changed file."""
+        if self.kind == "env":
+            if self._secret is None:
+                raw = os.environ.get(self.ref)
+                if raw is None:
+                    raise SecretUnavailable(f"environment variable {self.ref} is not set")
+                self._bump(_checked(raw, self.describe()))
+            assert self._secret is not None
+            return self._secret, self.version
+        try:
+            st = os.stat(self.ref)
+        except OSError as e:
+            raise SecretUnavailable(f"cannot read {self.describe()}: {e.strerror}") from None
+        stamp = (st.st_ino, st.st_mtime_ns, st.st_size)
+        if stamp != self._stamp or self._secret is None:
+            try:
+                raw = Path(self.ref).read_text(encoding="utf-8")
+            except (OSError, UnicodeDecodeError) as e:
+                reason = e.strerror if isinstance(e, OSError) else "not UTF-8 text"
+                raise SecretUnavailable(f"cannot read {self.describe()}: {reason}") from None
+            self._bump(_checked(raw, self.describe()))
+            self._stamp = stamp
+        assert self._secret is not None
+        return self._secret, self.version
+
+    def _bump(self, value: str) -> None:
+        if self._secret is None or self._secret.reveal() != value:
+            self._secret = Secret(value)
+            self.version += 1

@@ -1,0 +1,367 @@
+"""A real HTTPS/1.1 upstream for end-to-end tests: stdlib + trustme only.
+
+Endpoints: GET /sse, GET /bytes/<n>, POST|PUT /upload, /git/... (git smart HTTP through the real
+git-http-backend CGI), and a JSON catch-all. No response ever echoes a request header value, so
+tests can assert that a secret sent upstream is not reflected back to the client.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import contextlib
+import hmac
+import json
+import os
+import pathlib
+import re
+import shutil
+import socket
+import socketserver
+import ssl
+import subprocess
+import tempfile
+import threading
+from collections.abc import Iterator
+from dataclasses import dataclass
+from http.server import BaseHTTPRequestHandler
+from types import TracebackType
+from typing import IO
+from urllib.parse import unquote, urlsplit
+
+import trustme
+
+CHUNK = 64 * 1024
+GIT_HTTP_BACKEND = "/usr/lib/git-core/git-http-backend"
+README_TEXT = "hello from upstream\n"
+_PATTERN = bytes(range(256)) * (CHUNK // 256)  # one reusable block: /bytes/<n> never holds n bytes
+
+
+class TestCA:
+    """A throwaway CA whose PEM clients (and the proxy under test) can be told to trust."""
+
+    __test__ = False  # not a pytest test class, despite the name
+
+    def __init__(self, tmpdir: pathlib.Path) -> None:
+        self.ca = trustme.CA()
+        self.ca_pem = pathlib.Path(tmpdir) / "upstream-ca.pem"
+        self.ca.cert_pem.write_to_path(str(self.ca_pem))
+
+
+@dataclass
+class Recorded:
+    method: str
+    path: str  # raw request target, including query
+    headers: list[tuple[str, str]]  # in order, as received
+    body_len: int
+
+
+def _isolated_git_env() -> dict[str, str]:
+    # The developer's own git config (signing, credential helpers, hooks) must not leak in.
+    env = {k: v for k, v in os.environ.items() if not k.startswith("GIT_")}
+    env.update(GIT_CONFIG_NOSYSTEM="1", GIT_CONFIG_GLOBAL=os.devnull)
+    return env
+
+
+def _make_bare_repo(root: pathlib.Path) -> None:
+    work = root / "work"
+
+    def git(*args: str) -> None:
+        subprocess.run(["git", *args], env=_isolated_git_env(), check=True, capture_output=True)
+
+    git("init", "-q", "-b", "main", str(work))
+    (work / "README").write_text(README_TEXT)
+    git("-C", str(work), "add", "README")
+    git("-C", str(work), "-c", "user.name=upstream", "-c", "user.email=upstream@test",
+        "commit", "-q", "-m", "initial")
+    git("clone", "-q", "--bare", str(work), str(root / "repo.git"))
+    shutil.rmtree(work)
+
+
+class _Handler(BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"
+    timeout = 30  # an idle keep-alive connection must not pin a thread forever
+    disable_nagle_algorithm = True  # SSE events are tiny; do not let Nagle hold them back
+    server: _Server
+
+    def log_message(self, format: str, *args: object) -> None:
+        pass
+
+    @property
+    def upstream(self) -> Upstream:
+        return self.server.upstream
+
+    def _dispatch(self) -> None:
+        path = urlsplit(self.path).path
+        if path == "/git" or path.startswith("/git/"):
+            return self._git(path.removeprefix("/git"))
+        if self.command == "GET" and path == "/sse":
+            return self._sse()
+        if self.command == "GET" and (m := re.fullmatch(r"/bytes/(\d+)", path)):
+            return self._bytes(int(m[1]))
+        received = sum(len(c) for c in self._body())
+        self._record(received)
+        if self.command in ("POST", "PUT") and path == "/upload":
+            return self._json({"received": received})
+        self._json({"ok": True, "method": self.command, "path": self.path})
+
+    do_GET = do_HEAD = do_POST = do_PUT = do_PATCH = do_DELETE = do_OPTIONS = _dispatch
+
+    # -- request/response plumbing ------------------------------------------------------------
+
+    def _record(self, body_len: int) -> None:
+        rec = Recorded(self.command, self.path, list(self.headers.items()), body_len)
+        self.upstream._record(rec)
+
+    def _body(self) -> Iterator[bytes]:
+        """Yield the request body as it arrives, de-chunking if needed; never buffers it whole."""
+        if "chunked" in self.headers.get("Transfer-Encoding", "").lower():
+            while size := int(self.rfile.readline(1024).split(b";")[0].strip(), 16):
+                yield from self._read_exact(size)
+                self.rfile.readline(1024)  # CRLF that ends the chunk data
+            while self.rfile.readline(1024) not in (b"\r\n", b"\n", b""):
+                pass  # trailers
+        else:
+            yield from self._read_exact(int(self.headers.get("Content-Length") or 0))
+
+    def _read_exact(self, n: int) -> Iterator[bytes]:
+        while n > 0:
+            data = self.rfile.read(min(n, CHUNK))
+            if not data:
+                raise ConnectionError("client closed mid-body")
+            n -= len(data)
+            yield data
+
+    def _json(self, obj: object, status: int = 200, extra: dict[str, str] | None = None) -> None:
+        body = json.dumps(obj).encode()
+        self.send_response(status)
+        for name, value in {"Content-Type": "application/json", **(extra or {})}.items():
+            self.send_header(name, value)
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        if self.command != "HEAD":
+            self.wfile.write(body)
+
+    def _chunk(self, data: bytes) -> None:
+        # wfile is unbuffered (wbufsize=0), so each chunk is one sendall() onto the socket.
+        self.wfile.write(b"%x\r\n%s\r\n" % (len(data), data))
+
+    # -- endpoints ---------------------------------------------------------------------------
+
+    def _sse(self) -> None:
+        self._record(0)
+        self.send_response(200)
+        self.send_header("Content-Type", "text/event-stream")
+        self.send_header("Cache-Control", "no-cache")
+        # Chunked rather than close-delimited so the connection stays reusable, like real APIs.
+        self.send_header("Transfer-Encoding", "chunked")
+        self.end_headers()
+        self._chunk(b"data: one\n\n")
+        self.upstream.sse_release.wait(10)
+        self._chunk(b"data: two\n\n")
+        self._chunk(b"")
+
+    def _bytes(self, n: int) -> None:
+        self._record(0)
+        self.send_response(200)
+        self.send_header("Content-Type", "application/octet-stream")
+        self.send_header("Content-Length", str(n))
+        self.end_headers()
+        while n > 0:
+            block = _PATTERN[: min(n, CHUNK)]
+            self.wfile.write(block)
+            n -= len(block)
+
+    def _git(self, path_info: str) -> None:
+        # Spool the body first: the CGI gets a real file as stdin (no pipe deadlock while we
+        # read its stdout) and an exact CONTENT_LENGTH even when the client sent chunked.
+        with tempfile.TemporaryFile() as body:
+            size = 0
+            for data in self._body():
+                body.write(data)
+                size += len(data)
+            body.seek(0)
+            self._record(size)
+            user = self._git_user()
+            if user is None:
+                self._json({"error": "authentication required"}, 401,
+                           {"WWW-Authenticate": 'Basic realm="git"'})
+                return
+            env = _isolated_git_env() | {
+                "GIT_PROJECT_ROOT": str(self.upstream._git_root),
+                "GIT_HTTP_EXPORT_ALL": "1",
+                "GATEWAY_INTERFACE": "CGI/1.1",
+                "SERVER_PROTOCOL": "HTTP/1.1",
+                "REQUEST_METHOD": self.command,
+                "PATH_INFO": unquote(path_info),
+                "QUERY_STRING": urlsplit(self.path).query,
+                "CONTENT_TYPE": self.headers.get("Content-Type", ""),
+                "CONTENT_LENGTH": str(size),
+                "REMOTE_ADDR": self.client_address[0],
+                "REMOTE_USER": user,
+            }
+            if enc := self.headers.get("Content-Encoding"):
+                env["HTTP_CONTENT_ENCODING"] = enc  # http-backend inflates gzip itself
+            if proto := self.headers.get("Git-Protocol"):
+                env["GIT_PROTOCOL"] = proto
+            proc = subprocess.Popen([GIT_HTTP_BACKEND], stdin=body, stdout=subprocess.PIPE,
+                                    stderr=subprocess.DEVNULL, env=env)
+            with proc, contextlib.ExitStack() as cleanup:
+                cleanup.callback(proc.kill)  # stops it if the client went away mid-relay
+                self._relay_cgi(proc.stdout)  # type: ignore[arg-type]
+
+    def _git_user(self) -> str | None:
+        """The Basic-auth user if the request may proceed (any user; password must match)."""
+        password = self.upstream.git_password
+        if password is None:
+            return ""
+        scheme, _, cred = self.headers.get("Authorization", "").partition(" ")
+        if scheme.lower() != "basic":
+            return None
+        try:
+            user, _, given = base64.b64decode(cred, validate=True).decode().partition(":")
+        except (binascii.Error, UnicodeDecodeError):
+            return None
+        return user if hmac.compare_digest(given.encode(), password.encode()) else None
+
+    def _relay_cgi(self, out: IO[bytes]) -> None:
+        status, headers = "200 OK", []
+        while (line := out.readline()).strip():
+            name, _, value = line.decode("latin-1").partition(":")
+            if name.strip().lower() == "status":
+                status = value.strip()
+            else:
+                headers.append((name.strip(), value.strip()))
+        code, _, reason = status.partition(" ")
+        self.send_response(int(code), reason or None)
+        chunked = not any(n.lower() == "content-length" for n, _ in headers)
+        for name, value in headers + ([("Transfer-Encoding", "chunked")] if chunked else []):
+            self.send_header(name, value)
+        self.end_headers()
+        while data := out.read1(CHUNK):  # type: ignore[attr-defined]
+            self._chunk(data) if chunked else self.wfile.write(data)
+        if chunked:
+            self._chunk(b"")
+
+
+class _Server(socketserver.TCPServer):
+    def __init__(self, upstream: Upstream) -> None:
+        self.upstream = upstream
+        super().__init__(("127.0.0.1", 0), _Handler)
+
+    def get_request(self) -> tuple[socket.socket, object]:
+        sock, addr = super().get_request()
+        self.upstream._accepted(sock)  # counted before TLS, so failed handshakes count too
+        return sock, addr
+
+    def process_request(self, request: socket.socket, client_address: object) -> None:  # type: ignore[override]
+        t = threading.Thread(target=self.upstream._serve_connection,
+                             args=(self, request, client_address),
+                             name=f"upstream-conn-{client_address}", daemon=True)
+        self.upstream._track_thread(t)
+        t.start()
+
+
+class Upstream:
+    """Threaded HTTPS/1.1 server on 127.0.0.1 (ephemeral port).
+
+    Its certificate covers `hostnames` and is signed by the TestCA.
+    """
+
+    def __init__(self, ca: TestCA, hostnames: list[str], git_password: str | None = None,
+                 tmpdir: pathlib.Path | None = None) -> None:
+        self.git_password = git_password
+        self.requests: list[Recorded] = []
+        self.connections = 0
+        self.sse_release = threading.Event()
+        self.port = 0
+        self._tmpdir = tmpdir
+        self._ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+        ca.ca.issue_cert(*hostnames).configure_cert(self._ctx)
+        self._ctx.set_alpn_protocols(["http/1.1"])  # clients offering h2 must fall back
+        self._lock = threading.Lock()
+        self._live: set[socket.socket] = set()
+        self._threads: list[threading.Thread] = []
+        self._server: _Server | None = None
+        self._serve_thread: threading.Thread | None = None
+        self._git_root = pathlib.Path()
+
+    def start(self) -> Upstream:
+        self._git_root = pathlib.Path(tempfile.mkdtemp(prefix="upstream-git-", dir=self._tmpdir))
+        _make_bare_repo(self._git_root)
+        self._server = _Server(self)
+        self.port = self._server.server_address[1]
+        self._serve_thread = threading.Thread(target=self._server.serve_forever, args=(0.05,),
+                                              name=f"upstream-{self.port}", daemon=True)
+        self._serve_thread.start()
+        return self
+
+    def stop(self) -> None:
+        server, self._server = self._server, None
+        if server is None:
+            return
+        server.shutdown()  # returns once the accept loop has exited
+        server.server_close()
+        assert self._serve_thread is not None
+        self._serve_thread.join()
+        self.sse_release.set()  # a parked /sse handler would otherwise hold stop() for 10 s
+        with self._lock:
+            live, threads = list(self._live), list(self._threads)
+        for sock in live:
+            # socket.socket.shutdown, not SSLSocket.shutdown: the latter drops the SSL object
+            # under a handler thread that may be mid-read. This just wakes that read with EOF.
+            with contextlib.suppress(OSError):
+                socket.socket.shutdown(sock, socket.SHUT_RDWR)
+        for t in threads:
+            t.join(10)
+        if stuck := [t.name for t in threads if t.is_alive()]:
+            raise RuntimeError(f"upstream threads did not stop: {stuck}")
+        if self._tmpdir is None:
+            shutil.rmtree(self._git_root, ignore_errors=True)
+
+    def __enter__(self) -> Upstream:
+        return self.start()
+
+    def __exit__(self, et: type[BaseException] | None, ev: BaseException | None,
+                 tb: TracebackType | None) -> None:
+        self.stop()
+
+    def header_values(self, name: str) -> list[str]:
+        with self._lock:
+            recorded = list(self.requests)
+        return [v for r in recorded for k, v in r.headers if k.lower() == name.lower()]
+
+    # -- called from server threads -----------------------------------------------------------
+
+    def _record(self, rec: Recorded) -> None:
+        with self._lock:
+            self.requests.append(rec)
+
+    def _accepted(self, sock: socket.socket) -> None:
+        with self._lock:
+            self.connections += 1
+            self._live.add(sock)
+
+    def _track_thread(self, t: threading.Thread) -> None:
+        with self._lock:
+            self._threads = [x for x in self._threads if x.is_alive()] + [t]
+
+    def _serve_connection(self, server: _Server, raw: socket.socket, addr: object) -> None:
+        conn: socket.socket = raw
+        try:
+            raw.settimeout(10)  # a client that never finishes the handshake must not pin us
+            # The handshake happens here, in the per-connection thread; wrap_socket detaches
+            # `raw`, so from now on only `conn` owns the file descriptor.
+            conn = self._ctx.wrap_socket(raw, server_side=True)
+            with self._lock:
+                self._live.discard(raw)
+                self._live.add(conn)
+            _Handler(conn, addr, server)
+        except OSError:
+            pass  # handshake failures, resets and broken pipes are the client's business
+        finally:
+            with self._lock:
+                self._live.discard(raw)
+                self._live.discard(conn)
+            conn.close()
+            raw.close()
