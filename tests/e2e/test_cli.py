@@ -1,0 +1,66 @@
+"""The command line as an operator meets it: start-up refusals, CA export, rules check."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from harness import ROOT
+
+pytestmark = pytest.mark.e2e
+
+
+def surrogate(*args: str, cwd: Path = ROOT) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "proxy", *args], capture_output=True, text=True,
+                          cwd=cwd, timeout=60, check=False)
+
+
+def test_run_refuses_a_bad_rules_file_with_file_line_and_field(tmp_path: Path) -> None:
+    rules = tmp_path / "bad.yaml"
+    rules.write_text(
+        "version: 1\npools:\n  p:\n    egress:\n      - host: api.test\n        colour: red\n"
+    )
+    done = surrogate("run", "--rules", str(rules), "--state-dir", str(tmp_path / "s"),
+                     "--listen", "127.0.0.1:1")
+    assert done.returncode == 1
+    assert f"{rules}:6:17: pools.p.egress[0].colour: unknown field 'colour'" in done.stderr
+    assert "Traceback" not in done.stderr
+    assert not (tmp_path / "s").exists()  # nothing started, nothing created
+
+
+def test_run_refuses_a_literal_secret_without_echoing_it(tmp_path: Path) -> None:
+    rules = tmp_path / "literal.yaml"
+    rules.write_text(
+        "version: 1\npools:\n  p:\n    egress:\n      - host: api.test\n"
+        "claims:\n  - id: c\n    pool: p\n    proxy_token: env:HOME\n    credentials:\n"
+        "      - name: gh\n        value: ghp_ThisIsALiteralSecret123\n"
+        "        placeholder: surr_AAAAAAAAAAAAAAAAAAAA\n        hosts: [api.test]\n"
+    )
+    done = surrogate("rules", "check", str(rules))
+    assert done.returncode == 1
+    assert "claims[0].credentials[0].value" in done.stderr
+    assert "ghp_ThisIsALiteralSecret123" not in done.stderr + done.stdout
+
+
+def test_ca_export_prints_the_ca_the_proxy_signs_with(tmp_path: Path) -> None:
+    assert surrogate("ca", "export", "--state-dir", str(tmp_path)).returncode == 1
+    assert surrogate("demo", "init", "--state-dir", str(tmp_path)).returncode == 0
+    done = surrogate("ca", "export", "--state-dir", str(tmp_path))
+    assert done.returncode == 0
+    assert done.stdout.startswith("-----BEGIN CERTIFICATE-----")
+    assert done.stdout == (tmp_path / "ca" / "mitmproxy-ca-cert.pem").read_text()
+    assert (tmp_path / "ca" / "mitmproxy-ca.pem").stat().st_mode & 0o077 == 0  # key not readable by others
+
+
+def test_the_example_rules_file_is_valid_once_demo_init_ran() -> None:
+    # make run's own preparation; the example reads ../.state/demo-*-token
+    assert surrogate("demo", "init", "--state-dir", str(ROOT / ".state")).returncode == 0
+    done = surrogate("rules", "check", "rules/example.yaml")
+    assert done.returncode == 0, done.stderr
+
+
+def test_usage_errors_exit_2() -> None:
+    assert surrogate("run").returncode == 2
+    assert surrogate("run", "--rules", "x.yaml", "--listen", "nonsense").returncode == 2
