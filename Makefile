@@ -8,7 +8,7 @@ LISTEN    ?= 127.0.0.1:8080
 RULES     ?= rules/example.yaml
 PYTEST_ARGS ?=
 
-.PHONY: run test venv demo-setup bench lint clean
+.PHONY: run test venv demo-setup bench clean
 
 $(VENV)/.installed: pyproject.toml
 	@PYBIN=$$(scripts/find-python) || exit 1; \
@@ -23,19 +23,20 @@ venv: $(VENV)/.installed
 # credential's value (a fake token), each 0600, only if absent; then the CA.
 demo-setup: venv
 	@mkdir -p $(STATE) && chmod 700 $(STATE)
-	@$(PY) -m proxy demo-setup --state-dir $(STATE)
+	@$(PY) -m proxy demo init --state-dir $(STATE)
 
 run: demo-setup
 	$(PY) -m proxy run --rules $(RULES) --state-dir $(STATE) --listen $(LISTEN)
 
+# All checks, in the order a failure is cheapest to read: lint, types, then the suite.
 test: venv
+	$(PY) -m ruff check proxy addons certs tests bench
+	$(PY) -m mypy
 	$(PY) -m pytest $(PYTEST_ARGS)
 
 bench: venv
 	$(PY) bench/run.py
 
-lint: venv
-	$(PY) -m ruff check proxy addons certs tests bench
 
 clean:
 	rm -rf $(VENV) $(STATE)

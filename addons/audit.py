@@ -41,9 +41,7 @@ def _event(flow: http.HTTPFlow, kind: str) -> dict[str, Any]:
         a.REASON: decision.reason.value if decision else None,
         a.RULE: decision.rule.label() if decision and decision.rule else None,
         a.MESSAGE: None if decision is None or decision.allowed else decision.message,
-        a.CREDENTIALS: [
-            {"name": n, "version": v} for n, v in flow.metadata.get(facts.USED, {}).items()
-        ],
+        a.CREDENTIALS: [{"name": n, "version": v} for n, v in flow.metadata.get(facts.USED, {}).items()],
         a.CARRIED: flow.metadata.get(facts.CARRIED, []),
         a.BYTES_OUT: counts[0],
         a.BYTES_IN: counts[1],

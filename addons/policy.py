@@ -17,7 +17,7 @@ from mitmproxy import http
 from mitmproxy.proxy import layer, layers
 
 from addons import facts
-from proxy.decide import Reason, decide_connect, decide_request, deny
+from proxy.decide import Decision, Reason, decide_connect, decide_request, deny
 from proxy.errors import HostError
 from proxy.hosts import canonical_host
 from proxy.state import State
@@ -71,7 +71,7 @@ class Policy:
         if not decision.allowed:
             facts.refuse(flow, decision)
 
-    def _decide(self, flow: http.HTTPFlow, pool_name: str):  # -> Decision
+    def _decide(self, flow: http.HTTPFlow, pool_name: str) -> Decision:
         req = flow.request
         authority = flow.metadata.get(facts.AUTHORITY)
         if authority is None:  # absolute-form request on the explicit proxy

@@ -7,7 +7,7 @@ resolved by the system resolver when mitmproxy connects.
 
 from __future__ import annotations
 
-from mitmproxy import proxy
+from mitmproxy.proxy import server_hooks
 
 from proxy.errors import HostError
 from proxy.hosts import canonical_host
@@ -18,7 +18,7 @@ class Resolve:
     def __init__(self, state: State) -> None:
         self.state = state
 
-    def server_connect(self, data: proxy.server_hooks.ServerConnectionHookData) -> None:
+    def server_connect(self, data: server_hooks.ServerConnectionHookData) -> None:
         server = data.server
         if not self.state.pins or server.address is None:
             return

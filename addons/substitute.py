@@ -7,6 +7,8 @@ upstream leg is TLS, and applies the outcome (new fields, or a 403 refusal).
 
 from __future__ import annotations
 
+import dataclasses
+
 from mitmproxy import http
 
 from addons import facts
@@ -32,7 +34,8 @@ class Substitute:
             claim.injections,
         )
         if outcome.refusal is not None:
-            facts.refuse(flow, outcome.refusal)
+            allowed_by = flow.metadata[facts.DECISION].rule  # keep the rule in the audit event
+            facts.refuse(flow, dataclasses.replace(outcome.refusal, rule=allowed_by))
             return
         if outcome.fields is not None:
             req.headers.fields = tuple(outcome.fields)

@@ -45,14 +45,18 @@ def kib(pid: int, field: str) -> int:
     raise KeyError(field)
 
 
-def first_event_ms(port: int, host: str, upstream: Upstream, ca: Path, proxy: tuple[int, str] | None) -> float:
+def first_event_ms(
+    port: int, host: str, upstream: Upstream, ca: Path, proxy: tuple[int, str] | None
+) -> float:
     """Milliseconds from sending the request to reading the first SSE event."""
     upstream.sse_release.clear()
     t0 = time.perf_counter()
     if proxy:
         raw = socket.create_connection(("127.0.0.1", proxy[0]))
-        raw.sendall(f"CONNECT {host}:{port} HTTP/1.1\r\nHost: {host}:{port}\r\n"
-                    f"Proxy-Authorization: Basic {proxy[1]}\r\n\r\n".encode())
+        raw.sendall(
+            f"CONNECT {host}:{port} HTTP/1.1\r\nHost: {host}:{port}\r\n"
+            f"Proxy-Authorization: Basic {proxy[1]}\r\n\r\n".encode()
+        )
         assert raw.recv(4096).startswith(b"HTTP/1.1 200")
     else:
         raw = socket.create_connection(("127.0.0.1", port))
@@ -78,9 +82,13 @@ def scan_cost_us(registered: int) -> float:
     for _ in range(registered):
         ph = placeholders.generate()
         creds[ph.encode()] = Credential("c", ph, (HostPattern.parse("api.test"),), source)
-    fields = [(b"Host", b"api.test"), (b"User-Agent", b"bench/1.0"), (b"Accept", b"*/*"),
-              (b"Authorization", b"Bearer " + placeholders.generate().encode()),
-              (b"X-Trace", b"surr_notregistered0000000000000")]
+    fields = [
+        (b"Host", b"api.test"),
+        (b"User-Agent", b"bench/1.0"),
+        (b"Accept", b"*/*"),
+        (b"Authorization", b"Bearer " + placeholders.generate().encode()),
+        (b"X-Trace", b"surr_notregistered0000000000000"),
+    ]
     n = 20000
     t = timeit.timeit(lambda: substitute_request(fields, b"/v1/x?y=1", "api.test", True, creds, ()), number=n)
     return t / n * 1e6
@@ -97,7 +105,8 @@ def main() -> int:
     (tmp / "token").write_text("benchtoken\n")
     (tmp / "secret").write_text(f"BENCH{secrets.token_hex(8)}\n")
     rules = tmp / "rules.yaml"
-    rules.write_text(textwrap.dedent(f"""\
+    rules.write_text(
+        textwrap.dedent(f"""\
         version: 1
         pools:
           p:
@@ -113,43 +122,76 @@ def main() -> int:
                 value: file:secret
                 placeholder: surr_BenchPlaceholder000000001
                 hosts: [api.test]
-        """))
+        """)
+    )
     proxy = ProxyProcess(rules, tmp, upstream_ca=ca.ca_pem, resolve={"api.test": "127.0.0.1"}).start()
     rows: list[tuple[str, str, str]] = []
     try:
         assert proxy.proc is not None
         pid = proxy.proc.pid
-        curl = ["curl", "-sS", "-x", proxy.url("c", "benchtoken"), "--cacert", str(proxy.ca_pem),
-                "-H", "Authorization: Bearer surr_BenchPlaceholder000000001", "-o", os.devnull,
-                "-w", "%{size_download} %{speed_download}"]
-        subprocess.run([*curl, f"https://api.test:{upstream.port}/bytes/1048576"], check=True,
-                       capture_output=True)  # warm up: CA leaf cert, imports, first connection
+        curl = [
+            "curl",
+            "-sS",
+            "-x",
+            proxy.url("c", "benchtoken"),
+            "--cacert",
+            str(proxy.ca_pem),
+            "-H",
+            "Authorization: Bearer surr_BenchPlaceholder000000001",
+            "-o",
+            os.devnull,
+            "-w",
+            "%{size_download} %{speed_download}",
+        ]
+        subprocess.run(
+            [*curl, f"https://api.test:{upstream.port}/bytes/1048576"], check=True, capture_output=True
+        )  # warm up: CA leaf cert, imports, first connection
         base = kib(pid, "VmRSS")
         Path(f"/proc/{pid}/clear_refs").write_text("5")  # reset the peak (VmHWM) to now
         n = args.mb * 1024 * 1024
-        out = subprocess.run([*curl, f"https://api.test:{upstream.port}/bytes/{n}"], check=True,
-                             capture_output=True, text=True).stdout.split()
+        out = subprocess.run(
+            [*curl, f"https://api.test:{upstream.port}/bytes/{n}"], check=True, capture_output=True, text=True
+        ).stdout.split()
         assert int(out[0]) == n, out
         growth = (kib(pid, "VmHWM") - base) / 1024
-        rows.append((f"peak RSS growth, {args.mb} MB download", f"{growth:.1f} MB",
-                     f"target < 20 MB; baseline RSS {base / 1024:.0f} MB, {float(out[1]) / 1e6:.0f} MB/s"))
+        rows.append(
+            (
+                f"peak RSS growth, {args.mb} MB download",
+                f"{growth:.1f} MB",
+                f"target < 20 MB; baseline RSS {base / 1024:.0f} MB, {float(out[1]) / 1e6:.0f} MB/s",
+            )
+        )
 
         import base64
+
         auth = base64.b64encode(b"c:benchtoken").decode()
         direct, proxied = [], []
         for _ in range(args.rounds):
             direct.append(first_event_ms(upstream.port, "api.test", upstream, ca.ca_pem, None))
-            proxied.append(first_event_ms(upstream.port, "api.test", upstream, proxy.ca_pem, (proxy.port, auth)))
+            proxied.append(
+                first_event_ms(upstream.port, "api.test", upstream, proxy.ca_pem, (proxy.port, auth))
+            )
         d, p = statistics.median(direct), statistics.median(proxied)
         rows.append(("time to first SSE event, direct", f"{d:.1f} ms", f"median of {args.rounds}"))
-        rows.append(("time to first SSE event, via surrogate", f"{p:.1f} ms",
-                     f"{p / d:.1f}x direct (includes CONNECT + a second TLS handshake)"))
+        rows.append(
+            (
+                "time to first SSE event, via surrogate",
+                f"{p:.1f} ms",
+                f"{p / d:.1f}x direct (includes CONNECT + a second TLS handshake)",
+            )
+        )
     finally:
         proxy.stop()
         upstream.stop()
     one, many = scan_cost_us(1), scan_cost_us(10_000)
     rows.append(("header scan + swap, 1 placeholder registered", f"{one:.1f} µs", "per request, 5 headers"))
-    rows.append(("header scan + swap, 10,000 registered", f"{many:.1f} µs", f"{many / one:.2f}x the 1-placeholder cost"))
+    rows.append(
+        (
+            "header scan + swap, 10,000 registered",
+            f"{many:.1f} µs",
+            f"{many / one:.2f}x the 1-placeholder cost",
+        )
+    )
     print("| measure | value | note |\n|---|---|---|")
     for r in rows:
         print(f"| {' | '.join(r)} |")

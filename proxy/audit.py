@@ -27,7 +27,7 @@ Fields:
 from __future__ import annotations
 
 import sys
-from typing import IO, Any
+from typing import Any, TextIO
 from urllib.parse import quote
 
 import structlog
@@ -69,7 +69,7 @@ def redact_path(path: str) -> str:
     return f"{base}?{'&'.join(parts)}"
 
 
-def configure(output: IO[str] | None = None) -> None:
+def configure(output: TextIO | None = None) -> None:
     """Send audit events as JSON lines to ``output`` (default stdout)."""
     structlog.configure(
         processors=[

@@ -22,7 +22,7 @@ import sys
 from pathlib import Path
 
 from certs import ca
-from proxy import audit, placeholders
+from proxy import audit
 from proxy.errors import HostError, SurrogateError
 from proxy.hosts import canonical_host
 from proxy.policy import Policy
@@ -58,17 +58,37 @@ def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="surrogate", description=__doc__.split("\n\n")[0])
     sub = p.add_subparsers(dest="command", required=True)
     state = argparse.ArgumentParser(add_help=False)
-    state.add_argument("--state-dir", type=Path, default=_default_state_dir(),
-                       help="CA and trust bundle live here (default: %(default)s)")
+    state.add_argument(
+        "--state-dir",
+        type=Path,
+        default=_default_state_dir(),
+        help="CA and trust bundle live here (default: %(default)s)",
+    )
 
     run = sub.add_parser("run", parents=[state], help="run the proxy")
     run.add_argument("--rules", type=Path, required=True, help="rules file (YAML, version: 1)")
-    run.add_argument("--listen", type=_listen, default=("127.0.0.1", 8080),
-                     help="explicit proxy listener HOST:PORT (default 127.0.0.1:8080)")
-    run.add_argument("--upstream-ca", type=Path, action="append", default=[], metavar="PEM",
-                     help="also trust this root for upstream TLS (repeatable)")
-    run.add_argument("--resolve", type=_resolve, action="append", default=[], metavar="NAME:ADDR",
-                     help="connect to ADDR for NAME, like curl --resolve (repeatable)")
+    run.add_argument(
+        "--listen",
+        type=_listen,
+        default=("127.0.0.1", 8080),
+        help="explicit proxy listener HOST:PORT (default 127.0.0.1:8080)",
+    )
+    run.add_argument(
+        "--upstream-ca",
+        type=Path,
+        action="append",
+        default=[],
+        metavar="PEM",
+        help="also trust this root for upstream TLS (repeatable)",
+    )
+    run.add_argument(
+        "--resolve",
+        type=_resolve,
+        action="append",
+        default=[],
+        metavar="NAME:ADDR",
+        help="connect to ADDR for NAME, like curl --resolve (repeatable)",
+    )
     run.add_argument("--audit-file", type=Path, help="append audit events here (default stdout)")
 
     ca_p = sub.add_parser("ca", help="the proxy's CA")
@@ -82,8 +102,9 @@ def _parser() -> argparse.ArgumentParser:
 
     demo = sub.add_parser("demo", help="the embedded demo")
     demo_sub = demo.add_subparsers(dest="demo_command", required=True)
-    demo_sub.add_parser("init", parents=[state],
-                        help="create the demo token files rules/example.yaml reads, and the CA")
+    demo_sub.add_parser(
+        "init", parents=[state], help="create the demo token files rules/example.yaml reads, and the CA"
+    )
     return p
 
 
@@ -127,13 +148,14 @@ def _demo_init(state_dir: Path) -> int:
     old = os.umask(0o077)
     try:
         state_dir.mkdir(parents=True, exist_ok=True)
-        for name, make in (
-            ("demo-proxy-token", lambda: secrets.token_urlsafe(24)),
-            ("demo-github-token", lambda: "ghp_demo" + secrets.token_hex(16)),
-        ):
+        fresh = {
+            "demo-proxy-token": secrets.token_urlsafe(24),
+            "demo-github-token": "ghp_demo" + secrets.token_hex(16),  # fake: GitHub answers 401
+        }
+        for name, value in fresh.items():
             path = state_dir / name
             if not path.exists():
-                path.write_text(make() + "\n", encoding="ascii")
+                path.write_text(value + "\n", encoding="ascii")
     finally:
         os.umask(old)
     ca.ensure_ca(state_dir)
@@ -186,4 +208,3 @@ def _banner(policy: Policy, args: argparse.Namespace, host: str, port: int) -> N
     if not policy.claims:
         lines.append("  no claims declared in the rules file")
     print("\n".join(lines), file=sys.stderr, flush=True)
-    _ = placeholders  # the format is documented in rules/README.md

@@ -109,9 +109,7 @@ def decide_request(pool: Pool, host: str, port: int, method: str, path: str) -> 
     return _refusal(pool, host, port, best, method, path)
 
 
-def _refusal(
-    pool: Pool, host: str, port: int, best: int, method: str = "", path: str = ""
-) -> Decision:
+def _refusal(pool: Pool, host: str, port: int, best: int, method: str = "", path: str = "") -> Decision:
     reason = _PROGRESS[best]
     what = {
         Reason.NO_RULE: f"no egress rule of pool {pool.name!r} allows host {host}",

@@ -51,4 +51,3 @@ class RulesError(SurrogateError):
 
 class SecretUnavailable(SurrogateError):
     """A credential's value source (env var or file) cannot be read; the message names the source."""
-

@@ -102,9 +102,7 @@ class HostPattern:
             return False
         if other.suffix is None:
             return self.matches(other.text)
-        return self.suffix is not None and (
-            other.suffix == self.suffix or other.suffix.endswith(self.suffix)
-        )
+        return self.suffix is not None and (other.suffix == self.suffix or other.suffix.endswith(self.suffix))
 
     def __str__(self) -> str:
         return self.text

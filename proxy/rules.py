@@ -110,13 +110,15 @@ class _Marks:
                 self.walk(item, loc + (i,))
 
     def add(self, loc: Loc, message: str, node: yaml.Node | None = None) -> None:
+        line: int | None
+        col: int | None
         if node is not None:
             line, col = node.start_mark.line + 1, node.start_mark.column + 1
         else:
             probe = loc
             while probe not in self.at and probe:
                 probe = probe[:-1]
-            line, col = self.at.get(probe, (None, None))  # type: ignore[assignment]
+            line, col = self.at.get(probe, (None, None))
         self.problems.append(Problem(self.file, line, col, _dotted(loc), message))
 
 
@@ -139,7 +141,8 @@ def _pydantic_problems(err: ValidationError, marks: _Marks) -> None:
         loc: Loc = tuple(e["loc"])
         if e["type"] == "extra_forbidden":
             model = _model_at(loc[:-1])
-            known = ", ".join(model.model_fields) if isinstance(model, type) else ""
+            is_model = isinstance(model, type) and issubclass(model, BaseModel)
+            known = ", ".join(model.model_fields) if is_model else ""
             marks.add(loc, f"unknown field {loc[-1]!r}; expected one of: {known}")
         elif e["type"] == "missing":
             marks.add(loc, "required field is missing")
@@ -255,8 +258,12 @@ def _rule(pool: str, i: int, rm: RuleModel, loc: Loc, marks: _Marks) -> EgressRu
     if not ok:
         return None
     return EgressRule(
-        f"{pool}.egress[{i}]", host, frozenset(rm.ports), frozenset(rm.methods),
-        tuple(rm.paths), rm.intercept,
+        f"{pool}.egress[{i}]",
+        host,
+        frozenset(rm.ports),
+        frozenset(rm.methods),
+        tuple(rm.paths),
+        rm.intercept,
     )
 
 

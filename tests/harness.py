@@ -42,11 +42,18 @@ class ProxyProcess:
         self.stderr_path = workdir / "proxy.stderr"
         self.port = free_port()
         self.args = [
-            sys.executable, "-m", "proxy", "run",
-            "--rules", str(rules),
-            "--state-dir", str(self.state_dir),
-            "--listen", f"127.0.0.1:{self.port}",
-            "--audit-file", str(self.audit_path),
+            sys.executable,
+            "-m",
+            "proxy",
+            "run",
+            "--rules",
+            str(rules),
+            "--state-dir",
+            str(self.state_dir),
+            "--listen",
+            f"127.0.0.1:{self.port}",
+            "--audit-file",
+            str(self.audit_path),
         ]
         if upstream_ca is not None:
             self.args += ["--upstream-ca", str(upstream_ca)]

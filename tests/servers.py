@@ -72,8 +72,18 @@ def _make_bare_repo(root: pathlib.Path) -> None:
     git("init", "-q", "-b", "main", str(work))
     (work / "README").write_text(README_TEXT)
     git("-C", str(work), "add", "README")
-    git("-C", str(work), "-c", "user.name=upstream", "-c", "user.email=upstream@test",
-        "commit", "-q", "-m", "initial")
+    git(
+        "-C",
+        str(work),
+        "-c",
+        "user.name=upstream",
+        "-c",
+        "user.email=upstream@test",
+        "commit",
+        "-q",
+        "-m",
+        "initial",
+    )
     git("clone", "-q", "--bare", str(work), str(root / "repo.git"))
     shutil.rmtree(work)
 
@@ -184,8 +194,9 @@ class _Handler(BaseHTTPRequestHandler):
             self._record(size)
             user = self._git_user()
             if user is None:
-                self._json({"error": "authentication required"}, 401,
-                           {"WWW-Authenticate": 'Basic realm="git"'})
+                self._json(
+                    {"error": "authentication required"}, 401, {"WWW-Authenticate": 'Basic realm="git"'}
+                )
                 return
             env = _isolated_git_env() | {
                 "GIT_PROJECT_ROOT": str(self.upstream._git_root),
@@ -204,8 +215,9 @@ class _Handler(BaseHTTPRequestHandler):
                 env["HTTP_CONTENT_ENCODING"] = enc  # http-backend inflates gzip itself
             if proto := self.headers.get("Git-Protocol"):
                 env["GIT_PROTOCOL"] = proto
-            proc = subprocess.Popen([GIT_HTTP_BACKEND], stdin=body, stdout=subprocess.PIPE,
-                                    stderr=subprocess.DEVNULL, env=env)
+            proc = subprocess.Popen(
+                [GIT_HTTP_BACKEND], stdin=body, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, env=env
+            )
             with proc, contextlib.ExitStack() as cleanup:
                 cleanup.callback(proc.kill)  # stops it if the client went away mid-relay
                 self._relay_cgi(proc.stdout)  # type: ignore[arg-type]
@@ -255,9 +267,12 @@ class _Server(socketserver.TCPServer):
         return sock, addr
 
     def process_request(self, request: socket.socket, client_address: object) -> None:  # type: ignore[override]
-        t = threading.Thread(target=self.upstream._serve_connection,
-                             args=(self, request, client_address),
-                             name=f"upstream-conn-{client_address}", daemon=True)
+        t = threading.Thread(
+            target=self.upstream._serve_connection,
+            args=(self, request, client_address),
+            name=f"upstream-conn-{client_address}",
+            daemon=True,
+        )
         self.upstream._track_thread(t)
         t.start()
 
@@ -268,8 +283,13 @@ class Upstream:
     Its certificate covers `hostnames` and is signed by the TestCA.
     """
 
-    def __init__(self, ca: TestCA, hostnames: list[str], git_password: str | None = None,
-                 tmpdir: pathlib.Path | None = None) -> None:
+    def __init__(
+        self,
+        ca: TestCA,
+        hostnames: list[str],
+        git_password: str | None = None,
+        tmpdir: pathlib.Path | None = None,
+    ) -> None:
         self.git_password = git_password
         self.requests: list[Recorded] = []
         self.connections = 0
@@ -291,8 +311,9 @@ class Upstream:
         _make_bare_repo(self._git_root)
         self._server = _Server(self)
         self.port = self._server.server_address[1]
-        self._serve_thread = threading.Thread(target=self._server.serve_forever, args=(0.05,),
-                                              name=f"upstream-{self.port}", daemon=True)
+        self._serve_thread = threading.Thread(
+            target=self._server.serve_forever, args=(0.05,), name=f"upstream-{self.port}", daemon=True
+        )
         self._serve_thread.start()
         return self
 
@@ -322,8 +343,9 @@ class Upstream:
     def __enter__(self) -> Upstream:
         return self.start()
 
-    def __exit__(self, et: type[BaseException] | None, ev: BaseException | None,
-                 tb: TracebackType | None) -> None:
+    def __exit__(
+        self, et: type[BaseException] | None, ev: BaseException | None, tb: TracebackType | None
+    ) -> None:
         self.stop()
 
     def header_values(self, name: str) -> list[str]:

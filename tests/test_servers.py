@@ -52,12 +52,23 @@ def test_default_endpoint_records_headers_without_echoing_them(ca: TestCA, upstr
 def test_certificate_names_verify_with_curl(ca: TestCA, upstream: Upstream):
     for name in ("api.test", "localhost"):
         out = subprocess.run(
-            ["curl", "-sS", "--fail", "--cacert", str(ca.ca_pem),
-             "--resolve", f"{name}:{upstream.port}:127.0.0.1", f"https://{name}:{upstream.port}/x"],
-            capture_output=True, text=True, timeout=30, check=True)
+            [
+                "curl",
+                "-sS",
+                "--fail",
+                "--cacert",
+                str(ca.ca_pem),
+                "--resolve",
+                f"{name}:{upstream.port}:127.0.0.1",
+                f"https://{name}:{upstream.port}/x",
+            ],
+            capture_output=True,
+            text=True,
+            timeout=30,
+            check=True,
+        )
         assert '"ok": true' in out.stdout
-    assert upstream.header_values("host") == [f"api.test:{upstream.port}",
-                                              f"localhost:{upstream.port}"]
+    assert upstream.header_values("host") == [f"api.test:{upstream.port}", f"localhost:{upstream.port}"]
 
 
 def test_bytes_streams_exact_length(ca: TestCA, upstream: Upstream):
@@ -87,14 +98,25 @@ def test_upload_counts_streamed_body(ca: TestCA, upstream: Upstream, framing: st
     assert (framing == "chunked") == bool(upstream.header_values("transfer-encoding"))
 
 
-def test_upload_put_with_curl_expect_continue(ca: TestCA, upstream: Upstream,
-                                              tmp_path: pathlib.Path):
+def test_upload_put_with_curl_expect_continue(ca: TestCA, upstream: Upstream, tmp_path: pathlib.Path):
     src = tmp_path / "blob"
     src.write_bytes(b"p" * FIVE_MB)
     out = subprocess.run(
-        ["curl", "-sS", "--fail", "--cacert", str(ca.ca_pem), "-T", str(src),
-         f"https://127.0.0.1:{upstream.port}/upload"],
-        capture_output=True, text=True, timeout=30, check=True)
+        [
+            "curl",
+            "-sS",
+            "--fail",
+            "--cacert",
+            str(ca.ca_pem),
+            "-T",
+            str(src),
+            f"https://127.0.0.1:{upstream.port}/upload",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=30,
+        check=True,
+    )
     assert out.stdout == f'{{"received": {FIVE_MB}}}'
     assert upstream.header_values("expect") == ["100-continue"]
 
@@ -118,12 +140,27 @@ def test_sse_first_event_arrives_before_release(ca: TestCA, upstream: Upstream):
 
 def _git_clone(ca: TestCA, up: Upstream, password: str, dest: pathlib.Path):
     env = {k: v for k, v in os.environ.items() if not k.startswith(("GIT_", "SSH_ASKPASS"))}
-    env.update(GIT_SSL_CAINFO=str(ca.ca_pem), GIT_TERMINAL_PROMPT="0",
-               GIT_CONFIG_NOSYSTEM="1", GIT_CONFIG_GLOBAL=os.devnull)
+    env.update(
+        GIT_SSL_CAINFO=str(ca.ca_pem),
+        GIT_TERMINAL_PROMPT="0",
+        GIT_CONFIG_NOSYSTEM="1",
+        GIT_CONFIG_GLOBAL=os.devnull,
+    )
     return subprocess.run(
-        ["git", "-c", f"http.curloptResolve=api.test:{up.port}:127.0.0.1", "clone", "-q",
-         f"https://user:{password}@api.test:{up.port}/git/repo.git", str(dest)],
-        env=env, capture_output=True, text=True, timeout=60)
+        [
+            "git",
+            "-c",
+            f"http.curloptResolve=api.test:{up.port}:127.0.0.1",
+            "clone",
+            "-q",
+            f"https://user:{password}@api.test:{up.port}/git/repo.git",
+            str(dest),
+        ],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
 
 
 def test_git_clone_with_right_password(ca: TestCA, upstream: Upstream, tmp_path: pathlib.Path):
@@ -138,8 +175,7 @@ def test_git_clone_with_right_password(ca: TestCA, upstream: Upstream, tmp_path:
     assert any(r.method == "POST" and r.body_len > 0 for r in upstream.requests)
 
 
-def test_git_clone_with_wrong_password_fails(ca: TestCA, upstream: Upstream,
-                                             tmp_path: pathlib.Path):
+def test_git_clone_with_wrong_password_fails(ca: TestCA, upstream: Upstream, tmp_path: pathlib.Path):
     res = _git_clone(ca, upstream, "nope", tmp_path / "clone")
     assert res.returncode != 0
     assert "Authentication failed" in res.stderr

@@ -103,14 +103,21 @@ def env(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Env]:
     canary = lambda tag: f"CANARY{tag}{secrets.token_hex(12)}"  # noqa: E731
     secret, injected, secret2 = canary("gh"), canary("inj"), canary("ghtwo")
     token, token2 = secrets.token_urlsafe(16), secrets.token_urlsafe(16)
-    for name, value in [("secret-gh", secret), ("secret-gh2", secret2),
-                        ("token1", token), ("token2", token2)]:
+    for name, value in [
+        ("secret-gh", secret),
+        ("secret-gh2", secret2),
+        ("token1", token),
+        ("token2", token2),
+    ]:
         (tmp / name).write_text(value + "\n")
     ca = TestCA(tmp)
     upstream = Upstream(ca, NAMES, git_password=secret, tmpdir=tmp).start()
     rules = write_rules(tmp, upstream.port)
     proxy = ProxyProcess(
-        rules, tmp, upstream_ca=ca.ca_pem, resolve={n: "127.0.0.1" for n in NAMES},
+        rules,
+        tmp,
+        upstream_ca=ca.ca_pem,
+        resolve={n: "127.0.0.1" for n in NAMES},
         env={"E2E_INJECTED_SECRET": injected},
     )
     e = Env(upstream, ca.ca_pem, proxy, token, token2, secret, injected, secret2, tmp / "secret-gh")

@@ -13,17 +13,22 @@ pytestmark = pytest.mark.e2e
 
 
 def surrogate(*args: str, cwd: Path = ROOT) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "proxy", *args], capture_output=True, text=True,
-                          cwd=cwd, timeout=60, check=False)
+    return subprocess.run(
+        [sys.executable, "-m", "proxy", *args],
+        capture_output=True,
+        text=True,
+        cwd=cwd,
+        timeout=60,
+        check=False,
+    )
 
 
 def test_run_refuses_a_bad_rules_file_with_file_line_and_field(tmp_path: Path) -> None:
     rules = tmp_path / "bad.yaml"
-    rules.write_text(
-        "version: 1\npools:\n  p:\n    egress:\n      - host: api.test\n        colour: red\n"
+    rules.write_text("version: 1\npools:\n  p:\n    egress:\n      - host: api.test\n        colour: red\n")
+    done = surrogate(
+        "run", "--rules", str(rules), "--state-dir", str(tmp_path / "s"), "--listen", "127.0.0.1:1"
     )
-    done = surrogate("run", "--rules", str(rules), "--state-dir", str(tmp_path / "s"),
-                     "--listen", "127.0.0.1:1")
     assert done.returncode == 1
     assert f"{rules}:6:17: pools.p.egress[0].colour: unknown field 'colour'" in done.stderr
     assert "Traceback" not in done.stderr

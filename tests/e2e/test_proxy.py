@@ -21,8 +21,20 @@ pytestmark = pytest.mark.e2e
 
 
 def curl(env: Env, url: str, *args: str, proxy_url: str | None = None) -> subprocess.CompletedProcess[bytes]:
-    cmd = ["curl", "-sS", "--max-time", "20", "-x", proxy_url or env.proxy_url,
-           "--cacert", str(env.proxy.ca_pem), "-w", "\n%{http_code}", *args, url]
+    cmd = [
+        "curl",
+        "-sS",
+        "--max-time",
+        "20",
+        "-x",
+        proxy_url or env.proxy_url,
+        "--cacert",
+        str(env.proxy.ca_pem),
+        "-w",
+        "\n%{http_code}",
+        *args,
+        url,
+    ]
     done = subprocess.run(cmd, capture_output=True, timeout=30, check=False)
     env.received.append(done.stdout + done.stderr)
     return done
@@ -41,8 +53,9 @@ def header(rec, name: str) -> list[str]:
 
 
 def test_curl_bearer_placeholder_reaches_upstream_as_the_secret(env: Env) -> None:
-    done = curl(env, env.url("api.test", "/t/curl-bearer?x=1"),
-                "-H", f"Authorization: Bearer {env.placeholder}")
+    done = curl(
+        env, env.url("api.test", "/t/curl-bearer?x=1"), "-H", f"Authorization: Bearer {env.placeholder}"
+    )
     assert status_of(done) == 200, done
     [rec] = requests_to(env, "/t/curl-bearer?x=1")
     assert header(rec, "Authorization") == [f"Bearer {env.secret}"]
@@ -56,9 +69,13 @@ def test_curl_bearer_placeholder_reaches_upstream_as_the_secret(env: Env) -> Non
 
 
 def test_httpx_api_key_header_and_injection(env: Env) -> None:
-    with httpx.Client(proxy=env.proxy_url, verify=ssl.create_default_context(cafile=env.proxy.ca_pem)) as client:
-        r = client.get(env.url("api.test", "/t/httpx"),
-                       headers={"X-Api-Key": env.placeholder, "X-Injected": "sandbox-chosen"})
+    with httpx.Client(
+        proxy=env.proxy_url, verify=ssl.create_default_context(cafile=env.proxy.ca_pem)
+    ) as client:
+        r = client.get(
+            env.url("api.test", "/t/httpx"),
+            headers={"X-Api-Key": env.placeholder, "X-Injected": "sandbox-chosen"},
+        )
     env.received.append(r.content + str(r.headers).encode())
     assert r.status_code == 200
     [rec] = requests_to(env, "/t/httpx")
@@ -71,29 +88,41 @@ def test_httpx_api_key_header_and_injection(env: Env) -> None:
 
 def test_git_clone_with_placeholder_password(env: Env, tmp_path: Path) -> None:
     repo_url = f"https://git:{env.placeholder}@api.test:{env.upstream.port}/git/repo.git"
-    git_env = {**os.environ, "GIT_SSL_CAINFO": str(env.proxy.ca_pem), "GIT_TERMINAL_PROMPT": "0",
-               "GIT_CONFIG_NOSYSTEM": "1", "HOME": str(tmp_path)}
+    git_env = {
+        **os.environ,
+        "GIT_SSL_CAINFO": str(env.proxy.ca_pem),
+        "GIT_TERMINAL_PROMPT": "0",
+        "GIT_CONFIG_NOSYSTEM": "1",
+        "HOME": str(tmp_path),
+    }
     done = subprocess.run(
         ["git", "-c", f"http.proxy={env.proxy_url}", "clone", repo_url, str(tmp_path / "clone")],
-        capture_output=True, env=git_env, timeout=60, check=False,
+        capture_output=True,
+        env=git_env,
+        timeout=60,
+        check=False,
     )
     env.received.append(done.stdout + done.stderr)
     assert done.returncode == 0, done.stderr.decode()
     assert (tmp_path / "clone" / "README").read_text() == README_TEXT
-    sent = [v for r in env.upstream.requests if r.path.startswith("/git/")
-            for v in header(r, "Authorization")]
+    sent = [
+        v for r in env.upstream.requests if r.path.startswith("/git/") for v in header(r, "Authorization")
+    ]
     expected = "Basic " + base64.b64encode(f"git:{env.secret}".encode()).decode()
     assert expected in sent
 
 
 def test_placeholder_toward_unbound_host_is_a_violation(env: Env) -> None:
-    done = curl(env, env.url("other.test", "/t/violation"),
-                "-H", f"Authorization: Bearer {env.placeholder}")
+    done = curl(env, env.url("other.test", "/t/violation"), "-H", f"Authorization: Bearer {env.placeholder}")
     assert status_of(done) == 403
     assert b"placeholder_violation" in done.stdout
     assert requests_to(env, "/t/violation") == []
     event = env.proxy.wait_event(path="/t/violation")
-    assert (event["decision"], event["reason"], event["status"]) == ("violation", "placeholder_violation", 403)
+    assert (event["decision"], event["reason"], event["status"]) == (
+        "violation",
+        "placeholder_violation",
+        403,
+    )
     assert event["request_id"].encode() in done.stdout
 
 
@@ -105,8 +134,7 @@ def test_placeholder_in_query_toward_unbound_host_is_a_violation(env: Env) -> No
 
 def test_other_claims_placeholder_is_never_swapped(env: Env) -> None:
     """Invariant 3: claim c1 cannot cause claim c2's secret to be used."""
-    done = curl(env, env.url("api.test", "/t/cross-claim"),
-                "-H", f"Authorization: Bearer {env.placeholder2}")
+    done = curl(env, env.url("api.test", "/t/cross-claim"), "-H", f"Authorization: Bearer {env.placeholder2}")
     assert status_of(done) == 200
     [rec] = requests_to(env, "/t/cross-claim")
     assert header(rec, "Authorization") == [f"Bearer {env.placeholder2}"]
@@ -116,8 +144,7 @@ def test_wrong_or_missing_proxy_credential_gets_407_before_any_connection(env: E
     before = env.upstream.connections
     wrong = curl(env, env.url("api.test", "/t/407"), proxy_url=env.proxy.url("c1", "wrong"))
     other = curl(env, env.url("api.test", "/t/407"), proxy_url=env.proxy.url("c2", env.token))
-    missing = curl(env, env.url("api.test", "/t/407"),
-                   proxy_url=f"http://127.0.0.1:{env.proxy.port}")
+    missing = curl(env, env.url("api.test", "/t/407"), proxy_url=f"http://127.0.0.1:{env.proxy.port}")
     for done in (wrong, other, missing):
         assert b"407" in done.stderr, done
     assert env.upstream.connections == before
@@ -147,13 +174,16 @@ def test_sni_mismatch_gets_421(env: Env) -> None:
     port = env.upstream.port
     with socket.create_connection(("127.0.0.1", env.proxy.port), timeout=10) as raw:
         auth = base64.b64encode(f"c1:{env.token}".encode()).decode()
-        raw.sendall(f"CONNECT api.test:{port} HTTP/1.1\r\nHost: api.test:{port}\r\n"
-                    f"Proxy-Authorization: Basic {auth}\r\n\r\n".encode())
+        raw.sendall(
+            f"CONNECT api.test:{port} HTTP/1.1\r\nHost: api.test:{port}\r\n"
+            f"Proxy-Authorization: Basic {auth}\r\n\r\n".encode()
+        )
         assert raw.recv(4096).startswith(b"HTTP/1.1 200")
         ctx = ssl.create_default_context(cafile=str(env.proxy.ca_pem))
         with ctx.wrap_socket(raw, server_hostname="other.test") as tls:
-            tls.sendall(f"GET /t/421-sni HTTP/1.1\r\nHost: api.test:{port}\r\n"
-                        "Connection: close\r\n\r\n".encode())
+            tls.sendall(
+                f"GET /t/421-sni HTTP/1.1\r\nHost: api.test:{port}\r\nConnection: close\r\n\r\n".encode()
+            )
             data = b""
             while chunk := tls.recv(65536):
                 data += chunk
@@ -165,13 +195,14 @@ def test_sni_mismatch_gets_421(env: Env) -> None:
 def test_sse_first_event_arrives_before_the_stream_ends(env: Env) -> None:
     """The upstream sends one event and then waits for us: a buffering proxy would hang here."""
     env.upstream.sse_release.clear()
-    with httpx.Client(proxy=env.proxy_url, verify=ssl.create_default_context(cafile=env.proxy.ca_pem), timeout=15) as client:
-        with client.stream("GET", env.url("api.test", "/sse")) as r:
-            lines = r.iter_lines()
-            assert next(lines) == "data: one"
-            assert not env.upstream.sse_release.is_set()  # the stream has not ended
-            env.upstream.sse_release.set()
-            rest = [line for line in lines if line]
+    with httpx.Client(
+        proxy=env.proxy_url, verify=ssl.create_default_context(cafile=env.proxy.ca_pem), timeout=15
+    ) as client, client.stream("GET", env.url("api.test", "/sse")) as r:
+        lines = r.iter_lines()
+        assert next(lines) == "data: one"
+        assert not env.upstream.sse_release.is_set()  # the stream has not ended
+        env.upstream.sse_release.set()
+        rest = [line for line in lines if line]
     assert rest == ["data: two"]
 
 
@@ -186,7 +217,9 @@ def test_large_bodies_stream_both_ways(env: Env) -> None:
         for _ in range(20 * 16):
             yield block
 
-    with httpx.Client(proxy=env.proxy_url, verify=ssl.create_default_context(cafile=env.proxy.ca_pem), timeout=60) as client:
+    with httpx.Client(
+        proxy=env.proxy_url, verify=ssl.create_default_context(cafile=env.proxy.ca_pem), timeout=60
+    ) as client:
         r = client.post(env.url("api.test", "/upload"), content=body())
     assert r.json() == {"received": 20 * 1024 * 1024}
 
@@ -195,9 +228,22 @@ def test_opaque_tunnel_is_not_intercepted_and_gets_no_secret(env: Env) -> None:
     """intercept: false — the client talks TLS to the upstream itself (trusting only the upstream
     CA), so nothing can be swapped: the placeholder passes as it is."""
     done = subprocess.run(
-        ["curl", "-sS", "-x", env.proxy_url, "--cacert", str(env.upstream_ca), "-w", "\n%{http_code}",
-         "-H", f"Authorization: Bearer {env.placeholder}", env.url("opaque.test", "/t/opaque")],
-        capture_output=True, timeout=30, check=False,
+        [
+            "curl",
+            "-sS",
+            "-x",
+            env.proxy_url,
+            "--cacert",
+            str(env.upstream_ca),
+            "-w",
+            "\n%{http_code}",
+            "-H",
+            f"Authorization: Bearer {env.placeholder}",
+            env.url("opaque.test", "/t/opaque"),
+        ],
+        capture_output=True,
+        timeout=30,
+        check=False,
     )
     env.received.append(done.stdout + done.stderr)
     assert status_of(done) == 200, done.stderr
@@ -220,9 +266,27 @@ def test_audit_event_has_every_documented_field(env: Env) -> None:
     curl(env, env.url("api.test", "/t/audit?a=1&b=2&flag"), "-d", "hello")
     event = env.proxy.wait_event(path="/t/audit?a=REDACTED&b=REDACTED&flag")
     assert set(event) == {
-        "time", "event", "request_id", "claim", "pool", "client", "method", "scheme", "host",
-        "port", "path", "status", "decision", "reason", "rule", "message", "credentials",
-        "carried", "bytes_out", "bytes_in", "duration_ms",
+        "time",
+        "event",
+        "request_id",
+        "claim",
+        "pool",
+        "client",
+        "method",
+        "scheme",
+        "host",
+        "port",
+        "path",
+        "status",
+        "decision",
+        "reason",
+        "rule",
+        "message",
+        "credentials",
+        "carried",
+        "bytes_out",
+        "bytes_in",
+        "duration_ms",
     }
     assert event["method"] == "POST" and event["bytes_out"] == 5 and event["scheme"] == "https"
     assert event["client"].startswith("127.0.0.1:") and event["duration_ms"] >= 0
