@@ -11,6 +11,7 @@ until the tunnel carries a request); each request inside the tunnel is decided a
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from enum import StrEnum
 
@@ -61,13 +62,22 @@ def deny(reason: Reason, message: str, status: int = 403, rule: EgressRule | Non
 _VIOLATIONS = frozenset({Reason.PLACEHOLDER_VIOLATION, Reason.CLEARTEXT_CREDENTIAL})
 
 
+# A dot segment, possibly with ;params (servlet containers read "/..;x/" as "/../"), or an
+# encoded slash or backslash.
+_AMBIGUOUS = re.compile(r"(^|/)(\.|%2e){1,2}(;[^/]*)?(/|$)|%2f|%5c|\\", re.IGNORECASE)
+
+
 def path_matches(prefix: str, path: str) -> bool:
     """Segment-aware prefix match: ``/repos`` matches ``/repos`` and ``/repos/x``, not ``/reposx``.
 
     ``path`` is the request path without its query. A prefix ending in ``/`` matches anything
-    that starts with it.
+    that starts with it. Under any prefix but ``/``, a path an upstream could read as another
+    path never matches: dot segments (``/repos/../admin``, RFC 3986 §5.2.4), also percent-encoded,
+    and encoded slashes or backslashes.
     """
-    if not path.startswith(prefix):
+    if prefix == "/":
+        return path.startswith("/")
+    if not path.startswith(prefix) or _AMBIGUOUS.search(path):
         return False
     return prefix.endswith("/") or len(path) == len(prefix) or path[len(prefix)] == "/"
 

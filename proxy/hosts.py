@@ -41,8 +41,10 @@ def canonical_host(raw: str) -> str:
         return ipaddress.ip_address(host).compressed
     except ValueError:
         pass
-    host = host.rstrip(".").lower()
-    if not host or ".." in host:
+    host = host.lower()
+    if host.endswith("."):  # one trailing dot: the fully qualified spelling of the same name
+        host = host[:-1]
+    if not host or host.startswith(".") or host.endswith(".") or ".." in host:
         raise HostError(f"invalid host name {raw!r}: empty label")
     if host.isascii():
         # Fast path for the usual case; underscores are tolerated because real services use
@@ -55,6 +57,8 @@ def canonical_host(raw: str) -> str:
             ascii_host = idna.encode(host, uts46=True).decode("ascii")
         except idna.IDNAError as e:
             raise HostError(f"invalid host name {raw!r}: {e}") from None
+    if any(len(label) > 63 for label in ascii_host.split(".")):
+        raise HostError(f"invalid host name {raw!r}: a label is longer than 63 characters")
     if len(ascii_host) > _MAX_NAME:
         raise HostError(f"invalid host name {raw!r}: longer than {_MAX_NAME} characters")
     return ascii_host

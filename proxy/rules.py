@@ -109,6 +109,10 @@ class _Marks:
             for i, item in enumerate(node.value):
                 self.walk(item, loc + (i,))
 
+    def sorted(self) -> list[Problem]:
+        """Problems in file order (checks run in field order, which need not be file order)."""
+        return sorted(self.problems, key=lambda p: (p.line or 0, p.column or 0))
+
     def add(self, loc: Loc, message: str, node: yaml.Node | None = None) -> None:
         line: int | None
         col: int | None
@@ -126,13 +130,19 @@ def _model_at(loc: Loc) -> Any:
     """The pydantic model class found at ``loc`` (to list the fields an unknown key could be)."""
     cur: Any = RulesModel
     for part in loc:
-        while get_origin(cur) is not None or type(cur).__name__ == "UnionType":
-            args = [a for a in get_args(cur) if a is not type(None)]
-            cur = args[-1]
-        if isinstance(part, str) and isinstance(cur, type) and issubclass(cur, BaseModel):
-            if part not in cur.model_fields:
-                return cur
-            cur = cur.model_fields[part].annotation
+        while type(cur).__name__ == "UnionType":  # X | None
+            cur = next(a for a in get_args(cur) if a is not type(None))
+        origin, args = get_origin(cur), get_args(cur)
+        if origin is list:
+            cur = args[0]
+        elif origin is dict:
+            cur = args[1]  # `part` is a key chosen by the author, e.g. a pool name
+        elif isinstance(cur, type) and issubclass(cur, BaseModel) and part in cur.model_fields:
+            cur = cur.model_fields[str(part)].annotation
+        else:
+            return cur
+    while type(cur).__name__ == "UnionType":
+        cur = next(a for a in get_args(cur) if a is not type(None))
     return cur
 
 
@@ -186,21 +196,24 @@ def load_rules(path: str | Path) -> Policy:
         model = RulesModel.model_validate(data)
     except ValidationError as e:
         _pydantic_problems(e, marks)
-        raise RulesError(marks.problems) from None
+        raise RulesError(marks.sorted()) from None
     policy = _build(model, path.parent.resolve(), marks)
     if marks.problems:
-        raise RulesError(marks.problems)
+        raise RulesError(marks.sorted())
     return policy
 
 
 def _build(model: RulesModel, base_dir: Path, marks: _Marks) -> Policy:
     pools: dict[str, Pool] = {}
+    broken: set[str] = set()  # pools with a rule in error: coverage checks would mislead
     for pname, pm in model.pools.items():
         rules: list[EgressRule] = []
         for i, rm in enumerate(pm.egress):
             rule = _rule(pname, i, rm, ("pools", pname, "egress", i), marks)
             if rule is not None:
                 rules.append(rule)
+            else:
+                broken.add(pname)
         pools[pname] = Pool(pname, tuple(rules))
 
     claims: dict[str, Claim] = {}
@@ -221,7 +234,8 @@ def _build(model: RulesModel, base_dir: Path, marks: _Marks) -> Policy:
             if km.name in names:
                 marks.add(kloc + ("name",), f"duplicate credential name {km.name!r} in claim {cm.id!r}")
             names.add(km.name)
-            cred = _credential(km, kloc, pool, base_dir, marks, seen_placeholders, cm.id)
+            covering = None if cm.pool in broken else pool
+            cred = _credential(km, kloc, covering, base_dir, marks, seen_placeholders, cm.id)
             if cred is not None:
                 creds.append(cred)
         if token is not None:

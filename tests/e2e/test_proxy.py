@@ -195,9 +195,12 @@ def test_sni_mismatch_gets_421(env: Env) -> None:
 def test_sse_first_event_arrives_before_the_stream_ends(env: Env) -> None:
     """The upstream sends one event and then waits for us: a buffering proxy would hang here."""
     env.upstream.sse_release.clear()
-    with httpx.Client(
-        proxy=env.proxy_url, verify=ssl.create_default_context(cafile=env.proxy.ca_pem), timeout=15
-    ) as client, client.stream("GET", env.url("api.test", "/sse")) as r:
+    with (
+        httpx.Client(
+            proxy=env.proxy_url, verify=ssl.create_default_context(cafile=env.proxy.ca_pem), timeout=15
+        ) as client,
+        client.stream("GET", env.url("api.test", "/sse")) as r,
+    ):
         lines = r.iter_lines()
         assert next(lines) == "data: one"
         assert not env.upstream.sse_release.is_set()  # the stream has not ended
