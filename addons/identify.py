@@ -8,20 +8,24 @@ canonical CONNECT target are remembered per client connection and copied into ev
 
 Every ``Proxy-*`` header is removed before anything is forwarded, so the proxy credential never
 reaches an upstream.
+
+Run-time claims come from the store: the index is refreshed at the start of every CONNECT and
+request, and polled every ``POLL_SECONDS`` so that a deleted claim (or a rotated proxy token)
+closes that claim's open tunnels even when they are idle.
 """
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import binascii
-import hmac
 from dataclasses import dataclass
 
-from mitmproxy import connection, http
+from mitmproxy import connection, ctx, http
 
 from addons import facts
 from proxy.decide import Reason, deny
-from proxy.errors import HostError, SecretUnavailable
+from proxy.errors import HostError
 from proxy.hosts import canonical_host
 from proxy.policy import Claim
 from proxy.state import State
@@ -44,21 +48,43 @@ def _credentials(value: str) -> tuple[str, str] | None:
     return (user, password) if sep else None
 
 
+POLL_SECONDS = 0.2
+
+
 class Identify:
     def __init__(self, state: State) -> None:
         self.state = state
         self.tunnels: dict[str, _Tunnel] = {}
+        self._poller: asyncio.Task[None] | None = None
+
+    def running(self) -> None:
+        if self.state.registry.store is not None:
+            self._poller = asyncio.create_task(self._poll())
+
+    def done(self) -> None:
+        if self._poller is not None:
+            self._poller.cancel()
+
+    async def _poll(self) -> None:
+        while True:
+            await asyncio.sleep(POLL_SECONDS)
+            self._refresh()
+
+    def _refresh(self) -> None:
+        revoked = self.state.registry.refresh()
+        if not revoked:
+            return
+        server = ctx.master.addons.get("proxyserver")
+        for handler in list(server.connections.values()):
+            tunnel = self.tunnels.get(handler.client.id)
+            if tunnel is not None and tunnel.claim_id in revoked:
+                self.tunnels.pop(handler.client.id, None)
+                handler.close_connection(handler.client)
 
     def _authenticate(self, flow: http.HTTPFlow) -> Claim | None:
         creds = _credentials(flow.request.headers.get("Proxy-Authorization", ""))
-        claim = self.state.policy.claims.get(creds[0]) if creds else None
-        if creds is None or claim is None:
-            return None
-        try:
-            expected, _ = claim.proxy_token.current()
-        except SecretUnavailable:
-            return None
-        if not hmac.compare_digest(creds[1].encode(), expected.reveal().encode()):
+        claim = self.state.registry.claim(creds[0]) if creds else None
+        if creds is None or claim is None or not claim.proxy_token.matches(creds[1]):
             return None
         return claim
 
@@ -75,6 +101,7 @@ class Identify:
 
     def http_connect(self, flow: http.HTTPFlow) -> None:
         flow.metadata[facts.REQUEST_ID] = flow.id
+        self._refresh()
         claim = self._authenticate(flow)
         _strip_proxy_headers(flow)
         if claim is None:
@@ -93,9 +120,10 @@ class Identify:
 
     def requestheaders(self, flow: http.HTTPFlow) -> None:
         flow.metadata[facts.REQUEST_ID] = flow.id
+        self._refresh()
         tunnel = self.tunnels.get(flow.client_conn.id)
         if tunnel is not None:
-            claim = self.state.policy.claims.get(tunnel.claim_id)
+            claim = self.state.registry.claim(tunnel.claim_id)
             flow.metadata[facts.AUTHORITY] = tunnel.authority
         else:
             claim = self._authenticate(flow)

@@ -8,6 +8,7 @@ upstream leg is TLS, and applies the outcome (new fields, or a 403 refusal).
 from __future__ import annotations
 
 import dataclasses
+import time
 
 from mitmproxy import http
 
@@ -32,6 +33,7 @@ class Substitute:
             req.scheme == "https",
             claim.by_placeholder,
             claim.injections,
+            time.time(),
         )
         if outcome.refusal is not None:
             allowed_by = flow.metadata[facts.DECISION].rule  # keep the rule in the audit event
@@ -40,4 +42,6 @@ class Substitute:
         if outcome.fields is not None:
             req.headers.fields = tuple(outcome.fields)
         flow.metadata[facts.USED] = outcome.used
+        if outcome.used:
+            self.state.registry.record_use(claim, list(outcome.used), time.time())
         flow.metadata[facts.CARRIED] = outcome.carried

@@ -22,6 +22,15 @@ Fields:
     bytes_out       request body bytes sent upstream
     bytes_in        response body bytes received from upstream
     duration_ms     from the first request byte to the end of the response
+
+Control-plane events (``"event": "control"``), one per mutation through the control API:
+    who             "socket" (the owner of the 0600 Unix socket) or "token:<name>" (TCP)
+    action          claim.create | claim.delete | claim.rotate_token | credential.put |
+                    credential.patch | credential.delete
+    claim           the claim id
+    credential      the credential name, or null for claim actions
+    old_version, new_version
+                    versions before and after (null where there is none); never a value
 """
 
 from __future__ import annotations
@@ -53,6 +62,11 @@ CARRIED = "carried"
 BYTES_OUT = "bytes_out"
 BYTES_IN = "bytes_in"
 DURATION_MS = "duration_ms"
+WHO = "who"
+ACTION = "action"
+CREDENTIAL = "credential"
+OLD_VERSION = "old_version"
+NEW_VERSION = "new_version"
 
 LOGGER_NAME = "surrogate.audit"
 

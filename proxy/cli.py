@@ -1,14 +1,20 @@
 """The ``surrogate`` command line (also ``python -m proxy``).
 
     surrogate run --rules FILE [--state-dir DIR] [--listen HOST:PORT] [--upstream-ca PEM]...
-                  [--resolve NAME:ADDR]... [--audit-file PATH]
+                  [--resolve NAME:ADDR]... [--audit-file PATH] [control listener options]
+    surrogate control --rules FILE [--state-dir DIR] [control listener options]
+    surrogate claims create|list|get|delete|rotate-token ...
+    surrogate creds put|patch|get|list|delete ...
     surrogate ca export [--state-dir DIR]
     surrogate rules check FILE...
     surrogate demo init [--state-dir DIR]
 
 The state dir (default ``$SURROGATE_STATE_DIR``, else ``~/.local/state/surrogate``) holds the
-proxy's CA and the upstream trust bundle. Exit status: 0 ok, 1 error (printed as one clear
-message, never a traceback), 2 usage.
+proxy's CA, the upstream trust bundle, the credential store and its key file, and the control
+socket. Control listener options: ``--control-socket PATH`` (default ``<state dir>/control.sock``;
+``none`` for no socket), ``--control-tcp HOST:PORT`` with ``--control-token-file FILE``.
+
+Exit status: 0 ok, 1 error (printed as one clear message, never a traceback), 2 usage.
 """
 
 from __future__ import annotations
@@ -20,14 +26,19 @@ import os
 import secrets
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from certs import ca
-from proxy import audit
+from proxy import audit, client
 from proxy.errors import HostError, SurrogateError
 from proxy.hosts import canonical_host
 from proxy.policy import Policy
+from proxy.registry import Registry
 from proxy.rules import load_rules
 from proxy.state import State
+
+if TYPE_CHECKING:
+    from proxy.engine import ControlConfig
 
 
 def _default_state_dir() -> Path:
@@ -52,6 +63,40 @@ def _resolve(value: str) -> tuple[str, str]:
         raise argparse.ArgumentTypeError(
             f"{value!r} is not NAME:ADDR with an IP address (e.g. api.example.com:127.0.0.1)"
         ) from None
+
+
+def _control_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--control-socket", help="control API Unix socket (default <state dir>/control.sock; 'none')"
+    )
+    p.add_argument(
+        "--control-tcp",
+        type=_listen,
+        metavar="HOST:PORT",
+        help="also serve the control API on loopback TCP (needs --control-token-file)",
+    )
+    p.add_argument("--control-token-file", type=Path, help="file holding the operator bearer token")
+
+
+def _control_config(args: argparse.Namespace) -> ControlConfig:
+    from proxy.engine import ControlConfig
+
+    socket_path = (
+        None
+        if args.control_socket == "none"
+        else Path(args.control_socket or args.state_dir / "control.sock")
+    )
+    token = None
+    if args.control_tcp is not None:
+        if args.control_token_file is None:
+            raise ValueError("--control-tcp needs --control-token-file (the operator bearer token)")
+        token = args.control_token_file.read_text(encoding="utf-8").strip()
+        if len(token) < 16:
+            raise ValueError(f"{args.control_token_file}: the operator token must be at least 16 characters")
+        host = args.control_tcp[0]
+        if host not in ("127.0.0.1", "::1", "localhost"):
+            raise ValueError("--control-tcp must be a loopback address (127.0.0.1 or ::1)")
+    return ControlConfig(socket_path, args.control_tcp, token)
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -90,6 +135,13 @@ def _parser() -> argparse.ArgumentParser:
         help="connect to ADDR for NAME, like curl --resolve (repeatable)",
     )
     run.add_argument("--audit-file", type=Path, help="append audit events here (default stdout)")
+    _control_args(run)
+
+    control = sub.add_parser("control", parents=[state], help="serve only the control API (sidecar)")
+    control.add_argument("--rules", type=Path, required=True, help="the rules file the proxy uses")
+    control.add_argument("--audit-file", type=Path, help="append audit events here (default stdout)")
+    _control_args(control)
+    client.add_commands(sub, state)
 
     ca_p = sub.add_parser("ca", help="the proxy's CA")
     ca_sub = ca_p.add_subparsers(dest="ca_command", required=True)
@@ -120,6 +172,10 @@ def main(argv: list[str] | None = None) -> int:
             return _check(args.files)
         if args.command == "demo":
             return _demo_init(args.state_dir)
+        if args.command == "control":
+            return _control(args)
+        if args.command in ("claims", "creds"):
+            return client.run_command(args)
     except SurrogateError as e:
         print(f"surrogate: {e}", file=sys.stderr)
         return 1
@@ -163,31 +219,51 @@ def _demo_init(state_dir: Path) -> int:
 
 
 def _run(args: argparse.Namespace) -> int:
-    from proxy.engine import RunConfig, serve  # mitmproxy is imported only to serve
+    from proxy.engine import RunConfig, open_store, serve  # mitmproxy is imported only to serve
 
     policy = load_rules(args.rules)
-    out = None
-    if args.audit_file:
-        out = open(args.audit_file, "a", buffering=1, encoding="utf-8")  # noqa: SIM115
+    control = _control_config(args)
+    args.state_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
+    out = open(args.audit_file, "a", buffering=1, encoding="utf-8") if args.audit_file else None  # noqa: SIM115
     audit.configure(out)
     host, port = args.listen
-    config = RunConfig(
-        state=State(policy, dict(args.resolve)),
-        state_dir=args.state_dir,
-        listen_host=host,
-        listen_port=port,
-        upstream_cas=args.upstream_ca,
-    )
-    args.state_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
-    try:
-        asyncio.run(serve(config, lambda: _banner(policy, args, host, port)))
-    finally:
-        if out is not None:
-            out.close()
+    with open_store(args.state_dir) as store:
+        config = RunConfig(
+            state=State(Registry(policy, store), dict(args.resolve)),
+            state_dir=args.state_dir,
+            listen_host=host,
+            listen_port=port,
+            upstream_cas=args.upstream_ca,
+            control=control,
+        )
+        try:
+            asyncio.run(serve(config, lambda: _banner(policy, args, host, port, control)))
+        finally:
+            if out is not None:
+                out.close()
     return 0
 
 
-def _banner(policy: Policy, args: argparse.Namespace, host: str, port: int) -> None:
+def _control(args: argparse.Namespace) -> int:
+    from proxy.control import Control
+    from proxy.engine import open_store, serve_control_only
+
+    policy = load_rules(args.rules)
+    control = _control_config(args)
+    args.state_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
+    out = open(args.audit_file, "a", buffering=1, encoding="utf-8") if args.audit_file else None  # noqa: SIM115
+    audit.configure(out)
+    with open_store(args.state_dir) as store:
+        print(f"surrogate: control API on {control.socket_path or ''} {control.tcp or ''}", file=sys.stderr)
+        try:
+            asyncio.run(serve_control_only(Control(Registry(policy, store), store), control))
+        finally:
+            if out is not None:
+                out.close()
+    return 0
+
+
+def _banner(policy: Policy, args: argparse.Namespace, host: str, port: int, control: ControlConfig) -> None:
     """How to point a client at the proxy. Token values are shown as the shell expression that
     reads them ($(cat FILE) or $VAR), never as the value."""
     hostport = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
@@ -196,8 +272,14 @@ def _banner(policy: Policy, args: argparse.Namespace, host: str, port: int) -> N
         f"surrogate: explicit proxy on {hostport}, rules {args.rules}",
         f"  trust this CA in the sandbox: {cert}",
     ]
+    if control.socket_path is not None:
+        lines.append(
+            f"  control API: unix socket {control.socket_path} (surrogate claims/creds --state-dir ...)"
+        )
+    if control.tcp is not None:
+        lines.append(f"  control API: http://{control.tcp[0]}:{control.tcp[1]} (Bearer operator token)")
     for claim in policy.claims.values():
-        src = claim.proxy_token
+        src = claim.proxy_token.source  # type: ignore[attr-defined]  # rules claims: SourceToken
         token = f"$(cat {src.ref})" if src.kind == "file" else f"${src.ref}"
         lines.append(f"  claim {claim.id} (pool {claim.pool}):")
         lines.append(f'    export HTTPS_PROXY="http://{claim.id}:{token}@{hostport}"')

@@ -36,6 +36,7 @@ class Reason(StrEnum):
     PLACEHOLDER_VIOLATION = "placeholder_violation"
     CLEARTEXT_CREDENTIAL = "cleartext_credential"
     CREDENTIAL_UNAVAILABLE = "credential_unavailable"
+    CREDENTIAL_EXPIRED = "credential_expired"
     UPSTREAM_ERROR = "upstream_error"
 
 

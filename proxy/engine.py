@@ -1,4 +1,5 @@
-"""The embedded engine: a mitmproxy Master holding only surrogate's addon chain.
+"""The embedded engine: a mitmproxy Master holding only surrogate's addon chain, and the control
+API's listeners on the same event loop.
 
 Options set here, and why:
 - ``connection_strategy=lazy``: no upstream TCP/TLS until a request (or opaque tunnel data)
@@ -6,24 +7,42 @@ Options set here, and why:
 - ``ssl_verify_upstream_trusted_ca``: the system roots plus ``--upstream-ca`` files; upstream TLS
   is always verified (``ssl_insecure`` stays off: a secret leaves only over verified TLS).
 - ``confdir``: ``<state dir>/ca``, where the proxy's CA lives.
+
+The control API runs on the proxy's event loop (its handlers are short: one SQLite transaction),
+so the proxy and the API share one store connection and one index.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
+import os
 import signal
+import socket
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import uvicorn
 from mitmproxy import options
 from mitmproxy.master import Master
 
 import addons
 from certs import ca
+from proxy.api import make_app
+from proxy.control import Control
+from proxy.keyring import KeyRing
 from proxy.state import State
+from proxy.store import Store
+
+
+@dataclass(slots=True)
+class ControlConfig:
+    socket_path: Path | None  # the Unix socket (mode 0600); None: no socket listener
+    tcp: tuple[str, int] | None = None  # loopback TCP listener, requires the operator token
+    operator_token: str | None = None
 
 
 @dataclass(slots=True)
@@ -33,6 +52,12 @@ class RunConfig:
     listen_host: str = "127.0.0.1"
     listen_port: int = 8080
     upstream_cas: list[Path] = field(default_factory=list)
+    control: ControlConfig | None = None
+
+
+def open_store(state_dir: Path) -> Store:
+    """The state dir's store (``store.sqlite3``) under its key file (``store.key``, 0600)."""
+    return Store.open(state_dir / "store.sqlite3", KeyRing.load_or_create(state_dir / "store.key"))
 
 
 def build_master(config: RunConfig, on_ready: Callable[[], None] | None = None) -> Master:
@@ -66,19 +91,84 @@ class _Ready:
         self.callback()
 
 
+class _ApiServer(uvicorn.Server):
+    # The process's signal handlers belong to the proxy, not to uvicorn.
+    @contextlib.contextmanager
+    def capture_signals(self) -> Iterator[None]:
+        yield
+
+
+def _unix_socket(path: Path) -> socket.socket:
+    """A listening Unix socket at ``path``, mode 0600 from birth (umask), stale file replaced."""
+    with contextlib.suppress(FileNotFoundError):
+        if path.is_socket():
+            path.unlink()
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    old = os.umask(0o177)
+    try:
+        sock.bind(str(path))
+    finally:
+        os.umask(old)
+    os.chmod(path, 0o600)
+    sock.listen(64)
+    return sock
+
+
+def control_servers(
+    control: Control, config: ControlConfig
+) -> list[tuple[_ApiServer, list[socket.socket] | None]]:
+    servers: list[tuple[_ApiServer, list[socket.socket] | None]] = []
+    quiet = {"log_config": None, "access_log": False, "lifespan": "off"}
+    if config.socket_path is not None:
+        app = make_app(control)
+        servers.append((_ApiServer(uvicorn.Config(app, **quiet)), [_unix_socket(config.socket_path)]))  # type: ignore[arg-type]
+    if config.tcp is not None:
+        if not config.operator_token:
+            raise ValueError("a TCP control listener needs an operator token (--control-token-file)")
+        app = make_app(control, config.operator_token)
+        host, port = config.tcp
+        servers.append((_ApiServer(uvicorn.Config(app, host=host, port=port, **quiet)), None))  # type: ignore[arg-type]
+    return servers
+
+
 async def serve(config: RunConfig, on_ready: Callable[[], None] | None = None) -> None:
-    """Run the proxy until SIGINT or SIGTERM."""
+    """Run the proxy (and the control API, when configured) until SIGINT or SIGTERM."""
     _log_to_stderr()
     master = build_master(config, on_ready)
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(sig, master.shutdown)
-    await master.run()
+    registry = config.state.registry
+    apis = []
+    if config.control is not None and registry.store is not None:
+        apis = control_servers(Control(registry, registry.store), config.control)
+    tasks = [asyncio.create_task(s.serve(sockets=socks)) for s, socks in apis]
+    try:
+        await master.run()
+    finally:
+        for s, _ in apis:
+            s.should_exit = True
+        await asyncio.gather(*tasks, return_exceptions=True)
+
+
+async def serve_control_only(control: Control, config: ControlConfig) -> None:
+    """``surrogate control``: the API alone, against the same store as a running proxy."""
+    _log_to_stderr()
+    apis = control_servers(control, config)
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(sig, stop.set)
+    tasks = [asyncio.create_task(s.serve(sockets=socks)) for s, socks in apis]
+    await stop.wait()
+    for s, _ in apis:
+        s.should_exit = True
+    await asyncio.gather(*tasks, return_exceptions=True)
 
 
 def _log_to_stderr() -> None:
-    # mitmproxy logs through `logging`; warnings and errors go to stderr as plain lines. Header
-    # values are never logged at these levels.
+    # mitmproxy and uvicorn log through `logging`; warnings and errors go to stderr as plain
+    # lines. Header values and request bodies are never logged at these levels.
     handler = logging.StreamHandler(sys.stderr)
     handler.setFormatter(logging.Formatter("%(levelname)s %(name)s: %(message)s"))
     root = logging.getLogger()

@@ -1,15 +1,47 @@
 """The loaded policy as frozen plain objects: pools, egress rules, claims and credentials.
 
-Built by :mod:`proxy.rules` from a rules file; read by the decision and substitution core.
-Nothing here does I/O except :meth:`Credential.secret`, which reads the value source.
+Built by :mod:`proxy.rules` from a rules file, and by :mod:`proxy.registry` from the run-time
+store; read by the decision and substitution core. Nothing here does I/O except through a
+credential's ``source`` and a claim's ``proxy_token``, which read the value where it lives
+(environment, file, or the encrypted store).
 """
 
 from __future__ import annotations
 
+import hmac
 from dataclasses import dataclass, field
+from typing import Protocol
 
+from proxy.errors import SecretUnavailable
 from proxy.hosts import HostPattern
 from proxy.secrets import Secret, ValueSource
+
+
+class SecretSource(Protocol):
+    """Where a credential's value is read: ``current()`` gives ``(Secret, version)`` or raises
+    SecretUnavailable."""
+
+    def current(self) -> tuple[Secret, int]: ...
+
+
+class TokenCheck(Protocol):
+    """A claim's proxy credential: ``matches(token)`` compares in constant time."""
+
+    def matches(self, token: str) -> bool: ...
+
+
+@dataclass(frozen=True, slots=True)
+class SourceToken:
+    """A proxy token read from a value source (rules-file claims)."""
+
+    source: ValueSource = field(repr=False)
+
+    def matches(self, token: str) -> bool:
+        try:
+            expected, _ = self.source.current()
+        except SecretUnavailable:
+            return False
+        return hmac.compare_digest(token.encode(), expected.reveal().encode())
 
 
 @dataclass(frozen=True, slots=True)
@@ -46,8 +78,12 @@ class Credential:
     name: str
     placeholder: str
     hosts: tuple[HostPattern, ...]
-    source: ValueSource = field(repr=False)
+    source: SecretSource = field(repr=False)
     inject: Injection | None = None
+    expires_at: float | None = None  # unix seconds; None: never
+
+    def expired(self, now: float) -> bool:
+        return self.expires_at is not None and now >= self.expires_at
 
     def bound_to(self, host: str) -> bool:
         """True when canonical ``host`` is one this credential may be sent to."""
@@ -62,10 +98,30 @@ class Credential:
 class Claim:
     id: str
     pool: str
-    proxy_token: ValueSource = field(repr=False)
+    proxy_token: TokenCheck = field(repr=False)
     credentials: tuple[Credential, ...]
     injections: tuple[Credential, ...] = field(repr=False, compare=False)
     by_placeholder: dict[bytes, Credential] = field(repr=False, compare=False)
+    origin: str = "rules"  # "rules" (the rules file) or "store" (the control API)
+
+    @classmethod
+    def build(
+        cls,
+        claim_id: str,
+        pool: str,
+        token: TokenCheck,
+        credentials: tuple[Credential, ...],
+        origin: str = "rules",
+    ) -> Claim:
+        return cls(
+            claim_id,
+            pool,
+            token,
+            credentials,
+            tuple(c for c in credentials if c.inject is not None),
+            {c.placeholder.encode(): c for c in credentials},
+            origin,
+        )
 
 
 @dataclass(frozen=True, slots=True)

@@ -28,7 +28,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from proxy import placeholders
 from proxy.errors import HostError, Problem, RulesError, SecretUnavailable
 from proxy.hosts import HostPattern
-from proxy.policy import Claim, Credential, EgressRule, Injection, Policy, Pool
+from proxy.policy import Claim, Credential, EgressRule, Injection, Policy, Pool, SourceToken
 from proxy.secrets import ValueSource
 
 _TOKEN = re.compile(r"^[!#$%&'*+.^_`|~0-9A-Za-z-]+$")  # RFC 9110 §5.6.2 token
@@ -239,14 +239,7 @@ def _build(model: RulesModel, base_dir: Path, marks: _Marks) -> Policy:
             if cred is not None:
                 creds.append(cred)
         if token is not None:
-            claims[cm.id] = Claim(
-                cm.id,
-                cm.pool,
-                token,
-                tuple(creds),
-                tuple(c for c in creds if c.inject is not None),
-                {c.placeholder.encode(): c for c in creds},
-            )
+            claims[cm.id] = Claim.build(cm.id, cm.pool, SourceToken(token), tuple(creds))
     return Policy(marks.file, pools, claims)
 
 

@@ -49,7 +49,9 @@ class Secret:
         raise TypeError("a Secret is not picklable")
 
 
-def _checked(value: str, source: str) -> str:
+def checked_value(value: str, source: str) -> str:
+    """``value`` without one trailing newline; raises SecretUnavailable when empty or holding a
+    control character. ``source`` names where it came from (never the value)."""
     if value.endswith("\n"):
         value = value[:-1]
         if value.endswith("\r"):
@@ -100,7 +102,7 @@ class ValueSource:
                 raw = os.environ.get(self.ref)
                 if raw is None:
                     raise SecretUnavailable(f"environment variable {self.ref} is not set")
-                self._bump(_checked(raw, self.describe()))
+                self._bump(checked_value(raw, self.describe()))
             assert self._secret is not None
             return self._secret, self.version
         try:
@@ -114,7 +116,7 @@ class ValueSource:
             except (OSError, UnicodeDecodeError) as e:
                 reason = e.strerror if isinstance(e, OSError) else "not UTF-8 text"
                 raise SecretUnavailable(f"cannot read {self.describe()}: {reason}") from None
-            self._bump(_checked(raw, self.describe()))
+            self._bump(checked_value(raw, self.describe()))
             self._stamp = stamp
         assert self._secret is not None
         return self._secret, self.version

@@ -1,7 +1,7 @@
-"""The proxy's live state, shared by the addons: the policy in force and the address pins.
+"""The proxy's live state, shared by the addons: the claims in force and the address pins.
 
-One object, replaced field by field (never mutated in place), so a reload swaps ``policy`` in one
-assignment and the very next request sees it.
+``registry.policy`` is replaced in one assignment on reload, so the very next request sees it;
+``registry`` rebuilds its store-backed claims when the store changes.
 """
 
 from __future__ import annotations
@@ -9,9 +9,14 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from proxy.policy import Policy
+from proxy.registry import Registry
 
 
 @dataclass(slots=True)
 class State:
-    policy: Policy
+    registry: Registry
     pins: dict[str, str] = field(default_factory=dict)  # canonical host -> IP, like curl --resolve
+
+    @property
+    def policy(self) -> Policy:
+        return self.registry.policy

@@ -72,11 +72,13 @@ def substitute_request(
     tls: bool,
     by_placeholder: Mapping[bytes, Credential],
     injections: Sequence[Credential],
+    now: float = 0.0,
 ) -> Outcome:
     """Plan the substitution for one request toward canonical ``host``.
 
     ``fields`` are the header fields as sent (Proxy-* already removed); ``target`` the request
-    target (path and query). Raises nothing: an unreadable secret becomes a refusal.
+    target (path and query); ``now`` the time (unix seconds) expiry is judged at. Raises
+    nothing: an unreadable or expired secret becomes a refusal.
     """
     out = Outcome()
     hits: list[_Hit] = []
@@ -117,6 +119,13 @@ def substitute_request(
         return out
     needed = {h.credential.name: h.credential for h in hits}
     needed.update({c.name: c for c in active})
+    for c in needed.values():
+        if c.expired(now):
+            out.refusal = deny(
+                Reason.CREDENTIAL_EXPIRED,
+                f"credential {c.name!r} expired; ask for a fresh one (nothing was sent)",
+            )
+            return out
     try:
         values = {name: c.secret() for name, c in needed.items()}
     except SecretUnavailable as e:  # fail closed: no secret, no request

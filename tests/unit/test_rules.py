@@ -70,7 +70,8 @@ def test_good_minimal_loads_into_a_policy(tmp_path: Path) -> None:
 def test_good_minimal_builds_claims_with_credentials(tmp_path: Path) -> None:
     claim = load_rules(staged("good-minimal.yaml", tmp_path)).claims["sandbox-1"]
     assert claim.pool == "demo"
-    assert claim.proxy_token.current()[0].reveal() == TOKENS["proxy-token"]
+    assert claim.proxy_token.matches(TOKENS["proxy-token"])
+    assert not claim.proxy_token.matches(TOKENS["proxy-token"] + "x")
     github, example = claim.credentials
     assert (github.name, github.placeholder, github.inject) == (
         "github",

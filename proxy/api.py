@@ -1,0 +1,365 @@
+"""The control API: JSON over HTTP (FastAPI), OpenAPI document at ``/openapi.json``.
+
+    GET    /healthz                                   liveness and store reachability
+    GET    /metrics                                   Prometheus text format
+    POST   /v1/claims                                 create; the proxy token is in this answer only
+    GET    /v1/claims                                 list
+    GET    /v1/claims/{claim}                         read
+    DELETE /v1/claims/{claim}                         revoke everything it holds, close its tunnels
+    POST   /v1/claims/{claim}/token                   rotate the proxy token (shown once)
+    GET    /v1/claims/{claim}/credentials             list
+    PUT    /v1/claims/{claim}/credentials/{name}      create (201) or replace (200)
+    PATCH  /v1/claims/{claim}/credentials/{name}      partial update
+    GET    /v1/claims/{claim}/credentials/{name}      read (never the value, not even a hash)
+    DELETE /v1/claims/{claim}/credentials/{name}      delete
+
+Credential answers carry ``ETag: "<version>"``; writes accept ``If-Match: "<version>"`` (or
+``*``: must exist) for compare-and-set, and a stale one gets 412 with nothing changed (RFC 9110
+§13.1.1). Every error is ``{"error": code, "message": sentence, "field": name|null}`` with a 4xx
+status; a request body over ``MAX_BODY`` bytes gets 413. Validation messages never echo input.
+
+Listeners: a Unix socket (mode 0600, in the 0700 state dir) needs no token: only its owner can
+connect. Loopback TCP requires ``Authorization: Bearer <operator token>``.
+"""
+
+from __future__ import annotations
+
+import hmac
+from collections.abc import Awaitable, Callable
+from datetime import UTC, datetime
+from typing import Annotated, Any
+
+from fastapi import FastAPI, Header, Request, Response
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse
+from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, generate_latest
+from pydantic import AwareDatetime, BaseModel, ConfigDict, Field
+from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from proxy.control import Control, ControlError, Coverage
+from proxy.store import ClaimRecord, CredentialRecord
+
+MAX_BODY = 64 * 1024
+
+
+class _In(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class ClaimIn(_In):
+    id: str | None = Field(None, description="claim id; generated when absent")
+    pool: str = Field(description="a pool of the rules file")
+    sources: list[str] = Field(default_factory=list, description="source addresses/CIDRs (transparent mode)")
+
+
+class InjectIn(_In):
+    set_header: str
+    format: str = "Bearer {value}"
+
+
+class CredentialPut(_In):
+    hosts: list[str] = Field(min_length=1, description="host patterns the secret may be sent to")
+    value: str = Field(min_length=1, description="the secret; write-only")
+    placeholder: str | None = Field(None, description="generated when absent")
+    inject: InjectIn | None = None
+    expires_at: AwareDatetime | None = None
+
+
+class CredentialPatch(_In):
+    hosts: list[str] | None = Field(None, min_length=1)
+    value: str | None = Field(None, min_length=1)
+    placeholder: str | None = None
+    inject: InjectIn | None = None
+    expires_at: AwareDatetime | None = None
+
+
+class ClaimOut(BaseModel):
+    id: str
+    pool: str
+    sources: list[str]
+    version: int
+    created_at: datetime
+    updated_at: datetime
+
+
+class ClaimCreated(ClaimOut):
+    proxy_token: str = Field(description="shown once: the sandbox's proxy password (user = claim id)")
+
+
+class InjectOut(BaseModel):
+    set_header: str
+    format: str
+
+
+class CoverageOut(BaseModel):
+    host: str
+    rule: str
+    header: str
+
+
+class CredentialOut(BaseModel):
+    claim: str
+    name: str
+    hosts: list[str]
+    placeholder: str
+    inject: InjectOut | None
+    version: int
+    created_at: datetime
+    updated_at: datetime
+    expires_at: datetime | None
+    last_used_at: datetime | None
+
+
+class CredentialWritten(CredentialOut):
+    coverage: list[CoverageOut]
+
+
+class ErrorOut(BaseModel):
+    error: str
+    message: str
+    field: str | None = None
+
+
+def _ts(t: float | None) -> datetime | None:
+    return None if t is None else datetime.fromtimestamp(t, UTC)
+
+
+def _claim_out(r: ClaimRecord) -> dict[str, Any]:
+    return {
+        "id": r.id,
+        "pool": r.pool,
+        "sources": list(r.sources),
+        "version": r.version,
+        "created_at": _ts(r.created_at),
+        "updated_at": _ts(r.updated_at),
+    }
+
+
+def _cred_out(r: CredentialRecord, cov: list[Coverage] | None = None) -> dict[str, Any]:
+    out: dict[str, Any] = {
+        "claim": r.claim_id,
+        "name": r.name,
+        "hosts": list(r.hosts),
+        "placeholder": r.placeholder,
+        "inject": {"set_header": r.inject_header, "format": r.inject_format} if r.inject_header else None,
+        "version": r.version,
+        "created_at": _ts(r.created_at),
+        "updated_at": _ts(r.updated_at),
+        "expires_at": _ts(r.expires_at),
+        "last_used_at": _ts(r.last_used_at),
+    }
+    if cov is not None:
+        out["coverage"] = [{"host": c.host, "rule": c.rule, "header": c.header} for c in cov]
+    return out
+
+
+def _etag(version: int) -> dict[str, str]:
+    return {"ETag": f'"{version}"'}
+
+
+def _if_match(value: str | None) -> tuple[int | None, bool]:
+    """(version to compare, must-exist). Raises ControlError(400) for a malformed header."""
+    if value is None:
+        return None, False
+    value = value.strip()
+    if value == "*":
+        return None, True
+    if len(value) >= 3 and value[0] == value[-1] == '"' and value[1:-1].isdigit():
+        return int(value[1:-1]), False
+    raise ControlError(
+        400, "invalid_if_match", 'If-Match must be a quoted version like "3", or *', "If-Match"
+    )
+
+
+def _error(status: int, code: str, message: str, field: str | None = None) -> JSONResponse:
+    return JSONResponse({"error": code, "message": message, "field": field}, status_code=status)
+
+
+class _BodyLimit:
+    """Refuse request bodies over MAX_BODY bytes (413) before they are parsed."""
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        declared = dict(scope["headers"]).get(b"content-length", b"0")
+        if not declared.isdigit() or int(declared) > MAX_BODY:
+            await _error(413, "body_too_large", f"request body over {MAX_BODY} bytes")(scope, receive, send)
+            return
+        seen = 0
+
+        async def limited() -> Message:
+            nonlocal seen
+            message = await receive()
+            seen += len(message.get("body", b""))
+            if seen > MAX_BODY:
+                raise ControlError(413, "body_too_large", f"request body over {MAX_BODY} bytes")
+            return message
+
+        await self.app(scope, limited, send)
+
+
+def make_app(
+    control: Control, operator_token: str | None = None, registry: CollectorRegistry | None = None
+) -> FastAPI:
+    """The API for one listener. ``operator_token``: required as a Bearer token (TCP listener);
+    None: no token (the 0600 Unix socket)."""
+    app = FastAPI(title="surrogate control API", version="1", docs_url=None, redoc_url=None)
+    metrics = registry or CollectorRegistry()
+    calls = Counter(
+        "surrogate_control_requests", "control API requests", ["method", "status_class"], registry=metrics
+    )
+    who = "token:operator" if operator_token else "socket"
+    errors: dict[int | str, dict[str, Any]] = {
+        s: {"model": ErrorOut} for s in (400, 401, 404, 409, 412, 413, 422)
+    }
+
+    @app.middleware("http")
+    async def guard(request: Request, call_next: Callable[[Request], Awaitable[Response]]) -> Response:
+        if operator_token is not None and request.url.path != "/healthz":
+            given = request.headers.get("authorization", "")
+            scheme, _, token = given.partition(" ")
+            if scheme.lower() != "bearer" or not hmac.compare_digest(
+                token.strip().encode(), operator_token.encode()
+            ):
+                response: Response = _error(
+                    401, "unauthorized", "send Authorization: Bearer <operator token>"
+                )
+                calls.labels(request.method, "4xx").inc()
+                return response
+        try:
+            response = await call_next(request)
+        except ControlError as e:
+            response = _error(e.status, e.code, e.message, e.field)
+        calls.labels(request.method, f"{response.status_code // 100}xx").inc()
+        return response
+
+    app.add_middleware(_BodyLimit)
+
+    @app.exception_handler(ControlError)
+    async def control_error(_: Request, e: ControlError) -> JSONResponse:
+        return _error(e.status, e.code, e.message, e.field)
+
+    @app.exception_handler(RequestValidationError)
+    async def invalid(_: Request, e: RequestValidationError) -> JSONResponse:
+        problems, field = [], None
+        for err in e.errors():
+            loc = [str(p) for p in err.get("loc", ()) if p != "body"]
+            field = field or ".".join(loc) or None
+            if err.get("type") == "json_invalid":
+                return _error(400, "malformed_json", "the request body is not valid JSON")
+            if err.get("type") == "extra_forbidden":
+                problems.append(f"{'.'.join(loc)}: unknown field")
+            else:  # pydantic's sentence, never the input value
+                problems.append(f"{'.'.join(loc) or 'body'}: {err.get('msg')}")
+        return _error(422, "invalid_request", "; ".join(problems), field)
+
+    @app.exception_handler(StarletteHTTPException)
+    async def http_error(_: Request, e: StarletteHTTPException) -> JSONResponse:
+        code = {404: "not_found", 405: "method_not_allowed"}.get(e.status_code, "http_error")
+        return _error(e.status_code, code, str(e.detail))
+
+    @app.get("/healthz")
+    async def healthz() -> dict[str, Any]:
+        control.store.data_version()  # raises if the store cannot be read
+        return {"status": "ok"}
+
+    @app.get("/metrics", response_class=Response)
+    async def metrics_text() -> Response:
+        return Response(generate_latest(metrics), media_type=CONTENT_TYPE_LATEST)
+
+    @app.post("/v1/claims", status_code=201, response_model=ClaimCreated, responses=errors)
+    async def create_claim(body: ClaimIn) -> dict[str, Any]:
+        record, token = control.create_claim(who, body.id, body.pool, body.sources)
+        return {**_claim_out(record), "proxy_token": token}
+
+    @app.get("/v1/claims", response_model=list[ClaimOut])
+    async def list_claims() -> list[dict[str, Any]]:
+        return [_claim_out(r) for r in control.list_claims()]
+
+    @app.get("/v1/claims/{claim}", response_model=ClaimOut, responses=errors)
+    async def get_claim(claim: str) -> dict[str, Any]:
+        return _claim_out(control.get_claim(claim))
+
+    @app.delete("/v1/claims/{claim}", status_code=204, responses=errors)
+    async def delete_claim(claim: str) -> Response:
+        control.delete_claim(who, claim)
+        return Response(status_code=204)
+
+    @app.post("/v1/claims/{claim}/token", response_model=ClaimCreated, responses=errors)
+    async def rotate_token(claim: str) -> dict[str, Any]:
+        record, token = control.rotate_token(who, claim)
+        return {**_claim_out(record), "proxy_token": token}
+
+    @app.get("/v1/claims/{claim}/credentials", response_model=list[CredentialOut], responses=errors)
+    async def list_credentials(claim: str) -> list[dict[str, Any]]:
+        return [_cred_out(r) for r in control.list_credentials(claim)]
+
+    @app.put("/v1/claims/{claim}/credentials/{name}", response_model=CredentialWritten, responses=errors)
+    async def put_credential(
+        claim: str,
+        name: str,
+        body: CredentialPut,
+        response: Response,
+        if_match: Annotated[str | None, Header()] = None,
+    ) -> dict[str, Any]:
+        version, must_exist = _if_match(if_match)
+        if must_exist:
+            version = control.get_credential(claim, name).version
+        fields = {
+            "hosts": body.hosts,
+            "value": body.value,
+            "placeholder": body.placeholder,
+            "inject_header": body.inject.set_header if body.inject else None,
+            "inject_format": body.inject.format if body.inject else None,
+            "expires_at": body.expires_at.timestamp() if body.expires_at else None,
+        }
+        record, cov, created = control.put_credential(who, claim, name, fields, version)
+        response.status_code = 201 if created else 200
+        response.headers.update(_etag(record.version))
+        return _cred_out(record, cov)
+
+    @app.patch("/v1/claims/{claim}/credentials/{name}", response_model=CredentialWritten, responses=errors)
+    async def patch_credential(
+        claim: str,
+        name: str,
+        body: CredentialPatch,
+        response: Response,
+        if_match: Annotated[str | None, Header()] = None,
+    ) -> dict[str, Any]:
+        version, _ = _if_match(if_match)
+        changes: dict[str, Any] = {}
+        for key in body.model_fields_set:
+            value = getattr(body, key)
+            if key == "inject":
+                changes["inject_header"] = value.set_header if value else None
+                changes["inject_format"] = value.format if value else None
+            elif key == "expires_at":
+                changes["expires_at"] = value.timestamp() if value else None
+            elif value is None:
+                raise ControlError(422, "invalid_request", f"{key} cannot be null", key)
+            else:
+                changes[key] = value
+        record, cov = control.patch_credential(who, claim, name, changes, version)
+        response.headers.update(_etag(record.version))
+        return _cred_out(record, cov)
+
+    @app.get("/v1/claims/{claim}/credentials/{name}", response_model=CredentialOut, responses=errors)
+    async def get_credential(claim: str, name: str, response: Response) -> dict[str, Any]:
+        record = control.get_credential(claim, name)
+        response.headers.update(_etag(record.version))
+        return _cred_out(record)
+
+    @app.delete("/v1/claims/{claim}/credentials/{name}", status_code=204, responses=errors)
+    async def delete_credential(
+        claim: str, name: str, if_match: Annotated[str | None, Header()] = None
+    ) -> Response:
+        version, _ = _if_match(if_match)
+        control.delete_credential(who, claim, name, version)
+        return Response(status_code=204)
+
+    return app

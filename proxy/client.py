@@ -1,0 +1,125 @@
+"""``surrogate claims …`` and ``surrogate creds …``: a client of the control API over its Unix
+socket (default ``<state dir>/control.sock``).
+
+A credential value is read from a file (``--value-file PATH``) or from standard input
+(``--value-file -``), never from argv, which every user on the machine can see in ``ps``. One
+trailing newline is dropped. Answers are printed as JSON; an API error prints its message and
+exits 1.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+
+def add_commands(sub: Any, state: argparse.ArgumentParser) -> None:
+    sock = argparse.ArgumentParser(add_help=False, parents=[state])
+    sock.add_argument("--socket", type=Path, help="control socket (default: <state dir>/control.sock)")
+
+    claims = sub.add_parser("claims", help="claims of the control API")
+    cs = claims.add_subparsers(dest="action", required=True)
+    create = cs.add_parser("create", parents=[sock], help="create a claim; prints its proxy token once")
+    create.add_argument("--pool", required=True)
+    create.add_argument("--id")
+    create.add_argument("--source", action="append", default=[], help="source address/CIDR (repeatable)")
+    cs.add_parser("list", parents=[sock])
+    for action in ("get", "delete", "rotate-token"):
+        cs.add_parser(action, parents=[sock]).add_argument("claim")
+
+    creds = sub.add_parser("creds", help="credentials of a claim")
+    ks = creds.add_subparsers(dest="action", required=True)
+    ks.add_parser("list", parents=[sock]).add_argument("claim")
+    for action in ("get", "delete"):
+        p = ks.add_parser(action, parents=[sock])
+        p.add_argument("claim")
+        p.add_argument("name")
+        if action == "delete":
+            p.add_argument("--if-match", type=int)
+    for action in ("put", "patch"):
+        p = ks.add_parser(action, parents=[sock], help=f"{action} a credential")
+        p.add_argument("claim")
+        p.add_argument("name")
+        p.add_argument(
+            "--host",
+            action="append",
+            dest="hosts",
+            required=action == "put",
+            help="a host the secret may go to (repeatable)",
+        )
+        p.add_argument(
+            "--value-file",
+            required=action == "put",
+            metavar="PATH",
+            help="read the value from PATH, or '-' for standard input",
+        )
+        p.add_argument("--placeholder")
+        p.add_argument("--inject-header", help="set this header to the formatted value")
+        p.add_argument("--format", help="injection format, default 'Bearer {value}'")
+        p.add_argument("--expires-at", help="ISO 8601 time with zone, e.g. 2026-12-01T00:00:00Z")
+        p.add_argument("--if-match", type=int, help="only if the version is still this")
+
+
+def _read_value(spec: str) -> str:
+    text = sys.stdin.read() if spec == "-" else Path(spec).read_text(encoding="utf-8")
+    return text[:-1] if text.endswith("\n") else text
+
+
+def run_command(args: argparse.Namespace) -> int:
+    path = args.socket or args.state_dir / "control.sock"
+    if not path.exists():
+        print(
+            f"surrogate: no control socket at {path}; is 'surrogate run' or 'surrogate control' "
+            "running with this --state-dir?",
+            file=sys.stderr,
+        )
+        return 1
+    method, url, body, headers = _request(args)
+    with httpx.Client(transport=httpx.HTTPTransport(uds=str(path)), base_url="http://control") as client:
+        r = client.request(method, url, json=body, headers=headers)
+    if r.status_code >= 400:
+        try:
+            message = r.json().get("message", r.text)
+        except ValueError:
+            message = r.text
+        print(f"surrogate: {r.status_code}: {message}", file=sys.stderr)
+        return 1
+    if r.content:
+        print(json.dumps(r.json(), indent=2))
+    return 0
+
+
+def _request(args: argparse.Namespace) -> tuple[str, str, dict[str, Any] | None, dict[str, str]]:
+    headers = {"If-Match": f'"{args.if_match}"'} if getattr(args, "if_match", None) else {}
+    if args.command == "claims":
+        base = "/v1/claims"
+        if args.action == "create":
+            return "POST", base, {"id": args.id, "pool": args.pool, "sources": args.source}, headers
+        if args.action == "list":
+            return "GET", base, None, headers
+        if args.action == "rotate-token":
+            return "POST", f"{base}/{args.claim}/token", None, headers
+        return args.action.upper(), f"{base}/{args.claim}", None, headers
+    base = f"/v1/claims/{args.claim}/credentials"
+    if args.action == "list":
+        return "GET", base, None, headers
+    url = f"{base}/{args.name}"
+    if args.action in ("get", "delete"):
+        return args.action.upper(), url, None, headers
+    body: dict[str, Any] = {}
+    if args.hosts:
+        body["hosts"] = args.hosts
+    if args.value_file:
+        body["value"] = _read_value(args.value_file)
+    if args.placeholder:
+        body["placeholder"] = args.placeholder
+    if args.inject_header:
+        body["inject"] = {"set_header": args.inject_header, "format": args.format or "Bearer {value}"}
+    if args.expires_at:
+        body["expires_at"] = args.expires_at
+    return args.action.upper(), url, body, headers

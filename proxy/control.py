@@ -1,0 +1,302 @@
+"""The control plane's logic: validate a write against the rules in force, apply it to the store,
+and write one control-plane audit event per mutation. No HTTP here (see :mod:`proxy.api`).
+
+Validation: a claim's pool must exist in the rules; every credential host must parse and be
+covered by an intercepting egress rule of the claim's pool (else 422 naming the host); a value
+must be non-empty, at most ``MAX_VALUE_BYTES``, and free of control characters. A successful
+credential write returns a coverage report: for each host, the rule that covers it and the
+header the secret will travel in.
+
+Errors are :class:`ControlError` with an HTTP status, a reason code and a sentence naming the
+field and what would be right; never a value.
+"""
+
+from __future__ import annotations
+
+import re
+import secrets
+import time
+from dataclasses import dataclass
+from typing import Any
+
+from proxy import audit, placeholders
+from proxy.errors import HostError, SecretUnavailable, SurrogateError
+from proxy.hosts import HostPattern
+from proxy.policy import Pool
+from proxy.registry import Registry
+from proxy.secrets import checked_value
+from proxy.store import ClaimRecord, Conflict, CredentialRecord, CredentialStore, NotFound, PreconditionFailed
+
+MAX_VALUE_BYTES = 16 * 1024
+_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,62}$")
+_TOKEN = re.compile(r"^[!#$%&'*+.^_`|~0-9A-Za-z-]+$")  # RFC 9110 §5.6.2
+
+
+class ControlError(SurrogateError):
+    def __init__(self, status: int, code: str, message: str, field: str | None = None) -> None:
+        super().__init__(message)
+        self.status, self.code, self.message, self.field = status, code, message, field
+
+
+@dataclass(frozen=True, slots=True)
+class Coverage:
+    host: str
+    rule: str
+    header: str
+
+
+def coverage(pool: Pool, hosts: list[str], inject_header: str | None) -> list[Coverage]:
+    """For each host pattern, the intercepting rule of ``pool`` that covers it.
+
+    Raises ControlError(422) naming the first host that does not parse or is not covered.
+    """
+    out = []
+    for i, raw in enumerate(hosts):
+        try:
+            pattern = HostPattern.parse(raw)
+        except HostError as e:
+            raise ControlError(422, "invalid_host", str(e), f"hosts[{i}]") from None
+        rule = next((r for r in pool.egress if r.intercept and r.host.covers(pattern)), None)
+        if rule is None:
+            raise ControlError(
+                422,
+                "host_not_covered",
+                f"host {pattern} is not covered by an intercepting egress rule of pool "
+                f"{pool.name!r}; add one to the rules file or remove the host",
+                f"hosts[{i}]",
+            )
+        header = inject_header or "any request header carrying the placeholder"
+        out.append(Coverage(str(pattern), rule.label(), header))
+    return out
+
+
+def _check_value(value: str) -> bytes:
+    raw = value.encode("utf-8")
+    if len(raw) > MAX_VALUE_BYTES:
+        raise ControlError(422, "invalid_value", f"value is longer than {MAX_VALUE_BYTES} bytes", "value")
+    try:
+        checked_value(value + "\n", "the request")  # +"\n": keep a value's own trailing newline
+    except SecretUnavailable as e:
+        raise ControlError(
+            422, "invalid_value", str(e).replace("credential value", "value"), "value"
+        ) from None
+    return raw
+
+
+def _check_inject(header: str | None, fmt: str | None) -> None:
+    if header is None:
+        if fmt is not None:
+            raise ControlError(422, "invalid_inject", "inject.format needs inject.set_header", "inject")
+        return
+    low = header.lower()
+    if not _TOKEN.match(header) or low == "host" or low.startswith("proxy-"):
+        raise ControlError(
+            422, "invalid_inject", f"{header!r} is not a header surrogate may set", "inject.set_header"
+        )
+    if fmt is not None and ("{value}" not in fmt or any(ord(c) < 32 or ord(c) == 127 for c in fmt)):
+        raise ControlError(
+            422, "invalid_inject", "format must contain '{value}' and no control characters", "inject.format"
+        )
+
+
+def _store_errors(e: SurrogateError) -> ControlError:
+    if isinstance(e, NotFound):
+        return ControlError(404, "not_found", str(e))
+    if isinstance(e, PreconditionFailed):
+        current = "it no longer exists" if e.current is None else f"its version is now {e.current}"
+        return ControlError(412, "version_mismatch", f"If-Match did not match: {current}; read it again")
+    if isinstance(e, Conflict):
+        return ControlError(409, "conflict", str(e))
+    return ControlError(503, "store_unavailable", f"the credential store failed: {type(e).__name__}")
+
+
+class Control:
+    """One instance per control listener; ``who`` names the caller in audit events."""
+
+    def __init__(self, registry: Registry, store: CredentialStore) -> None:
+        self.registry = registry
+        self.store = store
+        self.log = audit.logger()
+
+    def _audit(
+        self,
+        who: str,
+        action: str,
+        claim: str,
+        credential: str | None = None,
+        old: int | None = None,
+        new: int | None = None,
+    ) -> None:
+        self.log.info(
+            "control",
+            **{
+                audit.WHO: who,
+                audit.ACTION: action,
+                audit.CLAIM: claim,
+                audit.CREDENTIAL: credential,
+                audit.OLD_VERSION: old,
+                audit.NEW_VERSION: new,
+            },
+        )
+
+    def _pool(self, claim_id: str) -> Pool:
+        claim = self._claim(claim_id)
+        pool = self.registry.policy.pools.get(claim.pool)
+        if pool is None:
+            raise ControlError(
+                409, "pool_gone", f"pool {claim.pool!r} of claim {claim_id!r} is no longer in the rules"
+            )
+        return pool
+
+    def _claim(self, claim_id: str) -> ClaimRecord:
+        record = self.store.get_claim(claim_id)
+        if record is None:
+            raise ControlError(404, "not_found", f"no claim {claim_id!r}")
+        return record
+
+    # claims
+
+    def create_claim(
+        self, who: str, claim_id: str | None, pool: str, sources: list[str]
+    ) -> tuple[ClaimRecord, str]:
+        claim_id = claim_id or f"claim-{secrets.token_hex(6)}"
+        if not _ID.match(claim_id):
+            raise ControlError(422, "invalid_id", "id must be 1-63 letters, digits, '.', '_' or '-'", "id")
+        if pool not in self.registry.policy.pools:
+            known = ", ".join(sorted(self.registry.policy.pools)) or "(none)"
+            raise ControlError(
+                422, "unknown_pool", f"unknown pool {pool!r}; pools in the rules: {known}", "pool"
+            )
+        if claim_id in self.registry.policy.claims:
+            raise ControlError(409, "conflict", f"claim {claim_id!r} is declared in the rules file")
+        try:
+            record, token = self.store.create_claim(claim_id, pool, sources)
+        except ValueError as e:
+            raise ControlError(422, "invalid_sources", str(e), "sources") from None
+        except SurrogateError as e:
+            raise _store_errors(e) from None
+        self._audit(who, "claim.create", claim_id, new=record.version)
+        return record, token
+
+    def get_claim(self, claim_id: str) -> ClaimRecord:
+        return self._claim(claim_id)
+
+    def list_claims(self) -> list[ClaimRecord]:
+        return self.store.list_claims()
+
+    def delete_claim(self, who: str, claim_id: str) -> None:
+        old = self._claim(claim_id)
+        if not self.store.delete_claim(claim_id):
+            raise ControlError(404, "not_found", f"no claim {claim_id!r}")
+        self._audit(who, "claim.delete", claim_id, old=old.version)
+
+    def rotate_token(self, who: str, claim_id: str) -> tuple[ClaimRecord, str]:
+        old = self._claim(claim_id)
+        try:
+            record, token = self.store.rotate_token(claim_id)
+        except SurrogateError as e:
+            raise _store_errors(e) from None
+        self._audit(who, "claim.rotate_token", claim_id, old=old.version, new=record.version)
+        return record, token
+
+    # credentials
+
+    def put_credential(
+        self, who: str, claim_id: str, name: str, body: dict[str, Any], if_match: int | None
+    ) -> tuple[CredentialRecord, list[Coverage], bool]:
+        """Create or replace. Returns the record, its coverage and whether it was created."""
+        _check_name(name)
+        pool = self._pool(claim_id)
+        header, fmt = body.get("inject_header"), body.get("inject_format")
+        _check_inject(header, fmt)
+        cov = coverage(pool, body["hosts"], header)
+        value = _check_value(body["value"])
+        placeholder = body.get("placeholder")
+        _check_placeholder(placeholder)
+        old = self.store.get_credential(claim_id, name)
+        try:
+            record = self.store.put_credential(
+                claim_id,
+                name,
+                value=value,
+                hosts=body["hosts"],
+                inject_header=header,
+                inject_format=(fmt or "Bearer {value}") if header else None,
+                placeholder=placeholder,
+                expires_at=body.get("expires_at"),
+                if_match=if_match,
+            )
+        except ValueError as e:
+            raise ControlError(422, "invalid_request", str(e)) from None
+        except SurrogateError as e:
+            raise _store_errors(e) from None
+        self._audit(who, "credential.put", claim_id, name, old.version if old else None, record.version)
+        return record, cov, old is None
+
+    def patch_credential(
+        self, who: str, claim_id: str, name: str, changes: dict[str, Any], if_match: int | None
+    ) -> tuple[CredentialRecord, list[Coverage]]:
+        pool = self._pool(claim_id)
+        old = self.store.get_credential(claim_id, name)
+        if old is None:
+            raise ControlError(404, "not_found", f"no credential {name!r} in claim {claim_id!r}")
+        header = changes.get("inject_header", old.inject_header)
+        fmt = changes.get("inject_format", old.inject_format)
+        _check_inject(header, fmt if "inject_format" in changes else None)
+        cov = coverage(pool, list(changes.get("hosts", old.hosts)), header)
+        if "value" in changes:
+            changes["value"] = _check_value(changes["value"])
+        if "placeholder" in changes:
+            _check_placeholder(changes["placeholder"])
+        if header is not None and fmt is None:
+            changes["inject_format"] = "Bearer {value}"
+        try:
+            record = self.store.patch_credential(claim_id, name, if_match=if_match, **changes)
+        except ValueError as e:
+            raise ControlError(422, "invalid_request", str(e)) from None
+        except SurrogateError as e:
+            raise _store_errors(e) from None
+        self._audit(who, "credential.patch", claim_id, name, old.version, record.version)
+        return record, cov
+
+    def get_credential(self, claim_id: str, name: str) -> CredentialRecord:
+        self._claim(claim_id)
+        record = self.store.get_credential(claim_id, name)
+        if record is None:
+            raise ControlError(404, "not_found", f"no credential {name!r} in claim {claim_id!r}")
+        return record
+
+    def list_credentials(self, claim_id: str) -> list[CredentialRecord]:
+        self._claim(claim_id)
+        return self.store.list_credentials(claim_id)
+
+    def delete_credential(self, who: str, claim_id: str, name: str, if_match: int | None) -> None:
+        old = self.get_credential(claim_id, name)
+        try:
+            deleted = self.store.delete_credential(claim_id, name, if_match=if_match)
+        except SurrogateError as e:
+            raise _store_errors(e) from None
+        if not deleted:
+            raise ControlError(404, "not_found", f"no credential {name!r} in claim {claim_id!r}")
+        self._audit(who, "credential.delete", claim_id, name, old.version, None)
+
+    def expired_now(self, record: CredentialRecord) -> bool:
+        return record.expires_at is not None and time.time() >= record.expires_at
+
+
+def _check_name(name: str) -> None:
+    if not _ID.match(name):
+        raise ControlError(
+            422, "invalid_name", "credential name must be 1-63 letters, digits, '.', '_' or '-'", "name"
+        )
+
+
+def _check_placeholder(placeholder: str | None) -> None:
+    if placeholder is not None and not placeholders.is_placeholder(placeholder):
+        raise ControlError(
+            422,
+            "invalid_placeholder",
+            f"placeholder must be '{placeholders.PREFIX}' + 16..64 letters or digits, "
+            f"e.g. {placeholders.generate()}",
+            "placeholder",
+        )

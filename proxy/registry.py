@@ -1,0 +1,117 @@
+"""The claims in force: the rules file's, plus the run-time store's, as one index.
+
+The store is the single source of truth for run-time claims; this index is a cache of it that
+is rebuilt whenever the store's ``data_version()`` moves (another process's commit included), and
+the check is made at the start of every request, so a change acknowledged by the control API is
+used by the very next request, inside already-open tunnels too.
+
+Values of store credentials are decrypted on first use after a rebuild and kept in memory for
+that version only. Rules-file claims win on an id clash (the control API refuses such ids).
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+from proxy.errors import SecretUnavailable, SurrogateError
+from proxy.hosts import HostPattern
+from proxy.policy import Claim, Credential, Injection, Policy
+from proxy.secrets import Secret, checked_value
+
+if TYPE_CHECKING:
+    from proxy.store import CredentialStore
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(slots=True)
+class StoreValue:
+    """A store credential's value (decrypted on first use, then kept for this version)."""
+
+    store: CredentialStore = field(repr=False)
+    claim_id: str
+    name: str
+    _cached: tuple[Secret, int] | None = field(default=None, repr=False)
+
+    def current(self) -> tuple[Secret, int]:
+        if self._cached is None:
+            try:
+                raw, version = self.store.secret(self.claim_id, self.name)
+                value = checked_value(raw.decode("utf-8"), f"credential {self.name!r}")
+            except (SurrogateError, UnicodeDecodeError) as e:
+                raise SecretUnavailable(
+                    f"credential {self.name!r} of claim {self.claim_id!r} cannot be read: {type(e).__name__}"
+                ) from None
+            self._cached = (Secret(value), version)
+        return self._cached
+
+
+@dataclass(frozen=True, slots=True)
+class StoreToken:
+    store: CredentialStore = field(repr=False)
+    claim_id: str
+
+    def matches(self, token: str) -> bool:
+        try:
+            return self.store.check_token(self.claim_id, token)
+        except SurrogateError:
+            return False
+
+
+class Registry:
+    def __init__(self, policy: Policy, store: CredentialStore | None = None) -> None:
+        self.policy = policy
+        self.store = store
+        self._seen: int | None = None
+        self._store_claims: dict[str, Claim] = {}
+        self._versions: dict[str, int] = {}
+
+    def claim(self, claim_id: str) -> Claim | None:
+        return self.policy.claims.get(claim_id) or self._store_claims.get(claim_id)
+
+    def refresh(self) -> set[str]:
+        """Rebuild from the store if it changed. Returns the ids of store claims that were
+        deleted or changed (token rotated) since the last rebuild: their tunnels must close."""
+        if self.store is None:
+            return set()
+        try:
+            version = self.store.data_version()
+            if version == self._seen:
+                return set()
+            claims, creds = self.store.snapshot()
+        except SurrogateError as e:  # keep serving the last good index
+            log.warning("credential store unreadable, keeping the last index: %s", e)
+            return set()
+        by_claim: dict[str, list[Credential]] = {}
+        for r in creds:
+            by_claim.setdefault(r.claim_id, []).append(
+                Credential(
+                    r.name,
+                    r.placeholder,
+                    tuple(HostPattern.parse(h) for h in r.hosts),
+                    StoreValue(self.store, r.claim_id, r.name),
+                    Injection(r.inject_header, r.inject_format or "{value}") if r.inject_header else None,
+                    r.expires_at,
+                )
+            )
+        fresh: dict[str, Claim] = {}
+        versions: dict[str, int] = {}
+        for c in claims:
+            token = StoreToken(self.store, c.id)
+            fresh[c.id] = Claim.build(c.id, c.pool, token, tuple(by_claim.get(c.id, ())), "store")
+            versions[c.id] = c.version
+        gone = {cid for cid, v in self._versions.items() if versions.get(cid) != v}
+        self._store_claims, self._versions, self._seen = fresh, versions, version
+        return gone
+
+    def record_use(self, claim: Claim, names: list[str], now: float) -> None:
+        """Note the last-used time of store credentials (rate-limited by the store)."""
+        if self.store is None or claim.origin != "store":
+            return
+        for name in names:
+            try:
+                self.store.touch_used(claim.id, name, now)
+            except SurrogateError as e:
+                log.warning("could not record last use of credential %r: %s", name, e)
