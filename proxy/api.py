@@ -30,17 +30,28 @@ from datetime import UTC, datetime
 from typing import Annotated, Any
 
 from fastapi import FastAPI, Header, Request, Response
+from fastapi import Path as PathParam
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, generate_latest
 from pydantic import AwareDatetime, BaseModel, ConfigDict, Field
 from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.routing import Match
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from proxy.control import Control, ControlError, Coverage
 from proxy.store import ClaimRecord, CredentialRecord
 
 MAX_BODY = 64 * 1024
+ID_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._-]{0,62}$"
+ClaimId = Annotated[str, PathParam(pattern=ID_PATTERN, description="claim id")]
+CredName = Annotated[str, PathParam(pattern=ID_PATTERN, description="credential name")]
+IfMatch = Annotated[str | None, Header(pattern=r'^\s*("[0-9]+"|\*)\s*$', description='"<version>" or *')]
+
+
+PLACEHOLDER_PATTERN = r"^surr_[A-Za-z0-9]{16,64}$"
+Host = Annotated[str, Field(min_length=1, max_length=253, pattern=r"^[^\s/:@]+$")]
+Value = Annotated[str, Field(min_length=1, max_length=16384, pattern=r"^[^\x00-\x1f\x7f]+$")]
 
 
 class _In(BaseModel):
@@ -48,28 +59,28 @@ class _In(BaseModel):
 
 
 class ClaimIn(_In):
-    id: str | None = Field(None, description="claim id; generated when absent")
+    id: str | None = Field(None, pattern=ID_PATTERN, description="claim id; generated when absent")
     pool: str = Field(description="a pool of the rules file")
     sources: list[str] = Field(default_factory=list, description="source addresses/CIDRs (transparent mode)")
 
 
 class InjectIn(_In):
-    set_header: str
-    format: str = "Bearer {value}"
+    set_header: str = Field(pattern=r"^[!#$%&'*+.^_`|~0-9A-Za-z-]+$", description="an HTTP header name")
+    format: str = Field("Bearer {value}", pattern=r"^[^\x00-\x1f\x7f]*\{value\}[^\x00-\x1f\x7f]*$")
 
 
 class CredentialPut(_In):
-    hosts: list[str] = Field(min_length=1, description="host patterns the secret may be sent to")
-    value: str = Field(min_length=1, description="the secret; write-only")
-    placeholder: str | None = Field(None, description="generated when absent")
+    hosts: list[Host] = Field(min_length=1, description="host patterns the secret may be sent to")
+    value: Value = Field(description="the secret; write-only")
+    placeholder: str | None = Field(None, pattern=PLACEHOLDER_PATTERN, description="generated when absent")
     inject: InjectIn | None = None
     expires_at: AwareDatetime | None = None
 
 
 class CredentialPatch(_In):
-    hosts: list[str] | None = Field(None, min_length=1)
-    value: str | None = Field(None, min_length=1)
-    placeholder: str | None = None
+    hosts: list[Host] | None = Field(None, min_length=1)
+    value: Value | None = None
+    placeholder: str | None = Field(None, pattern=PLACEHOLDER_PATTERN)
     inject: InjectIn | None = None
     expires_at: AwareDatetime | None = None
 
@@ -172,6 +183,27 @@ def _if_match(value: str | None) -> tuple[int | None, bool]:
     )
 
 
+# The schema's patterns, said as sentences (pydantic would quote the regex).
+_PATTERN_ERRORS = {
+    "id": (
+        422,
+        "invalid_id",
+        "id must be 1-63 letters, digits, '.', '_' or '-', starting with a letter or digit",
+    ),
+    "claim": (422, "invalid_id", "claim id must be 1-63 letters, digits, '.', '_' or '-'"),
+    "name": (422, "invalid_name", "credential name must be 1-63 letters, digits, '.', '_' or '-'"),
+    "value": (
+        422,
+        "invalid_value",
+        "value must be 1-16384 characters with no control characters (CR, LF, NUL...)",
+    ),
+    "placeholder": (422, "invalid_placeholder", "placeholder must be 'surr_' + 16..64 letters or digits"),
+    "set_header": (422, "invalid_inject", "inject.set_header must be an HTTP header name"),
+    "format": (422, "invalid_inject", "inject.format must contain '{value}' and no control characters"),
+    "if-match": (400, "invalid_if_match", 'If-Match must be a quoted version like "3", or *'),
+}
+
+
 def _error(status: int, code: str, message: str, field: str | None = None) -> JSONResponse:
     return JSONResponse({"error": code, "message": message, "field": field}, status_code=status)
 
@@ -248,10 +280,14 @@ def make_app(
     async def invalid(_: Request, e: RequestValidationError) -> JSONResponse:
         problems, field = [], None
         for err in e.errors():
-            loc = [str(p) for p in err.get("loc", ()) if p != "body"]
+            loc = [str(p) for p in err.get("loc", ()) if p not in ("body", "path", "header")]
             field = field or ".".join(loc) or None
             if err.get("type") == "json_invalid":
                 return _error(400, "malformed_json", "the request body is not valid JSON")
+            known = _PATTERN_ERRORS.get(loc[-1] if loc else "")
+            if known and err.get("type") in ("string_pattern_mismatch", "string_too_long"):
+                status, code, message = known
+                return _error(status, code, message, ".".join(loc))
             if err.get("type") == "extra_forbidden":
                 problems.append(f"{'.'.join(loc)}: unknown field")
             else:  # pydantic's sentence, never the input value
@@ -259,9 +295,18 @@ def make_app(
         return _error(422, "invalid_request", "; ".join(problems), field)
 
     @app.exception_handler(StarletteHTTPException)
-    async def http_error(_: Request, e: StarletteHTTPException) -> JSONResponse:
+    async def http_error(request: Request, e: StarletteHTTPException) -> JSONResponse:
         code = {404: "not_found", 405: "method_not_allowed"}.get(e.status_code, "http_error")
-        return _error(e.status_code, code, str(e.detail))
+        response = _error(e.status_code, code, str(e.detail))
+        if e.status_code == 405:  # Allow lists every method of the resource (RFC 9110 §15.5.6)
+            methods = {
+                m
+                for route in app.routes
+                if route.matches(request.scope)[0] is not Match.NONE
+                for m in getattr(route, "methods", None) or ()
+            }
+            response.headers["Allow"] = ", ".join(sorted(methods))
+        return response
 
     @app.get("/healthz")
     async def healthz() -> dict[str, Any]:
@@ -282,34 +327,38 @@ def make_app(
         return [_claim_out(r) for r in control.list_claims()]
 
     @app.get("/v1/claims/{claim}", response_model=ClaimOut, responses=errors)
-    async def get_claim(claim: str) -> dict[str, Any]:
+    async def get_claim(claim: ClaimId) -> dict[str, Any]:
         return _claim_out(control.get_claim(claim))
 
     @app.delete("/v1/claims/{claim}", status_code=204, responses=errors)
-    async def delete_claim(claim: str) -> Response:
+    async def delete_claim(claim: ClaimId) -> Response:
         control.delete_claim(who, claim)
         return Response(status_code=204)
 
     @app.post("/v1/claims/{claim}/token", response_model=ClaimCreated, responses=errors)
-    async def rotate_token(claim: str) -> dict[str, Any]:
+    async def rotate_token(claim: ClaimId) -> dict[str, Any]:
         record, token = control.rotate_token(who, claim)
         return {**_claim_out(record), "proxy_token": token}
 
     @app.get("/v1/claims/{claim}/credentials", response_model=list[CredentialOut], responses=errors)
-    async def list_credentials(claim: str) -> list[dict[str, Any]]:
+    async def list_credentials(claim: ClaimId) -> list[dict[str, Any]]:
         return [_cred_out(r) for r in control.list_credentials(claim)]
 
     @app.put("/v1/claims/{claim}/credentials/{name}", response_model=CredentialWritten, responses=errors)
     async def put_credential(
-        claim: str,
-        name: str,
+        claim: ClaimId,
+        name: CredName,
         body: CredentialPut,
         response: Response,
-        if_match: Annotated[str | None, Header()] = None,
+        if_match: IfMatch = None,
     ) -> dict[str, Any]:
         version, must_exist = _if_match(if_match)
-        if must_exist:
-            version = control.get_credential(claim, name).version
+        if must_exist:  # "*": only if it exists (RFC 9110 §13.1.1)
+            control.get_claim(claim)
+            current = control.store.get_credential(claim, name)
+            if current is None:
+                raise ControlError(412, "version_mismatch", f"If-Match: * but no credential {name!r} exists")
+            version = current.version
         fields = {
             "hosts": body.hosts,
             "value": body.value,
@@ -325,11 +374,11 @@ def make_app(
 
     @app.patch("/v1/claims/{claim}/credentials/{name}", response_model=CredentialWritten, responses=errors)
     async def patch_credential(
-        claim: str,
-        name: str,
+        claim: ClaimId,
+        name: CredName,
         body: CredentialPatch,
         response: Response,
-        if_match: Annotated[str | None, Header()] = None,
+        if_match: IfMatch = None,
     ) -> dict[str, Any]:
         version, _ = _if_match(if_match)
         changes: dict[str, Any] = {}
@@ -349,15 +398,13 @@ def make_app(
         return _cred_out(record, cov)
 
     @app.get("/v1/claims/{claim}/credentials/{name}", response_model=CredentialOut, responses=errors)
-    async def get_credential(claim: str, name: str, response: Response) -> dict[str, Any]:
+    async def get_credential(claim: ClaimId, name: CredName, response: Response) -> dict[str, Any]:
         record = control.get_credential(claim, name)
         response.headers.update(_etag(record.version))
         return _cred_out(record)
 
     @app.delete("/v1/claims/{claim}/credentials/{name}", status_code=204, responses=errors)
-    async def delete_credential(
-        claim: str, name: str, if_match: Annotated[str | None, Header()] = None
-    ) -> Response:
+    async def delete_credential(claim: ClaimId, name: CredName, if_match: IfMatch = None) -> Response:
         version, _ = _if_match(if_match)
         control.delete_credential(who, claim, name, version)
         return Response(status_code=204)

@@ -1,0 +1,229 @@
+"""The control plane end to end: a real proxy process, its control socket, a real upstream.
+
+A credential pushed through the API is used by the very next request, inside an already-open
+keep-alive tunnel; deleting the claim closes that tunnel and its token stops working at once.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import secrets
+import ssl
+import subprocess
+import sys
+import textwrap
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import pytest
+from harness import ROOT, ProxyProcess
+from servers import TestCA, Upstream
+
+pytestmark = pytest.mark.e2e
+
+
+class World:
+    def __init__(self, tmp: Path) -> None:
+        self.ca = TestCA(tmp)
+        self.upstream = Upstream(self.ca, ["api.test", "other.test"], tmpdir=tmp).start()
+        rules = tmp / "rules.yaml"
+        rules.write_text(
+            textwrap.dedent(f"""\
+            version: 1
+            pools:
+              p:
+                egress:
+                  - host: api.test
+                    ports: [{self.upstream.port}]
+                  - host: other.test
+                    ports: [{self.upstream.port}]
+            """)
+        )
+        self.proxy = ProxyProcess(
+            rules,
+            tmp,
+            upstream_ca=self.ca.ca_pem,
+            resolve={"api.test": "127.0.0.1", "other.test": "127.0.0.1"},
+        )
+        self.canaries: list[str] = []
+
+    @property
+    def socket(self) -> Path:
+        return self.proxy.state_dir / "control.sock"
+
+    def api(self) -> httpx.Client:
+        return httpx.Client(transport=httpx.HTTPTransport(uds=str(self.socket)), base_url="http://control")
+
+    def canary(self) -> str:
+        value = f"CANARYctl{secrets.token_hex(12)}"
+        self.canaries.append(value)
+        return value
+
+    def url(self, path: str, host: str = "api.test") -> str:
+        return f"https://{host}:{self.upstream.port}{path}"
+
+    def client(self, claim: str, token: str) -> httpx.Client:
+        ctx = ssl.create_default_context(cafile=self.proxy.ca_pem)
+        return httpx.Client(proxy=self.proxy.url(claim, token), verify=ctx, timeout=10)
+
+    def sent(self, path: str, header: str) -> list[str]:
+        return [
+            v
+            for r in self.upstream.requests
+            if r.path == path
+            for k, v in r.headers
+            if k.lower() == header.lower()
+        ]
+
+
+@pytest.fixture(scope="module")
+def world(tmp_path_factory: pytest.TempPathFactory) -> Iterator[World]:
+    w = World(tmp_path_factory.mktemp("control"))
+    try:
+        w.proxy.start()
+        deadline = time.monotonic() + 10
+        while not w.socket.exists() and time.monotonic() < deadline:
+            time.sleep(0.05)
+        yield w
+    finally:
+        w.proxy.stop()
+        w.upstream.stop()
+    # No value in the store file, its WAL, the audit file or the proxy's stderr.
+    files = [w.proxy.state_dir / n for n in ("store.sqlite3", "store.sqlite3-wal", "store.sqlite3-shm")]
+    files += [w.proxy.audit_path, w.proxy.stderr_path]
+    for f in files:
+        data = f.read_bytes() if f.exists() else b""
+        for c in w.canaries:
+            assert c.encode() not in data, f"canary in {f.name}"
+
+
+def test_api_write_is_used_by_the_next_request_on_the_same_connection(world: World) -> None:
+    first, second = world.canary(), world.canary()
+    with world.api() as api:
+        token = api.post("/v1/claims", json={"id": "live", "pool": "p"}).json()["proxy_token"]
+        r = api.put("/v1/claims/live/credentials/gh", json={"hosts": ["api.test"], "value": first})
+        assert r.status_code == 201, r.text
+        placeholder = r.json()["placeholder"]
+        with world.client("live", token) as client:
+            assert client.get(world.url("/ctl/1"), headers={"X-Key": placeholder}).status_code == 200
+            r = api.patch(
+                "/v1/claims/live/credentials/gh", json={"value": second}, headers={"If-Match": '"1"'}
+            )
+            assert r.status_code == 200 and r.headers["etag"] == '"2"'
+            # the keep-alive tunnel opened above carries the next request
+            assert client.get(world.url("/ctl/2"), headers={"X-Key": placeholder}).status_code == 200
+            assert client.get(world.url("/ctl/3"), headers={"X-Key": placeholder}).status_code == 200
+    assert world.sent("/ctl/1", "X-Key") == [first]
+    assert world.sent("/ctl/2", "X-Key") == [second]
+    event = world.proxy.wait_event(path="/ctl/2")
+    assert event["claim"] == "live" and event["credentials"] == [{"name": "gh", "version": 2}]
+    with world.api() as api:
+        assert api.get("/v1/claims/live/credentials/gh").json()["last_used_at"] is not None
+
+
+def test_deleting_a_claim_closes_its_tunnel_and_revokes_its_token(world: World) -> None:
+    with world.api() as api:
+        token = api.post("/v1/claims", json={"id": "doomed", "pool": "p"}).json()["proxy_token"]
+        raw = world.proxy.url("doomed", token)
+        with world.client("doomed", token) as client:
+            assert client.get(world.url("/doomed/1")).status_code == 200
+            assert api.delete("/v1/claims/doomed").status_code == 204
+            time.sleep(0.6)  # the proxy polls the store every 0.2 s for idle tunnels
+            with pytest.raises(httpx.TransportError):
+                # the old connection was closed by the proxy; httpx must reconnect, and the new
+                # CONNECT is refused with 407
+                client.get(world.url("/doomed/2"))
+    done = subprocess.run(
+        ["curl", "-sS", "-x", raw, "--cacert", str(world.proxy.ca_pem), world.url("/doomed/3")],
+        capture_output=True,
+        text=True,
+        timeout=20,
+        check=False,
+    )
+    assert "407" in done.stderr
+    assert [r.path for r in world.upstream.requests if r.path.startswith("/doomed")] == ["/doomed/1"]
+
+
+def test_expired_credential_is_refused_not_injected(world: World) -> None:
+    value = world.canary()
+    with world.api() as api:
+        token = api.post("/v1/claims", json={"id": "old", "pool": "p"}).json()["proxy_token"]
+        r = api.put(
+            "/v1/claims/old/credentials/k",
+            json={
+                "hosts": ["api.test"],
+                "value": value,
+                "inject": {"set_header": "X-Injected"},
+                "expires_at": "2020-01-01T00:00:00Z",
+            },
+        )
+        assert r.status_code == 201
+    with world.client("old", token) as client:
+        r = client.get(world.url("/expired"))
+    assert r.status_code == 403 and r.json()["error"] == "credential_expired"
+    assert [x for x in world.upstream.requests if x.path == "/expired"] == []
+
+
+def test_one_claim_cannot_use_another_claims_placeholder(world: World) -> None:
+    value = world.canary()
+    with world.api() as api:
+        api.post("/v1/claims", json={"id": "alice", "pool": "p"})
+        ph = api.put("/v1/claims/alice/credentials/k", json={"hosts": ["api.test"], "value": value}).json()[
+            "placeholder"
+        ]
+        mallory = api.post("/v1/claims", json={"id": "mallory", "pool": "p"}).json()["proxy_token"]
+    with world.client("mallory", mallory) as client:
+        assert client.get(world.url("/cross"), headers={"X-Key": ph}).status_code == 200
+    assert world.sent("/cross", "X-Key") == [ph]
+
+
+def test_parallel_if_match_patches_have_exactly_one_winner(world: World) -> None:
+    with world.api() as api:
+        api.post("/v1/claims", json={"id": "race", "pool": "p"})
+        api.put("/v1/claims/race/credentials/k", json={"hosts": ["api.test"], "value": world.canary()})
+    values = [world.canary() for _ in range(100)]
+
+    async def race() -> list[int]:
+        transport = httpx.AsyncHTTPTransport(uds=str(world.socket))
+        async with httpx.AsyncClient(transport=transport, base_url="http://control", timeout=30) as api:
+            rs = await asyncio.gather(
+                *[
+                    api.patch("/v1/claims/race/credentials/k", json={"value": v}, headers={"If-Match": '"1"'})
+                    for v in values
+                ]
+            )
+        return [r.status_code for r in rs]
+
+    codes = asyncio.run(race())
+    assert sorted(codes) == [200] + [412] * 99
+    with world.api() as api:
+        assert api.get("/v1/claims/race/credentials/k").json()["version"] == 2
+
+
+def test_cli_client_reads_the_value_from_stdin_never_argv(world: World) -> None:
+    value = world.canary()
+    base = [sys.executable, "-m", "proxy"]
+    state = ["--state-dir", str(world.proxy.state_dir)]
+
+    def run(*args: str, stdin: str | None = None) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [*base, *args, *state],
+            input=stdin,
+            capture_output=True,
+            text=True,
+            cwd=ROOT,
+            timeout=30,
+            check=False,
+        )
+
+    created = run("claims", "create", "--pool", "p", "--id", "cli")
+    assert created.returncode == 0, created.stderr
+    put = run("creds", "put", "cli", "k", "--host", "api.test", "--value-file", "-", stdin=value + "\n")
+    assert put.returncode == 0, put.stderr
+    assert value not in put.stdout and '"version": 1' in put.stdout
+    bad = run("creds", "put", "cli", "k2", "--host", "nowhere.test", "--value-file", "-", stdin=value)
+    assert bad.returncode == 1 and "not covered" in bad.stderr and value not in bad.stderr
+    with world.api() as api:
+        assert api.get("/v1/claims/cli/credentials/k").json()["hosts"] == ["api.test"]
