@@ -6,6 +6,7 @@ is refused or opens an opaque tunnel (an intercepted tunnel's requests are logge
 
 from __future__ import annotations
 
+import logging
 import time
 from typing import Any
 
@@ -24,6 +25,9 @@ def _event(flow: http.HTTPFlow, kind: str) -> dict[str, Any]:
         rule = decision.rule if decision else None
         decision = Decision(Action.ERROR, Reason.UPSTREAM_ERROR, flow.error.msg, rule, status=502)
     counts = flow.metadata.get(facts.BYTES, (0, 0))
+    used = flow.metadata.get(facts.USED, {})
+    if flow.error and not flow.server_conn.timestamp_tls_setup and flow.request.scheme == "https":
+        used = {}  # the upstream's TLS never completed: no secret left the proxy
     end = (flow.response.timestamp_end if flow.response else None) or time.time()
     peer = flow.client_conn.peername
     return {
@@ -36,12 +40,16 @@ def _event(flow: http.HTTPFlow, kind: str) -> dict[str, Any]:
         a.HOST: req.host,
         a.PORT: req.port,
         a.PATH: a.redact_path(req.path) if kind == "request" else None,
-        a.STATUS: flow.response.status_code if flow.response else None,
+        # With no response, mitmproxy answers an upstream failure with 502 (a refusal that closed
+        # the connection has no status: nothing was sent).
+        a.STATUS: flow.response.status_code
+        if flow.response
+        else (502 if decision and decision.reason is Reason.UPSTREAM_ERROR else None),
         a.DECISION: decision.action.value if decision else None,
         a.REASON: decision.reason.value if decision else None,
         a.RULE: decision.rule.label() if decision and decision.rule else None,
         a.MESSAGE: None if decision is None or decision.allowed else decision.message,
-        a.CREDENTIALS: [{"name": n, "version": v} for n, v in flow.metadata.get(facts.USED, {}).items()],
+        a.CREDENTIALS: [{"name": n, "version": v} for n, v in used.items()],
         a.CARRIED: flow.metadata.get(facts.CARRIED, []),
         a.BYTES_OUT: counts[0],
         a.BYTES_IN: counts[1],
@@ -61,7 +69,10 @@ class Audit:
         if flow.metadata.get(_DONE):
             return
         flow.metadata[_DONE] = True
-        self.log.info(kind, **_event(flow, kind))
+        try:
+            self.log.info(kind, **_event(flow, kind))
+        except Exception as e:  # an audit failure must not take the flow down; say so on stderr
+            logging.getLogger("surrogate").error("audit event for %s failed: %s", flow.id, type(e).__name__)
 
     def response(self, flow: http.HTTPFlow) -> None:
         self._emit(flow, "request")

@@ -14,11 +14,15 @@ Keys (all optional until the addon that owns them has run):
 
 from __future__ import annotations
 
+import functools
 import json
+import logging
+from collections.abc import Callable
+from typing import Any
 
 from mitmproxy import http
 
-from proxy.decide import Decision
+from proxy.decide import Decision, Reason, deny
 
 REQUEST_ID = "surrogate.request_id"
 CLAIM = "surrogate.claim"
@@ -31,13 +35,62 @@ BYTES = "surrogate.bytes"
 
 REQUEST_ID_HEADER = "X-Surrogate-Request-Id"
 
+# A refused request's body is read (and held) by mitmproxy before the refusal can be sent, so a
+# refusal of a request that may carry more than this closes the connection instead.
+REFUSED_BODY_LIMIT = 64 * 1024
+
+log = logging.getLogger("surrogate")
+
+Hook = Callable[[Any, Any], None]
+
+
+def fail_closed(hook: Hook) -> Hook:
+    """Wrap an addon hook so that any exception refuses the flow instead of letting it pass.
+
+    mitmproxy logs an addon's exception and carries on with the flow as it is, which for a
+    security check means failing open. Only the exception's type is logged (its message may hold
+    client input).
+    """
+
+    @functools.wraps(hook)
+    def guarded(self: Any, flow: Any) -> None:
+        try:
+            hook(self, flow)
+        except Exception as e:
+            log.error(
+                "%s.%s failed with %s; request %s refused",
+                type(self).__name__,
+                hook.__name__,
+                type(e).__name__,
+                flow.metadata.get(REQUEST_ID, flow.id),
+            )
+            refuse(flow, deny(Reason.INTERNAL_ERROR, "surrogate could not process this request", status=400))
+
+    return guarded
+
+
+def _may_carry_large_body(req: http.Request) -> bool:
+    if req.method == "CONNECT":
+        return False
+    length = req.headers.get("content-length")
+    if length is not None:
+        return not (length.isascii() and length.isdigit() and int(length) <= REFUSED_BODY_LIMIT)
+    # HTTP/1 without Content-Length carries a body only when chunked (RFC 9112 §6.3); an HTTP/2
+    # request without one is answered, and mitmproxy's stream_large_bodies bounds what it reads.
+    return req.http_version.startswith("HTTP/1") and "transfer-encoding" in req.headers
+
 
 def refuse(flow: http.HTTPFlow, decision: Decision, headers: dict[str, str] | None = None) -> None:
-    """Answer ``flow`` with ``decision``'s status and a JSON body the sandbox can show.
+    """Answer ``flow`` with ``decision``'s status and a JSON body the sandbox can show, or, when
+    the request may carry a large body, close the connection (the audit event still says why).
 
     The body holds the reason code, the sentence and the request id; decision messages never
     contain a secret value (they name credentials, hosts and rules only).
     """
+    flow.metadata[DECISION] = decision
+    if _may_carry_large_body(flow.request):
+        flow.kill()
+        return
     request_id = flow.metadata.get(REQUEST_ID, flow.id)
     body = json.dumps(
         {

@@ -99,6 +99,7 @@ class Identify:
             {"Proxy-Authenticate": 'Basic realm="surrogate"'},
         )
 
+    @facts.fail_closed
     def http_connect(self, flow: http.HTTPFlow) -> None:
         flow.metadata[facts.REQUEST_ID] = flow.id
         self._refresh()
@@ -114,10 +115,14 @@ class Identify:
             facts.refuse(flow, deny(Reason.NO_RULE, str(e), status=400))
             return
         flow.request.host = host
-        authority = (host, flow.request.port)
-        flow.metadata[facts.AUTHORITY] = authority
-        self.tunnels[flow.client_conn.id] = _Tunnel(claim.id, authority)
+        flow.metadata[facts.AUTHORITY] = (host, flow.request.port)
 
+    def http_connected(self, flow: http.HTTPFlow) -> None:
+        # Only a CONNECT that was allowed opens a tunnel whose requests inherit its claim.
+        claim = flow.metadata[facts.CLAIM]
+        self.tunnels[flow.client_conn.id] = _Tunnel(claim.id, flow.metadata[facts.AUTHORITY])
+
+    @facts.fail_closed
     def requestheaders(self, flow: http.HTTPFlow) -> None:
         flow.metadata[facts.REQUEST_ID] = flow.id
         self._refresh()

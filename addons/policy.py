@@ -29,8 +29,9 @@ def _split_host_header(value: str) -> tuple[str, int | None]:
         port = rest[1:] if rest.startswith(":") else ""
     else:
         host, _, port = value.rpartition(":") if value.count(":") == 1 else (value, "", "")
-    if port and not port.isdigit():
-        raise HostError(f"invalid port in Host header {value!r}")
+    # str.isdigit() also accepts non-ASCII digits such as '²', which int() refuses.
+    if port and not (port.isascii() and port.isdigit() and len(port) <= 5 and 0 < int(port) < 65536):
+        raise HostError(f"invalid port in Host header {value[:80]!r}")
     return canonical_host(host), (int(port) if port else None)
 
 
@@ -39,8 +40,9 @@ class Policy:
         self.state = state
         self.opaque_pending: set[str] = set()
 
+    @facts.fail_closed
     def http_connect(self, flow: http.HTTPFlow) -> None:
-        if flow.response:
+        if flow.response or flow.error:
             return
         claim = flow.metadata[facts.CLAIM]
         host, port = flow.metadata[facts.AUTHORITY]
@@ -59,8 +61,9 @@ class Policy:
             self.opaque_pending.discard(client_id)
             nextlayer.layer = layers.TCPLayer(nextlayer.context, ignore=True)
 
+    @facts.fail_closed
     def requestheaders(self, flow: http.HTTPFlow) -> None:
-        if flow.response:
+        if flow.response or flow.error:
             return
         claim = flow.metadata[facts.CLAIM]
         try:
@@ -74,7 +77,7 @@ class Policy:
     def _decide(self, flow: http.HTTPFlow, pool_name: str) -> Decision:
         req = flow.request
         authority = flow.metadata.get(facts.AUTHORITY)
-        if authority is None:  # absolute-form request on the explicit proxy
+        if authority is None:  # absolute-form request on the explicit proxy (plain HTTP)
             authority = (canonical_host(req.host), req.port)
         host, port = authority
         names = {"Host header": req.host_header or ""}
@@ -89,4 +92,8 @@ class Policy:
                     status=421,
                 )
         req.host = host  # connect to the canonical, checked name
-        return decide_request(self.state.policy.pools[pool_name], host, port, req.method, req.path)
+        # Inside a tunnel we terminated TLS for, only intercepting rules may allow a request: a
+        # later `intercept: false` rule must not approve what the intercepting rule refused.
+        in_tunnel = flow.metadata.get(facts.AUTHORITY) is not None
+        pool = self.state.policy.pools[pool_name]
+        return decide_request(pool, host, port, req.method, req.path, intercepted_only=in_tunnel)

@@ -26,6 +26,7 @@ class Resolve:
         try:
             pinned = self.state.pins.get(canonical_host(name))
         except HostError:
+            server.error = "invalid upstream host name"  # fail closed: no connection
             return
         if pinned is not None:
             if server.tls and not server.sni:

@@ -25,12 +25,14 @@ def _counter(counts: list[int], index: int) -> Callable[[bytes], bytes]:
 
 
 class Stream:
+    @facts.fail_closed
     def requestheaders(self, flow: http.HTTPFlow) -> None:
-        if flow.response:
+        if flow.response or flow.error:
             return
         counts = flow.metadata.setdefault(facts.BYTES, [0, 0])
         flow.request.stream = _counter(counts, 0)
 
+    @facts.fail_closed
     def responseheaders(self, flow: http.HTTPFlow) -> None:
         assert flow.response is not None
         counts = flow.metadata.setdefault(facts.BYTES, [0, 0])

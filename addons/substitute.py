@@ -21,9 +21,13 @@ class Substitute:
     def __init__(self, state: State) -> None:
         self.state = state
 
+    @facts.fail_closed
     def requestheaders(self, flow: http.HTTPFlow) -> None:
-        if flow.response:
+        if flow.response or flow.error:
             return
+        allowed = flow.metadata.get(facts.DECISION)
+        if allowed is None or not allowed.allowed:  # never swap on a flow the policy did not allow
+            raise RuntimeError("substitute reached without an allow decision")
         claim = flow.metadata[facts.CLAIM]
         req = flow.request
         outcome = substitute_request(
@@ -36,8 +40,8 @@ class Substitute:
             time.time(),
         )
         if outcome.refusal is not None:
-            allowed_by = flow.metadata[facts.DECISION].rule  # keep the rule in the audit event
-            facts.refuse(flow, dataclasses.replace(outcome.refusal, rule=allowed_by))
+            # keep the rule that allowed the host in the audit event
+            facts.refuse(flow, dataclasses.replace(outcome.refusal, rule=allowed.rule))
             return
         if outcome.fields is not None:
             req.headers.fields = tuple(outcome.fields)

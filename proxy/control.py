@@ -24,6 +24,7 @@ from proxy.errors import HostError, SecretUnavailable, SurrogateError
 from proxy.hosts import HostPattern
 from proxy.policy import Pool
 from proxy.registry import Registry
+from proxy.rules import opaque_shadow
 from proxy.secrets import checked_value
 from proxy.store import ClaimRecord, Conflict, CredentialRecord, CredentialStore, NotFound, PreconditionFailed
 
@@ -63,6 +64,15 @@ def coverage(pool: Pool, hosts: list[str], inject_header: str | None) -> list[Co
                 "host_not_covered",
                 f"host {pattern} is not covered by an intercepting egress rule of pool "
                 f"{pool.name!r}; add one to the rules file or remove the host",
+                f"hosts[{i}]",
+            )
+        shadow = opaque_shadow(pool, pattern)
+        if shadow is not None:
+            raise ControlError(
+                422,
+                "host_not_covered",
+                f"host {pattern} would be tunnelled opaque by the earlier rule {shadow.label()} "
+                "(intercept: false), so the credential could never apply",
                 f"hosts[{i}]",
             )
         header = inject_header or "any request header carrying the placeholder"

@@ -38,6 +38,7 @@ class Reason(StrEnum):
     CREDENTIAL_UNAVAILABLE = "credential_unavailable"
     CREDENTIAL_EXPIRED = "credential_expired"
     UPSTREAM_ERROR = "upstream_error"
+    INTERNAL_ERROR = "internal_error"
 
 
 @dataclass(frozen=True, slots=True)
@@ -55,7 +56,7 @@ class Decision:
 
 def deny(reason: Reason, message: str, status: int = 403, rule: EgressRule | None = None) -> Decision:
     action = Action.VIOLATION if reason in _VIOLATIONS else Action.DENY
-    if reason in (Reason.CREDENTIAL_UNAVAILABLE, Reason.UPSTREAM_ERROR):
+    if reason in (Reason.CREDENTIAL_UNAVAILABLE, Reason.UPSTREAM_ERROR, Reason.INTERNAL_ERROR):
         action = Action.ERROR
     return Decision(action, reason, message, rule, status)
 
@@ -63,9 +64,12 @@ def deny(reason: Reason, message: str, status: int = 403, rule: EgressRule | Non
 _VIOLATIONS = frozenset({Reason.PLACEHOLDER_VIOLATION, Reason.CLEARTEXT_CREDENTIAL})
 
 
-# A dot segment, possibly with ;params (servlet containers read "/..;x/" as "/../"), or an
-# encoded slash or backslash.
-_AMBIGUOUS = re.compile(r"(^|/)(\.|%2e){1,2}(;[^/]*)?(/|$)|%2f|%5c|\\", re.IGNORECASE)
+# A dot segment, possibly with ;params (servlet containers read "/..;x/" as "/../"), an encoded
+# slash, backslash or semicolon, a double encoding (%252e), an overlong UTF-8 lead byte (%c0%ae)
+# or IIS's %u escapes: each is a path some upstream may read as another.
+_AMBIGUOUS = re.compile(
+    r"(^|/)(\.|%2e){1,2}((;|%3b)[^/]*)?(/|$)|%2f|%5c|%3b|%25|%c0|%c1|%u[0-9a-f]{4}|\\", re.IGNORECASE
+)
 
 
 def path_matches(prefix: str, path: str) -> bool:
@@ -100,12 +104,18 @@ def decide_connect(pool: Pool, host: str, port: int) -> Decision:
     return _refusal(pool, host, port, best)
 
 
-def decide_request(pool: Pool, host: str, port: int, method: str, path: str) -> Decision:
-    """Decide one request; ``path`` may carry a query, which is ignored for matching."""
+def decide_request(
+    pool: Pool, host: str, port: int, method: str, path: str, intercepted_only: bool = False
+) -> Decision:
+    """Decide one request; ``path`` may carry a query, which is ignored for matching.
+
+    ``intercepted_only``: the request came through a tunnel whose TLS surrogate terminated, so
+    only intercepting rules may allow it.
+    """
     path = path.split("?", 1)[0] or "/"
     best = 0
     for rule in pool.egress:
-        if not rule.host.matches(host):
+        if not rule.host.matches(host) or (intercepted_only and not rule.intercept):
             continue
         if rule.ports and port not in rule.ports:
             best = max(best, 1)

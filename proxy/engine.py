@@ -79,6 +79,9 @@ def build_master(config: RunConfig, on_ready: Callable[[], None] | None = None) 
         ssl_verify_upstream_trusted_ca=str(bundle),
         ssl_insecure=False,
         http3=False,
+        # Allowed bodies are streamed by the stream addon. This bounds what mitmproxy reads into
+        # memory for a refused HTTP/2 request whose length was not declared.
+        stream_large_bodies="1m",
     )
     return master
 

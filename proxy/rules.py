@@ -94,20 +94,38 @@ class _Marks:
         self.file = file
         self.at: dict[Loc, tuple[int, int]] = {}
         self.problems: list[Problem] = []
+        self.alias_seen = False
 
-    def walk(self, node: yaml.Node, loc: Loc = ()) -> None:
+    def walk(
+        self, node: yaml.Node, loc: Loc = (), visited: set[int] | None = None, key: yaml.Node | None = None
+    ) -> None:
+        """Record every node's position; refuse duplicate keys and YAML aliases.
+
+        An alias makes the composer hand back the anchored node a second time, so a node seen
+        twice is an alias: refused, which also stops recursive anchors and "billion laughs"
+        files before anything is constructed.
+        """
+        visited = set() if visited is None else visited
+        if id(node) in visited:
+            if not self.alias_seen:  # said once: a "billion laughs" file would repeat it endlessly
+                self.alias_seen = True
+                message = "YAML anchors and aliases (&name, *name, <<: *name) are not supported; write it out"
+                self.add(loc, message, key)
+            return
+        if isinstance(node, yaml.MappingNode | yaml.SequenceNode):
+            visited.add(id(node))
         self.at[loc] = (node.start_mark.line + 1, node.start_mark.column + 1)
         if isinstance(node, yaml.MappingNode):
             seen: set[str] = set()
-            for key, value in node.value:
-                k = str(key.value)
+            for key_node, value in node.value:
+                k = str(key_node.value)
                 if k in seen:
-                    self.add(loc + (k,), f"duplicate key {k!r}", key)
+                    self.add(loc + (k,), f"duplicate key {k!r}", key_node)
                 seen.add(k)
-                self.walk(value, loc + (k,))
+                self.walk(value, loc + (k,), visited, key_node)
         elif isinstance(node, yaml.SequenceNode):
             for i, item in enumerate(node.value):
-                self.walk(item, loc + (i,))
+                self.walk(item, loc + (i,), visited)
 
     def sorted(self) -> list[Problem]:
         """Problems in file order (checks run in field order, which need not be file order)."""
@@ -179,6 +197,10 @@ def load_rules(path: str | Path) -> Policy:
         loader = yaml.SafeLoader(text)
         try:
             node = loader.get_single_node()
+            if node is not None:
+                marks.walk(node)  # before constructing: aliases are refused, not expanded
+            if marks.problems:
+                raise RulesError(marks.sorted())
             data = loader.construct_document(node) if node is not None else None
         finally:
             loader.dispose()
@@ -189,9 +211,6 @@ def load_rules(path: str | Path) -> Policy:
         raise RulesError([Problem(file, line, col, "", f"invalid YAML: {problem}")]) from None
     if node is None or not isinstance(data, dict):
         raise RulesError([Problem(file, 1, 1, "", "expected a mapping with 'version: 1' and 'pools'")])
-    marks.walk(node)
-    if marks.problems:
-        raise RulesError(marks.problems)
     try:
         model = RulesModel.model_validate(data)
     except ValidationError as e:
@@ -274,6 +293,19 @@ def _rule(pool: str, i: int, rm: RuleModel, loc: Loc, marks: _Marks) -> EgressRu
     )
 
 
+def opaque_shadow(pool: Pool, host: HostPattern) -> EgressRule | None:
+    """The first rule that could decide a CONNECT to ``host``, when it is non-intercepting and
+    comes before any intercepting rule covering ``host`` (rules are tried in order)."""
+    for rule in pool.egress:
+        if rule.intercept and rule.host.covers(host):
+            return None
+        if not rule.intercept and (
+            rule.host.covers(host) or host.covers(rule.host) or rule.host.matches(str(host).lstrip("*."))
+        ):
+            return rule
+    return None
+
+
 def _source(spec: str, base_dir: Path, loc: Loc, marks: _Marks) -> ValueSource | None:
     try:
         source = ValueSource.parse(spec, base_dir)
@@ -321,6 +353,13 @@ def _credential(
                 loc + ("hosts", j),
                 f"host {pattern} is not covered by an intercepting egress rule of pool "
                 f"{pool.name!r}; add one (intercept: true) or remove the host",
+            )
+        elif pool is not None and (shadow := opaque_shadow(pool, pattern)) is not None:
+            marks.add(
+                loc + ("hosts", j),
+                f"host {pattern} would be tunnelled opaque by the earlier rule {shadow.label()} "
+                "(intercept: false), so the credential could never apply; move the intercepting "
+                "rule above it",
             )
     inject = None
     if km.inject is not None:

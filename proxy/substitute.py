@@ -23,8 +23,11 @@ from __future__ import annotations
 
 import base64
 import binascii
+import logging
+import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from urllib.parse import unquote_to_bytes
 
 from proxy import placeholders
 from proxy.decide import Decision, Reason, deny
@@ -32,6 +35,8 @@ from proxy.errors import SecretUnavailable
 from proxy.policy import Credential
 
 Fields = Sequence[tuple[bytes, bytes]]
+log = logging.getLogger("surrogate")
+_WS = re.compile(rb"\s+")
 
 
 @dataclass(slots=True)
@@ -56,11 +61,15 @@ class _Hit:
 
 
 def _decode_basic(value: bytes) -> bytes | None:
-    scheme, _, token = value.strip().partition(b" ")
-    if scheme.lower() != b"basic" or not token:
+    """The decoded credentials of a Basic ``value``, read leniently (any whitespace after the
+    scheme, inside or around the token; missing padding) as servers do, so an odd spelling
+    cannot carry a placeholder past the check."""
+    parts = value.strip().split(None, 1)
+    if len(parts) != 2 or parts[0].lower() != b"basic":
         return None
+    token = _WS.sub(b"", parts[1])
     try:
-        return base64.b64decode(token.strip(), validate=True)
+        return base64.b64decode(token + b"=" * (-len(token) % 4), validate=True)
     except (binascii.Error, ValueError):
         return None
 
@@ -105,14 +114,17 @@ def substitute_request(
                 "credentials are only sent over verified TLS (use https://)",
             )
             return out
-    for m in placeholders.find(target):
+    # The target is scanned as sent and percent-decoded, so "%5F" cannot hide "_".
+    decoded_target = unquote_to_bytes(target) if b"%" in target else target
+    for m in [*placeholders.find(target), *placeholders.find(decoded_target)]:
         cred = by_placeholder.get(m.group())
         if cred is None:
             continue
         if not cred.bound_to(host):
             out.refusal = _violation(cred, host, "request target")
             return out
-        out.carried.append(cred.name)
+        if cred.name not in out.carried:
+            out.carried.append(cred.name)
 
     active = [c for c in injections if c.inject and tls and c.bound_to(host)]
     if not hits and not active:
@@ -129,7 +141,12 @@ def substitute_request(
     try:
         values = {name: c.secret() for name, c in needed.items()}
     except SecretUnavailable as e:  # fail closed: no secret, no request
-        out.refusal = deny(Reason.CREDENTIAL_UNAVAILABLE, str(e), status=503)
+        # The sandbox sees which credential, not where it is kept; the operator's log has it all.
+        log.warning("credential unavailable: %s", e)
+        names = ", ".join(repr(n) for n in sorted(needed))
+        out.refusal = deny(
+            Reason.CREDENTIAL_UNAVAILABLE, f"credential {names} is unavailable right now", status=503
+        )
         return out
     new = list(fields)
     for h in hits:
@@ -139,7 +156,7 @@ def substitute_request(
         if h.basic:
             decoded = _decode_basic(value)
             if decoded is not None and ph in decoded:
-                scheme = value.strip().partition(b" ")[0]
+                scheme = value.strip().split(None, 1)[0]
                 value = scheme + b" " + base64.b64encode(decoded.replace(ph, real))
         else:
             value = value.replace(ph, real)

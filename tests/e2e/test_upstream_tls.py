@@ -29,7 +29,8 @@ def test_unverifiable_upstream_gets_no_request_and_no_secret(env: Env) -> None:
         env.received.append(r.content)
         assert r.status_code == 502
         event = untrusting.wait_event(path="/t/unverified")
-        assert (event["decision"], event["reason"]) == ("error", "upstream_error")
+        assert (event["decision"], event["reason"], event["status"]) == ("error", "upstream_error", 502)
+        assert event["credentials"] == []  # the TLS handshake failed: no secret left the proxy
         assert "certificate" in event["message"].lower()
         log = untrusting.audit_path.read_text() + untrusting.stderr()
     finally:

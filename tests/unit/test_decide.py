@@ -275,3 +275,25 @@ def test_deny_maps_reason_to_action(reason: Reason, action: Action) -> None:
     d = deny(reason, "because", status=418)
     assert d == Decision(action, reason, "because", None, 418)
     assert not d.allowed
+
+
+@pytest.mark.parametrize(
+    "path",
+    [
+        "/repos/..%3b/admin",
+        "/repos/%252e%252e/admin",
+        "/repos/%c0%ae%c0%ae/admin",
+        "/repos/%u002e%u002e/admin",
+        "/repos/..%3Bx=1/admin",
+    ],
+    ids=[
+        "encoded-semicolon",
+        "double-encoded-dots",
+        "overlong-utf8-dots",
+        "iis-u-escape",
+        "encoded-semicolon-param",
+    ],
+)
+def test_path_spellings_an_upstream_may_decode_differently_never_match_a_prefix(path: str) -> None:
+    """Found by the adversarial review: each of these can reach /admin on some upstream."""
+    assert not path_matches("/repos", path)

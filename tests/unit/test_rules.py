@@ -175,6 +175,14 @@ BAD = [
     ("bad-duplicate-key.yaml", 9, "pools.demo.egress[0].intercept", "duplicate key 'intercept'"),
     ("bad-yaml-syntax.yaml", 8, "", "invalid YAML: expected ',' or ']'"),
     ("bad-empty.yaml", 1, "", "expected a mapping with 'version: 1' and 'pools'"),
+    ("bad-yaml-alias.yaml", 6, "pools.q", "YAML anchors and aliases"),
+    ("bad-yaml-laughs.yaml", 5, "a1[0]", "YAML anchors and aliases"),
+    (
+        "bad-credential-shadowed.yaml",
+        18,
+        "claims[0].credentials[0].hosts[0]",
+        "would be tunnelled opaque by the earlier rule demo.egress[0] *.github.com",
+    ),
 ]
 
 

@@ -259,7 +259,8 @@ def test_unreadable_value_source_refuses_with_credential_unavailable(creds: Cred
     assert out.refusal is not None
     assert (out.refusal.action, out.refusal.reason) == (Action.ERROR, Reason.CREDENTIAL_UNAVAILABLE)
     assert out.refusal.status == 503
-    assert str(creds.dir / "github") in out.refusal.message
+    # the sandbox learns which credential, not where the operator keeps it
+    assert "'github'" in out.refusal.message and str(creds.dir) not in out.refusal.message
     _assert_no_secret(out)
 
 

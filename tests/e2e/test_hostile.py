@@ -1,0 +1,217 @@
+"""Regression tests for what an adversarial review of the proxy found, each with its failing
+input: a hostile sandbox sends real bytes at a running proxy over loopback."""
+
+from __future__ import annotations
+
+import base64
+import secrets
+import socket
+import subprocess
+import textwrap
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+from harness import ProxyProcess
+from servers import TestCA, Upstream
+
+pytestmark = pytest.mark.e2e
+
+PH = "surr_HostileTestPlaceholder001"
+
+
+@dataclass
+class World:
+    upstream: Upstream
+    proxy: ProxyProcess
+    token: str
+    secret: str
+    received: list[bytes]
+
+    def url(self, path: str, host: str = "api.test") -> str:
+        return f"https://{host}:{self.upstream.port}{path}"
+
+    def curl(self, *args: str) -> subprocess.CompletedProcess[bytes]:
+        done = subprocess.run(
+            [
+                "curl",
+                "-sS",
+                "--max-time",
+                "20",
+                "-x",
+                self.proxy.url("agent", self.token),
+                "--cacert",
+                str(self.proxy.ca_pem),
+                "-w",
+                "\n%{http_code}",
+                *args,
+            ],
+            capture_output=True,
+            timeout=30,
+            check=False,
+        )
+        self.received.append(done.stdout + done.stderr)
+        return done
+
+    def paths(self, prefix: str) -> list[str]:
+        return [r.path for r in self.upstream.requests if r.path.startswith(prefix)]
+
+
+@pytest.fixture(scope="module")
+def world(tmp_path_factory: pytest.TempPathFactory) -> Iterator[World]:
+    tmp = tmp_path_factory.mktemp("hostile")
+    secret, token = f"CANARYhostile{secrets.token_hex(12)}", secrets.token_urlsafe(16)
+    (tmp / "secret").write_text(secret)
+    (tmp / "token").write_text(token)
+    ca = TestCA(tmp)
+    upstream = Upstream(ca, ["api.test", "other.test", "evil.test"], tmpdir=tmp).start()
+    rules = tmp / "rules.yaml"
+    rules.write_text(
+        textwrap.dedent(f"""\
+        version: 1
+        pools:
+          p:
+            egress:
+              - host: api.test
+                ports: [{upstream.port}]
+                methods: [GET]
+                paths: ["/v1"]
+              - host: other.test
+                ports: [{upstream.port}]
+              # a catch-all opaque rule after the intercepting one: it must never approve a
+              # request inside an intercepted tunnel
+              - host: "*"
+                ports: [{upstream.port}]
+                intercept: false
+        claims:
+          - id: agent
+            pool: p
+            proxy_token: file:token
+            credentials:
+              - name: api
+                value: file:secret
+                placeholder: {PH}
+                hosts: [api.test]
+        """)
+    )
+    proxy = ProxyProcess(
+        rules,
+        tmp,
+        upstream_ca=ca.ca_pem,
+        resolve={n: "127.0.0.1" for n in ("api.test", "other.test", "evil.test")},
+    )
+    w = World(upstream, proxy, token, secret, [])
+    try:
+        proxy.start()
+        yield w
+    finally:
+        proxy.stop()
+        upstream.stop()
+    everything = b"".join(w.received) + proxy.audit_path.read_bytes() + proxy.stderr_path.read_bytes()
+    assert secret.encode() not in everything
+
+
+@pytest.mark.parametrize(
+    "port",
+    ["²", "1" * 5000, "-1", "65536", "0x50"],
+    ids=["superscript-two", "5000-digits", "negative", "too-big", "hex"],
+)
+def test_a_malformed_host_port_is_refused_not_waved_through(world: World, port: str) -> None:
+    """Was: Host 'api.test:²' made int() raise inside the policy hook; mitmproxy logged it and let
+    the request through, skipping every rule and still swapping the secret."""
+    done = world.curl(
+        "--http1.1",
+        "-X",
+        "DELETE",
+        "-H",
+        f"Host: api.test:{port}",
+        "-H",
+        f"Authorization: Bearer {PH}",
+        world.url(f"/admin/{port[:3]}"),
+    )
+    assert int(done.stdout.rsplit(b"\n", 1)[-1]) in (400, 421), done
+    assert world.paths("/admin") == []
+
+
+def test_a_later_opaque_rule_never_approves_a_request_in_an_intercepted_tunnel(world: World) -> None:
+    """Was: POST /admin on api.test (intercepting rule: GET /v1 only) was allowed by the later
+    `*` rule with intercept: false, and got the secret."""
+    done = world.curl(
+        "-X", "POST", "-d", "x=1", "-H", f"Authorization: Bearer {PH}", world.url("/admin/delete")
+    )
+    assert done.stdout.endswith(b"403") and b"method_not_allowed" in done.stdout
+    assert world.paths("/admin") == []
+    ok = world.curl("-H", f"Authorization: Bearer {PH}", world.url("/v1/ok"))
+    assert ok.stdout.endswith(b"200")
+
+
+@pytest.mark.parametrize(
+    "header",
+    [
+        "Basic\t" + base64.b64encode(f"x:{PH}".encode()).decode(),
+        "Basic " + base64.b64encode(f"xx:{PH}".encode()).decode().rstrip("="),
+        "Basic "
+        + " ".join(base64.b64encode(f"x:{PH}".encode()).decode()[i : i + 8] for i in range(0, 44, 8)),
+    ],
+    ids=["tab-separator", "no-padding", "spaces-inside"],
+)
+def test_odd_basic_spellings_still_count_as_a_placeholder(world: World, header: str) -> None:
+    done = world.curl("--http1.1", "-H", f"Authorization: {header}", world.url("/odd-basic", "other.test"))
+    assert done.stdout.endswith(b"403") and b"placeholder_violation" in done.stdout
+
+
+def test_percent_encoded_placeholder_in_the_query_is_a_violation(world: World) -> None:
+    encoded = PH.replace("_", "%5F")
+    done = world.curl(world.url(f"/q?key={encoded}", "other.test"))
+    assert done.stdout.endswith(b"403") and b"placeholder_violation" in done.stdout
+    assert world.paths("/q") == []
+
+
+def test_refused_connect_leaves_no_tunnel_behind(world: World) -> None:
+    """Was: after a refused CONNECT, the next plain-HTTP request on the same connection was
+    judged against the refused tunnel's host (421)."""
+    auth = base64.b64encode(f"agent:{world.token}".encode()).decode()
+    with socket.create_connection(("127.0.0.1", world.proxy.port), timeout=10) as s:
+        s.sendall(
+            f"CONNECT nowhere.test:443 HTTP/1.1\r\nHost: nowhere.test:443\r\n"
+            f"Proxy-Authorization: Basic {auth}\r\n\r\n".encode()
+        )
+        first = s.recv(65536)
+        other = f"other.test:{world.upstream.port}"
+        s.sendall(
+            f"GET http://{other}/after HTTP/1.1\r\nHost: {other}\r\n"
+            f"Proxy-Authorization: Basic {auth}\r\nConnection: close\r\n\r\n".encode()
+        )
+        second = b""
+        while chunk := s.recv(65536):
+            second += chunk
+    assert first.startswith(b"HTTP/1.1 403")
+    assert b"421" not in second.split(b"\r\n", 1)[0]
+
+
+def test_refused_request_with_a_large_body_is_not_buffered(world: World) -> None:
+    """Was: a 407 (before any authentication) buffered an 800 MB body in full."""
+    pid = world.proxy.proc.pid if world.proxy.proc else 0
+    before = rss_kib(pid)
+    with socket.create_connection(("127.0.0.1", world.proxy.port), timeout=10) as s:
+        s.sendall(
+            b"POST http://other.test/upload HTTP/1.1\r\nHost: other.test\r\nContent-Length: 300000000\r\n\r\n"
+        )
+        sent = 0
+        block = b"\0" * 65536
+        try:
+            while sent < 300_000_000:
+                s.sendall(block)
+                sent += len(block)
+        except OSError:
+            pass  # the proxy closed the connection: what we want
+    assert sent < 300_000_000
+    assert rss_kib(pid) - before < 50 * 1024
+
+
+def rss_kib(pid: int) -> int:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1])
+    return 0
