@@ -37,7 +37,7 @@ def _event(flow: http.HTTPFlow, kind: str) -> dict[str, Any]:
         a.CLIENT: f"{peer[0]}:{peer[1]}" if peer else None,
         a.METHOD: req.method,
         a.SCHEME: req.scheme if kind == "request" else None,
-        a.HOST: req.host,
+        a.HOST: flow.metadata.get(facts.HOST, req.host),
         a.PORT: req.port,
         a.PATH: a.redact_path(req.path) if kind == "request" else None,
         # With no response, mitmproxy answers an upstream failure with 502 (a refusal that closed

@@ -5,6 +5,8 @@ Keys (all optional until the addon that owns them has run):
 - ``surrogate.request_id`` (str)        set by identify, on every flow
 - ``surrogate.claim`` (Claim)           identify
 - ``surrogate.authority`` (host, port)  identify: the canonical CONNECT target of the tunnel
+- ``surrogate.host`` (str)              policy: the canonical destination host of a request (the
+                                        request's own host becomes the checked IP in resolve)
 - ``surrogate.decision`` (Decision)     whoever decided last: policy, substitute, or a refusal
 - ``surrogate.opaque`` (bool)           policy: CONNECT allowed by a non-intercepting rule
 - ``surrogate.used`` (dict name→version) substitute: credentials swapped or injected
@@ -27,6 +29,7 @@ from proxy.decide import Decision, Reason, deny
 REQUEST_ID = "surrogate.request_id"
 CLAIM = "surrogate.claim"
 AUTHORITY = "surrogate.authority"
+HOST = "surrogate.host"
 DECISION = "surrogate.decision"
 OPAQUE = "surrogate.opaque"
 USED = "surrogate.used"

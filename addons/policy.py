@@ -91,7 +91,8 @@ class Policy:
                     f"{what} {value!r} does not match the tunnel's host {host}:{port}",
                     status=421,
                 )
-        req.host = host  # connect to the canonical, checked name
+        req.host = host  # the canonical, checked name (resolve turns it into the checked address)
+        flow.metadata[facts.HOST] = host
         # Inside a tunnel we terminated TLS for, only intercepting rules may allow a request: a
         # later `intercept: false` rule must not approve what the intercepting rule refused.
         in_tunnel = flow.metadata.get(facts.AUTHORITY) is not None

@@ -1,34 +1,124 @@
-"""resolve: pinned names (``surrogate run --resolve NAME:ADDR``, like curl's ``--resolve``).
+"""resolve: resolve each destination once, refuse surrogate's own listeners, pin the address.
 
-When the upstream's canonical name is pinned, the connection goes to the pinned address while
-the TLS SNI and certificate verification keep using the name. Names that are not pinned are
-resolved by the system resolver when mitmproxy connects.
+The name is resolved here (or taken from ``--resolve NAME:ADDR``, like curl's), every address is
+checked, and the connection goes to the checked address while the TLS SNI and certificate
+verification keep using the name: the address checked is the address connected to (no second
+lookup an attacker's DNS could answer differently).
+
+- An HTTP request (after policy and substitute): its destination is resolved once per client
+  connection and name, and the request's host becomes the checked IP (its Host header keeps the
+  name). mitmproxy reuses an upstream connection only for a request whose (host, port) equals the
+  connection's address, so pinning at the request keeps keep-alive reuse working.
+- Any other upstream connection (an opaque tunnel) is resolved and pinned in ``server_connect``.
+
+Refused: a connection to one of surrogate's own listening ports on a local address, in any
+spelling (``127.1``, ``0x7f000001``, ``[::ffff:127.0.0.1]``, a name resolving to loopback...),
+since addresses are compared after resolution. The full table of special-purpose ranges
+(private, link-local, metadata endpoints) belongs to the hardening work.
 """
 
 from __future__ import annotations
 
+import asyncio
+import ipaddress
+import socket
+
+from mitmproxy import connection, http
 from mitmproxy.proxy import server_hooks
 
+from addons import facts
+from proxy.decide import Reason, deny
 from proxy.errors import HostError
 from proxy.hosts import canonical_host
 from proxy.state import State
+
+IP = ipaddress.IPv4Address | ipaddress.IPv6Address
+
+
+def _is_local(ip: IP) -> bool:
+    if isinstance(ip, ipaddress.IPv6Address) and ip.ipv4_mapped is not None:
+        ip = ip.ipv4_mapped
+    return ip.is_loopback or ip.is_unspecified
 
 
 class Resolve:
     def __init__(self, state: State) -> None:
         self.state = state
+        self._pinned: dict[tuple[str, str, int], str] = {}  # (client id, name, port) -> checked IP
+        self._sni: dict[tuple[str, str, int], str] = {}  # (client id, IP, port) -> name
 
-    def server_connect(self, data: server_hooks.ServerConnectionHookData) -> None:
-        server = data.server
-        if not self.state.pins or server.address is None:
+    async def _checked(self, name: str, port: int) -> tuple[str | None, str]:
+        """(checked IP, "") or (None, why not)."""
+        pinned = self.state.pins.get(name)
+        if pinned is not None:
+            addresses = [pinned]
+        else:
+            try:
+                infos = await asyncio.get_running_loop().getaddrinfo(name, port, type=socket.SOCK_STREAM)
+            except (OSError, UnicodeError) as e:
+                return None, f"cannot resolve {name}: {getattr(e, 'strerror', None) or type(e).__name__}"
+            addresses = list(dict.fromkeys(str(info[4][0]) for info in infos))
+        ips = [ipaddress.ip_address(a.split("%", 1)[0]) for a in addresses]
+        if not ips:
+            return None, f"cannot resolve {name}: no address"
+        if port in self.state.own_ports and any(_is_local(ip) for ip in ips):
+            return None, f"{name}:{port} is one of surrogate's own listeners"
+        return str(ips[0]), ""
+
+    async def requestheaders(self, flow: http.HTTPFlow) -> None:
+        if flow.response or flow.error:
             return
-        name, port = server.address
         try:
-            pinned = self.state.pins.get(canonical_host(name))
+            name, port, client = flow.metadata[facts.HOST], flow.request.port, flow.client_conn.id
+            ip = self._pinned.get((client, name, port))
+            if ip is None:
+                ip, why = await self._checked(name, port)
+                if ip is None:
+                    own = "own listeners" in why
+                    reason = Reason.OWN_LISTENER if own else Reason.UNRESOLVABLE
+                    facts.refuse(flow, deny(reason, why, status=403 if own else 502))
+                    return
+                self._pinned[client, name, port] = ip
+            self._sni[client, ip, port] = name
+            flow.request.data.host = ip  # the Host header keeps the name
+        except Exception as e:  # fail closed, as every surrogate hook
+            facts.log.error("resolve failed with %s; request refused", type(e).__name__)
+            facts.refuse(
+                flow, deny(Reason.INTERNAL_ERROR, "surrogate could not process this request", status=400)
+            )
+
+    async def server_connect(self, data: server_hooks.ServerConnectionHookData) -> None:
+        server = data.server
+        if server.address is None or server.error:
+            return
+        host, port = server.address[0], server.address[1]
+        name = self._sni.get((data.client.id, host, port))
+        if name is not None:  # an HTTP request's destination, already checked and pinned
+            if server.tls:
+                server.sni = name
+            return
+        try:
+            canonical = canonical_host(host)
         except HostError:
             server.error = "invalid upstream host name"  # fail closed: no connection
             return
-        if pinned is not None:
-            if server.tls and not server.sni:
-                server.sni = name
-            server.address = (pinned, port)
+        ip, why = await self._checked(canonical, port)
+        if ip is None:
+            server.error = f"refused: {why}"
+            return
+        if server.tls and not server.sni and not _is_ip(canonical):
+            server.sni = canonical
+        server.address = (ip, port)
+
+    def client_disconnected(self, client: connection.Client) -> None:
+        for table in (self._pinned, self._sni):
+            for key in [k for k in table if k[0] == client.id]:
+                del table[key]
+
+
+def _is_ip(host: str) -> bool:
+    try:
+        ipaddress.ip_address(host)
+    except ValueError:
+        return False
+    return True

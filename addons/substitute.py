@@ -33,7 +33,7 @@ class Substitute:
         outcome = substitute_request(
             req.headers.fields,
             req.data.path,
-            req.host,
+            flow.metadata[facts.HOST],
             req.scheme == "https",
             claim.by_placeholder,
             claim.injections,

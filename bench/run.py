@@ -3,7 +3,9 @@
 Prints, measured side by side in one run:
 1. peak RSS growth of the proxy process while 200 MB stream through it (target < 20 MB);
 2. time to the first SSE event, direct and through the proxy (median of N rounds, interleaved);
-3. the header scan's cost with 1 and with 10,000 registered placeholders (it must not grow).
+3. the header scan's cost with 1 and with 10,000 registered placeholders (it must not grow);
+4. the control API: a PATCH acknowledged, then the next proxied request on an open keep-alive
+   tunnel carries the new value (how often, and how long), and API writes per second.
 
 Run: ``make bench`` (or ``.venv/bin/python bench/run.py [--rounds N] [--mb N]``).
 Everything runs on loopback: a Python HTTPS upstream with a test CA, the proxy as its own process.
@@ -28,6 +30,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path[:0] = [str(ROOT), str(ROOT / "tests")]
 
+import httpx  # noqa: E402
 from harness import ProxyProcess  # noqa: E402
 from servers import TestCA, Upstream  # noqa: E402
 
@@ -92,6 +95,48 @@ def scan_cost_us(registered: int) -> float:
     n = 20000
     t = timeit.timeit(lambda: substitute_request(fields, b"/v1/x?y=1", "api.test", True, creds, ()), number=n)
     return t / n * 1e6
+
+
+def control_rows(proxy: ProxyProcess, upstream: Upstream, n: int) -> list[tuple[str, str, str]]:
+    """PATCH a value, then send the next request on an already-open tunnel: did it carry it?"""
+    api = httpx.Client(
+        transport=httpx.HTTPTransport(uds=str(proxy.state_dir / "control.sock")), base_url="http://c"
+    )
+    token = api.post("/v1/claims", json={"id": "bench", "pool": "p"}).json()["proxy_token"]
+    body = {"hosts": ["api.test"], "value": "v0"}
+    ph = api.put("/v1/claims/bench/credentials/k", json=body).json()["placeholder"]
+    ctx = ssl.create_default_context(cafile=str(proxy.ca_pem))
+    client = httpx.Client(proxy=proxy.url("bench", token), verify=ctx)
+    client.get(f"https://api.test:{upstream.port}/warm", headers={"X-Key": ph})
+    seen, lat = 0, []
+    for i in range(1, n + 1):
+        t0 = time.perf_counter()
+        api.patch("/v1/claims/bench/credentials/k", json={"value": f"value{i}"}).raise_for_status()
+        client.get(f"https://api.test:{upstream.port}/b/{i}", headers={"X-Key": ph})
+        lat.append((time.perf_counter() - t0) * 1000)
+        sent = [v for r in upstream.requests if r.path == f"/b/{i}" for k, v in r.headers if k == "X-Key"]
+        seen += sent == [f"value{i}"]
+    t0, writes = time.perf_counter(), 0
+    while time.perf_counter() - t0 < 2.0:
+        api.patch("/v1/claims/bench/credentials/k", json={"value": f"w{writes}"}).raise_for_status()
+        writes += 1
+    rate = writes / (time.perf_counter() - t0)
+    client.close()
+    api.close()
+    lat.sort()
+    return [
+        (
+            "API write, then the next request on an open tunnel carries it",
+            f"{seen}/{n}",
+            "PATCH acked, then GET",
+        ),
+        ("API write + next proxied request, median", f"{lat[n // 2]:.1f} ms", f"max {lat[-1]:.1f} ms"),
+        (
+            "API writes per second (sequential PATCH over the socket)",
+            f"{rate:.0f}/s",
+            "SQLite WAL, synchronous=FULL",
+        ),
+    ]
 
 
 def main() -> int:
@@ -180,6 +225,7 @@ def main() -> int:
                 f"{p / d:.1f}x direct (includes CONNECT + a second TLS handshake)",
             )
         )
+        rows += control_rows(proxy, upstream, args.rounds * 10)
     finally:
         proxy.stop()
         upstream.stop()

@@ -5,6 +5,7 @@
     surrogate control --rules FILE [--state-dir DIR] [control listener options]
     surrogate claims create|list|get|delete|rotate-token ...
     surrogate creds put|patch|get|list|delete ...
+    surrogate keys rotate [--state-dir DIR] [--resume]
     surrogate ca export [--state-dir DIR]
     surrogate rules check FILE...
     surrogate demo init [--state-dir DIR]
@@ -143,6 +144,13 @@ def _parser() -> argparse.ArgumentParser:
     _control_args(control)
     client.add_commands(sub, state)
 
+    keys = sub.add_parser("keys", help="the store's encryption keys")
+    keys_sub = keys.add_subparsers(dest="keys_command", required=True)
+    rotate = keys_sub.add_parser(
+        "rotate", parents=[state], help="re-encrypt every stored value under a new key (safe to interrupt)"
+    )
+    rotate.add_argument("--resume", action="store_true", help="finish an interrupted rotation, no new key")
+
     ca_p = sub.add_parser("ca", help="the proxy's CA")
     ca_sub = ca_p.add_subparsers(dest="ca_command", required=True)
     ca_sub.add_parser("export", parents=[state], help="print the CA certificate sandboxes trust")
@@ -174,6 +182,8 @@ def main(argv: list[str] | None = None) -> int:
             return _demo_init(args.state_dir)
         if args.command == "control":
             return _control(args)
+        if args.command == "keys":
+            return _rotate_keys(args)
         if args.command in ("claims", "creds"):
             return client.run_command(args)
     except SurrogateError as e:
@@ -241,6 +251,15 @@ def _run(args: argparse.Namespace) -> int:
         finally:
             if out is not None:
                 out.close()
+    return 0
+
+
+def _rotate_keys(args: argparse.Namespace) -> int:
+    from proxy.engine import open_store
+
+    with open_store(args.state_dir) as store:
+        count = store.rotate_keys(new_key=not args.resume)
+    print(f"surrogate: {count} stored values re-encrypted under the current key")
     return 0
 
 

@@ -39,6 +39,8 @@ class Reason(StrEnum):
     CREDENTIAL_EXPIRED = "credential_expired"
     UPSTREAM_ERROR = "upstream_error"
     INTERNAL_ERROR = "internal_error"
+    OWN_LISTENER = "own_listener"
+    UNRESOLVABLE = "unresolvable"
 
 
 @dataclass(frozen=True, slots=True)
@@ -56,7 +58,12 @@ class Decision:
 
 def deny(reason: Reason, message: str, status: int = 403, rule: EgressRule | None = None) -> Decision:
     action = Action.VIOLATION if reason in _VIOLATIONS else Action.DENY
-    if reason in (Reason.CREDENTIAL_UNAVAILABLE, Reason.UPSTREAM_ERROR, Reason.INTERNAL_ERROR):
+    if reason in (
+        Reason.CREDENTIAL_UNAVAILABLE,
+        Reason.UPSTREAM_ERROR,
+        Reason.INTERNAL_ERROR,
+        Reason.UNRESOLVABLE,
+    ):
         action = Action.ERROR
     return Decision(action, reason, message, rule, status)
 

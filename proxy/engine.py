@@ -62,6 +62,9 @@ def open_store(state_dir: Path) -> Store:
 
 def build_master(config: RunConfig, on_ready: Callable[[], None] | None = None) -> Master:
     """Create the Master (call inside a running event loop)."""
+    config.state.own_ports = {config.listen_port}
+    if config.control is not None and config.control.tcp is not None:
+        config.state.own_ports.add(config.control.tcp[1])
     ca.ensure_ca(config.state_dir)
     bundle = ca.write_upstream_bundle(config.state_dir, config.upstream_cas)
     opts = options.Options()

@@ -16,6 +16,7 @@ from proxy.registry import Registry
 class State:
     registry: Registry
     pins: dict[str, str] = field(default_factory=dict)  # canonical host -> IP, like curl --resolve
+    own_ports: set[int] = field(default_factory=set)  # surrogate's listening TCP ports
 
     @property
     def policy(self) -> Policy:

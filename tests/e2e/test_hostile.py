@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-from harness import ProxyProcess
+from harness import ProxyProcess, free_port
 from servers import TestCA, Upstream
 
 pytestmark = pytest.mark.e2e
@@ -215,3 +215,46 @@ def rss_kib(pid: int) -> int:
         if line.startswith("VmRSS:"):
             return int(line.split()[1])
     return 0
+
+
+@pytest.mark.parametrize(
+    "spelling", ["127.0.0.1", "127.1", "0x7f000001", "2130706433", "[::ffff:127.0.0.1]", "localhost", "[::1]"]
+)
+def test_the_proxy_never_connects_to_its_own_listener(tmp_path: Path, spelling: str) -> None:
+    """A pool that allows everything still cannot make the proxy talk to itself (a loop)."""
+    (tmp_path / "token").write_text("selftoken")
+    port = free_port()
+    rules = tmp_path / "rules.yaml"
+    rules.write_text(
+        "version: 1\npools:\n  p:\n    egress:\n      - host: '*'\n        ports: []\n        intercept: false\n"
+        "claims:\n  - id: c\n    pool: p\n    proxy_token: file:token\n"
+    )
+    proxy = ProxyProcess(rules, tmp_path)
+    proxy.port = port
+    proxy.args[proxy.args.index("--listen") + 1] = f"127.0.0.1:{port}"
+    proxy.start()
+    try:
+        base = ["curl", "-sS", "--max-time", "10", "-x", proxy.url("c", "selftoken"), "-o", "/dev/null"]
+        plain = subprocess.run(
+            [*base, "-w", "%{http_code}", f"http://{spelling}:{port}/"],
+            capture_output=True,
+            text=True,
+            timeout=20,
+            check=False,
+        )
+        tunnel = subprocess.run(
+            [*base, "-k", f"https://{spelling}:{port}/"],
+            capture_output=True,
+            text=True,
+            timeout=20,
+            check=False,
+        )
+        events = proxy.audit_events()
+    finally:
+        proxy.stop()
+    assert plain.stdout == "403", plain
+    assert [e["reason"] for e in events if e["event"] == "request"] == ["own_listener"]
+    # the opaque tunnel is allowed by the rule, but its upstream connection is refused: curl
+    # gets a closed tunnel, and the proxy saw exactly one CONNECT (no loop through itself)
+    assert tunnel.returncode != 0
+    assert len([e for e in events if e["method"] == "CONNECT"]) == 1

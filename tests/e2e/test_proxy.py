@@ -293,3 +293,18 @@ def test_audit_event_has_every_documented_field(env: Env) -> None:
     }
     assert event["method"] == "POST" and event["bytes_out"] == 5 and event["scheme"] == "https"
     assert event["client"].startswith("127.0.0.1:") and event["duration_ms"] >= 0
+
+
+def test_keep_alive_tunnel_reuses_one_upstream_connection(env: Env) -> None:
+    """Was: pinning the checked address on the upstream connection broke mitmproxy's reuse, so
+    every request opened a new upstream connection and the 6th on one HTTP/1.1 tunnel hung on
+    mitmproxy's per-address connection limit."""
+    before = env.upstream.connections
+    ctx = ssl.create_default_context(cafile=env.proxy.ca_pem)
+    with httpx.Client(proxy=env.proxy_url, verify=ctx, timeout=10) as client:
+        codes = [
+            client.get(env.url("api.test", f"/t/reuse/{i}"), headers={"X-K": env.placeholder}).status_code
+            for i in range(12)
+        ]
+    assert codes == [200] * 12
+    assert env.upstream.connections - before == 1
