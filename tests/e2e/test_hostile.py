@@ -226,7 +226,8 @@ def test_the_proxy_never_connects_to_its_own_listener(tmp_path: Path, spelling: 
     port = free_port()
     rules = tmp_path / "rules.yaml"
     rules.write_text(
-        "version: 1\npools:\n  p:\n    egress:\n      - host: '*'\n        ports: []\n        intercept: false\n"
+        "version: 1\npools:\n  p:\n    egress:\n"
+        "      - host: '*'\n        ports: []\n        intercept: false\n"
         "claims:\n  - id: c\n    pool: p\n    proxy_token: file:token\n"
     )
     proxy = ProxyProcess(rules, tmp_path)
