@@ -149,3 +149,86 @@ def test_acknowledged_writes_survive_sigkill(tmp_path: Path) -> None:
             assert value.decode() == f"v{n // 1000}-{n % 1000}"
         claims, creds = store.snapshot()
         assert [c.id for c in claims] == ["c"] and len(creds) == len(acked)
+
+
+def test_keys_rotate_re_encrypts_and_values_still_read(tmp_path: Path) -> None:
+    state = tmp_path / "state"
+    with Store.open(state / "store.sqlite3", KeyRing.load_or_create(state / "store.key")) as store:
+        store.create_claim("c", "p")
+        for i in range(5):
+            store.put_credential("c", f"k{i}", value=f"CANARYrot{i}".encode(), hosts=["api.test"])
+    old_key = KeyRing.load_or_create(state / "store.key").current
+    done = subprocess.run(
+        [sys.executable, "-m", "proxy", "keys", "rotate", "--state-dir", str(state)],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        timeout=60,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    assert "5 stored values re-encrypted" in done.stdout
+    ring = KeyRing.load_or_create(state / "store.key")
+    assert ring.current != old_key and old_key not in ring.key_ids  # the old key is retired
+    with Store.open(state / "store.sqlite3", ring) as store:
+        assert [store.secret("c", f"k{i}")[0] for i in range(5)] == [
+            f"CANARYrot{i}".encode() for i in range(5)
+        ]
+    resumed = subprocess.run(
+        [sys.executable, "-m", "proxy", "keys", "rotate", "--resume", "--state-dir", str(state)],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        timeout=60,
+        check=False,
+    )
+    assert resumed.returncode == 0 and "0 stored values" in resumed.stdout
+
+
+def test_the_control_listener_is_not_reachable_through_the_proxy(tmp_path: Path) -> None:
+    (tmp_path / "rules.yaml").write_text(
+        "version: 1\npools:\n  p:\n    egress:\n      - host: '*'\n        ports: []\n"
+        "claims:\n  - id: c\n    pool: p\n    proxy_token: file:token\n"
+    )
+    (tmp_path / "token").write_text("tok")
+    (tmp_path / "operator").write_text("operator-token-" + os.urandom(8).hex())
+    control_port, proxy_port = free_port(), free_port()
+    args = [
+        sys.executable,
+        "-m",
+        "proxy",
+        "run",
+        "--rules",
+        str(tmp_path / "rules.yaml"),
+        "--state-dir",
+        str(tmp_path / "state"),
+        "--listen",
+        f"127.0.0.1:{proxy_port}",
+        "--control-tcp",
+        f"127.0.0.1:{control_port}",
+        "--control-token-file",
+        str(tmp_path / "operator"),
+    ]
+    with open(tmp_path / "stderr", "wb") as err:
+        proc = subprocess.Popen(args, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=err)
+    try:
+        wait_for(lambda: httpx.get(f"http://127.0.0.1:{control_port}/healthz").status_code == 200)
+        for spelling in ("127.0.0.1", "127.1", "localhost", "0x7f000001"):
+            done = subprocess.run(
+                [
+                    "curl",
+                    "-sS",
+                    "-x",
+                    f"http://c:tok@127.0.0.1:{proxy_port}",
+                    "-w",
+                    "\n%{http_code}",
+                    f"http://{spelling}:{control_port}/v1/claims",
+                ],
+                capture_output=True,
+                text=True,
+                timeout=20,
+                check=False,
+            )
+            assert done.stdout.endswith("403") and "own_listener" in done.stdout, (spelling, done)
+    finally:
+        stop(proc)
