@@ -7,6 +7,7 @@ Keys (all optional until the addon that owns them has run):
 - ``surrogate.authority`` (host, port)  identify: the canonical CONNECT target of the tunnel
 - ``surrogate.host`` (str)              policy: the canonical destination host of a request (the
                                         request's own host becomes the checked IP in resolve)
+- ``surrogate.original_dst`` (ip, port) identify, transparent mode: where the sandbox connected
 - ``surrogate.decision`` (Decision)     whoever decided last: policy, substitute, or a refusal
 - ``surrogate.opaque`` (bool)           policy: CONNECT allowed by a non-intercepting rule
 - ``surrogate.used`` (dict name→version) substitute: credentials swapped or injected
@@ -23,6 +24,7 @@ from collections.abc import Callable
 from typing import Any
 
 from mitmproxy import http
+from mitmproxy.proxy import mode_specs
 
 from proxy.decide import Decision, Reason, deny
 
@@ -30,6 +32,7 @@ REQUEST_ID = "surrogate.request_id"
 CLAIM = "surrogate.claim"
 AUTHORITY = "surrogate.authority"
 HOST = "surrogate.host"
+ORIGINAL_DST = "surrogate.original_dst"
 DECISION = "surrogate.decision"
 OPAQUE = "surrogate.opaque"
 USED = "surrogate.used"
@@ -45,6 +48,10 @@ REFUSED_BODY_LIMIT = 64 * 1024
 log = logging.getLogger("surrogate")
 
 Hook = Callable[[Any, Any], None]
+
+
+def is_transparent(flow: Any) -> bool:
+    return isinstance(flow.client_conn.proxy_mode, mode_specs.TransparentMode)
 
 
 def fail_closed(hook: Hook) -> Hook:

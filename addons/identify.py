@@ -1,5 +1,8 @@
 """identify: which claim is this connection?
 
+Transparent mode: the claim is the one whose ``sources`` hold the connection's source address
+(longest prefix wins); an unknown source is refused (403 ``unknown_source``) and audited.
+
 Explicit mode: the sandbox sends ``Proxy-Authorization: Basic base64(<claim id>:<token>)``
 (RFC 9110 §11.7.1, RFC 7617) on its CONNECT, or on each plain-HTTP request. The token is
 compared in constant time with the claim's proxy token; a missing or wrong one gets 407 with
@@ -126,6 +129,18 @@ class Identify:
     def requestheaders(self, flow: http.HTTPFlow) -> None:
         flow.metadata[facts.REQUEST_ID] = flow.id
         self._refresh()
+        if facts.is_transparent(flow):
+            _strip_proxy_headers(flow)
+            # the layer set the request's host and port to the connection's original destination
+            flow.metadata[facts.ORIGINAL_DST] = (flow.request.host, flow.request.port)
+            peer = flow.client_conn.peername
+            claim = self.state.registry.claim_for_source(peer[0]) if peer else None
+            if claim is None:
+                who = peer[0] if peer else "unknown"
+                facts.refuse(flow, deny(Reason.UNKNOWN_SOURCE, f"source address {who} belongs to no claim"))
+                return
+            flow.metadata[facts.CLAIM] = claim
+            return
         tunnel = self.tunnels.get(flow.client_conn.id)
         if tunnel is not None:
             claim = self.state.registry.claim(tunnel.claim_id)

@@ -13,8 +13,8 @@
 
 from __future__ import annotations
 
-from mitmproxy import http
-from mitmproxy.proxy import layer, layers
+from mitmproxy import http, tls
+from mitmproxy.proxy import layer, layers, mode_specs
 
 from addons import facts
 from proxy.decide import Decision, Reason, decide_connect, decide_request, deny
@@ -54,6 +54,27 @@ class Policy:
             flow.metadata[facts.OPAQUE] = True
             self.opaque_pending.add(flow.client_conn.id)
 
+    def tls_clienthello(self, data: tls.ClientHelloData) -> None:
+        """Transparent mode: a TLS connection whose SNI an opaque rule allows is passed through
+        uninspected, to the SNI's address (resolve checks it is where the sandbox connected).
+        Anything else is intercepted and its first request decided in full."""
+        context = data.context
+        sni = data.client_hello.sni
+        if not isinstance(context.client.proxy_mode, mode_specs.TransparentMode) or not sni:
+            return
+        peer, original = context.client.peername, context.server.address
+        claim = self.state.registry.claim_for_source(peer[0]) if peer else None
+        pool = self.state.policy.pools.get(claim.pool) if claim else None
+        if pool is None or original is None:
+            return
+        try:
+            host = canonical_host(sni)
+        except HostError:
+            return
+        decision = decide_connect(pool, host, original[1])
+        if decision.allowed and decision.rule is not None and not decision.rule.intercept:
+            data.ignore_connection = True  # resolve points the connection at the SNI's address
+
     def next_layer(self, nextlayer: layer.NextLayer) -> None:
         # The first layer decision after an opaque CONNECT is the tunnel's content.
         client_id = nextlayer.context.client.id
@@ -77,7 +98,15 @@ class Policy:
     def _decide(self, flow: http.HTTPFlow, pool_name: str) -> Decision:
         req = flow.request
         authority = flow.metadata.get(facts.AUTHORITY)
-        if authority is None:  # absolute-form request on the explicit proxy (plain HTTP)
+        original = flow.metadata.get(facts.ORIGINAL_DST)
+        if original is not None:  # transparent: the name comes from the Host header (or SNI)
+            named = req.host_header or flow.client_conn.sni or ""
+            if not named:
+                return deny(
+                    Reason.AUTHORITY_MISMATCH, "request names no host (no Host header, no SNI)", status=421
+                )
+            authority = (_split_host_header(named)[0], original[1])
+        elif authority is None:  # absolute-form request on the explicit proxy (plain HTTP)
             authority = (canonical_host(req.host), req.port)
         host, port = authority
         names = {"Host header": req.host_header or ""}
@@ -95,6 +124,8 @@ class Policy:
         flow.metadata[facts.HOST] = host
         # Inside a tunnel we terminated TLS for, only intercepting rules may allow a request: a
         # later `intercept: false` rule must not approve what the intercepting rule refused.
-        in_tunnel = flow.metadata.get(facts.AUTHORITY) is not None
+        in_tunnel = flow.metadata.get(facts.AUTHORITY) is not None or (
+            original is not None and req.scheme == "https"
+        )
         pool = self.state.policy.pools[pool_name]
         return decide_request(pool, host, port, req.method, req.path, intercepted_only=in_tunnel)

@@ -23,11 +23,11 @@ import asyncio
 import ipaddress
 import socket
 
-from mitmproxy import connection, http
-from mitmproxy.proxy import server_hooks
+from mitmproxy import connection, http, tls
+from mitmproxy.proxy import mode_specs, server_hooks
 
 from addons import facts
-from proxy.decide import Reason, deny
+from proxy.decide import Decision, Reason, deny
 from proxy.errors import HostError
 from proxy.hosts import canonical_host
 from proxy.state import State
@@ -47,8 +47,9 @@ class Resolve:
         self._pinned: dict[tuple[str, str, int], str] = {}  # (client id, name, port) -> checked IP
         self._sni: dict[tuple[str, str, int], str] = {}  # (client id, IP, port) -> name
 
-    async def _checked(self, name: str, port: int) -> tuple[str | None, str]:
-        """(checked IP, "") or (None, why not)."""
+    async def _checked(self, name: str, port: int, prefer: str | None = None) -> tuple[str | None, str]:
+        """(checked IP, "") or (None, why not). ``prefer``: the address to use when it is one of
+        the name's addresses (transparent mode: where the sandbox connected)."""
         pinned = self.state.pins.get(name)
         if pinned is not None:
             addresses = [pinned]
@@ -63,6 +64,10 @@ class Resolve:
             return None, f"cannot resolve {name}: no address"
         if port in self.state.own_ports and any(_is_local(ip) for ip in ips):
             return None, f"{name}:{port} is one of surrogate's own listeners"
+        if prefer is not None:
+            if ipaddress.ip_address(prefer) in ips:
+                return prefer, ""
+            return None, f"not an address of {name}"
         return str(ips[0]), ""
 
     async def requestheaders(self, flow: http.HTTPFlow) -> None:
@@ -72,11 +77,9 @@ class Resolve:
             name, port, client = flow.metadata[facts.HOST], flow.request.port, flow.client_conn.id
             ip = self._pinned.get((client, name, port))
             if ip is None:
-                ip, why = await self._checked(name, port)
+                ip, why = await self._checked(name, port, self._must_be(flow))
                 if ip is None:
-                    own = "own listeners" in why
-                    reason = Reason.OWN_LISTENER if own else Reason.UNRESOLVABLE
-                    facts.refuse(flow, deny(reason, why, status=403 if own else 502))
+                    facts.refuse(flow, _refusal(why, flow))
                     return
                 self._pinned[client, name, port] = ip
             self._sni[client, ip, port] = name
@@ -86,6 +89,41 @@ class Resolve:
             facts.refuse(
                 flow, deny(Reason.INTERNAL_ERROR, "surrogate could not process this request", status=400)
             )
+
+    def _must_be(self, flow: http.HTTPFlow) -> str | None:
+        """Transparent mode: the name must resolve to the address the sandbox connected to, unless
+        the pool allows re-routing (then surrogate connects to the name's own address)."""
+        original = flow.metadata.get(facts.ORIGINAL_DST)
+        if original is None:
+            return None
+        pool = self.state.policy.pools.get(flow.metadata[facts.CLAIM].pool)
+        return None if pool is not None and pool.allow_reroute else str(original[0])
+
+    async def tls_clienthello(self, data: tls.ClientHelloData) -> None:
+        """Transparent pass-through (policy chose it): the SNI's name must resolve to the address
+        the sandbox connected to (unless the pool allows re-routing); else intercept instead, so
+        that the first request is refused with an explanation."""
+        context = data.context
+        if not data.ignore_connection or not isinstance(
+            context.client.proxy_mode, mode_specs.TransparentMode
+        ):
+            return
+        try:
+            assert context.server.address is not None and context.client.peername is not None
+            original, port = context.server.address
+            name = canonical_host(data.client_hello.sni or "")
+            claim = self.state.registry.claim_for_source(context.client.peername[0])
+            pool = self.state.policy.pools.get(claim.pool) if claim else None
+            prefer = None if pool is not None and pool.allow_reroute else str(original)
+            ip, _ = await self._checked(name, port, prefer)
+        except Exception as e:  # fail closed: intercept, and let the first request be refused
+            facts.log.error("resolve.tls_clienthello failed with %s", type(e).__name__)
+            ip = None
+        if ip is None:
+            data.ignore_connection = False
+            return
+        self._sni[context.client.id, ip, port] = name
+        context.server.address = (ip, port)
 
     async def server_connect(self, data: server_hooks.ServerConnectionHookData) -> None:
         server = data.server
@@ -114,6 +152,19 @@ class Resolve:
         for table in (self._pinned, self._sni):
             for key in [k for k in table if k[0] == client.id]:
                 del table[key]
+
+
+def _refusal(why: str, flow: http.HTTPFlow) -> Decision:
+    if "own listeners" in why:
+        return deny(Reason.OWN_LISTENER, why)
+    if why.startswith("not an address of"):
+        original = flow.metadata[facts.ORIGINAL_DST][0]
+        return deny(
+            Reason.AUTHORITY_MISMATCH,
+            f"the connection's destination {original} is {why} (the pool does not allow re-routing)",
+            status=421,
+        )
+    return deny(Reason.UNRESOLVABLE, why, status=502)
 
 
 def _is_ip(host: str) -> bool:

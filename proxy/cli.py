@@ -33,6 +33,7 @@ from certs import ca
 from proxy import audit, client
 from proxy.errors import HostError, SurrogateError
 from proxy.hosts import canonical_host
+from proxy.netrules import transparent_rules
 from proxy.policy import Policy
 from proxy.registry import Registry
 from proxy.rules import load_rules
@@ -136,6 +137,12 @@ def _parser() -> argparse.ArgumentParser:
         help="connect to ADDR for NAME, like curl --resolve (repeatable)",
     )
     run.add_argument("--audit-file", type=Path, help="append audit events here (default stdout)")
+    run.add_argument(
+        "--transparent",
+        type=_listen,
+        metavar="HOST:PORT",
+        help="also listen for kernel-redirected (iptables/nft REDIRECT) traffic; claims by source address",
+    )
     _control_args(run)
 
     control = sub.add_parser("control", parents=[state], help="serve only the control API (sidecar)")
@@ -143,6 +150,14 @@ def _parser() -> argparse.ArgumentParser:
     control.add_argument("--audit-file", type=Path, help="append audit events here (default stdout)")
     _control_args(control)
     client.add_commands(sub, state)
+
+    tr = sub.add_parser("transparent-rules", help="print iptables/nftables rules that redirect a sandbox")
+    tr.add_argument("--port", type=int, required=True, help="the proxy's --transparent port")
+    which = tr.add_mutually_exclusive_group(required=True)
+    which.add_argument("--interface", help="the sandbox's interface (veth, bridge)")
+    which.add_argument("--source", help="the sandbox's address or CIDR")
+    which.add_argument("--uid", type=int, help="the sandbox's user on this host")
+    tr.add_argument("--proxy-uid", type=int, help="the proxy's user (required with --uid)")
 
     keys = sub.add_parser("keys", help="the store's encryption keys")
     keys_sub = keys.add_subparsers(dest="keys_command", required=True)
@@ -184,6 +199,17 @@ def main(argv: list[str] | None = None) -> int:
             return _control(args)
         if args.command == "keys":
             return _rotate_keys(args)
+        if args.command == "transparent-rules":
+            sys.stdout.write(
+                transparent_rules(
+                    args.port,
+                    interface=args.interface,
+                    source=args.source,
+                    uid=args.uid,
+                    proxy_uid=args.proxy_uid,
+                )
+            )
+            return 0
         if args.command in ("claims", "creds"):
             return client.run_command(args)
     except SurrogateError as e:
@@ -245,6 +271,7 @@ def _run(args: argparse.Namespace) -> int:
             listen_port=port,
             upstream_cas=args.upstream_ca,
             control=control,
+            transparent=args.transparent,
         )
         try:
             asyncio.run(serve(config, lambda: _banner(policy, args, host, port, control)))

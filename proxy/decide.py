@@ -40,6 +40,7 @@ class Reason(StrEnum):
     UPSTREAM_ERROR = "upstream_error"
     INTERNAL_ERROR = "internal_error"
     OWN_LISTENER = "own_listener"
+    UNKNOWN_SOURCE = "unknown_source"
     UNRESOLVABLE = "unresolvable"
 
 

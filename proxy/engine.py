@@ -53,6 +53,7 @@ class RunConfig:
     listen_port: int = 8080
     upstream_cas: list[Path] = field(default_factory=list)
     control: ControlConfig | None = None
+    transparent: tuple[str, int] | None = None  # transparent listener (SO_ORIGINAL_DST, Linux)
 
 
 def open_store(state_dir: Path) -> Store:
@@ -63,6 +64,10 @@ def open_store(state_dir: Path) -> Store:
 def build_master(config: RunConfig, on_ready: Callable[[], None] | None = None) -> Master:
     """Create the Master (call inside a running event loop)."""
     config.state.own_ports = {config.listen_port}
+    modes = [f"regular@{_hostport(config.listen_host, config.listen_port)}"]
+    if config.transparent is not None:
+        config.state.own_ports.add(config.transparent[1])
+        modes.append(f"transparent@{_hostport(*config.transparent)}")
     if config.control is not None and config.control.tcp is not None:
         config.state.own_ports.add(config.control.tcp[1])
     ca.ensure_ca(config.state_dir)
@@ -74,9 +79,7 @@ def build_master(config: RunConfig, on_ready: Callable[[], None] | None = None) 
         chain.append(_Ready(on_ready))
     master.addons.add(*chain)
     opts.update(
-        mode=["regular"],
-        listen_host=config.listen_host,
-        listen_port=config.listen_port,
+        mode=modes,
         connection_strategy="lazy",
         confdir=str(ca.ca_dir(config.state_dir)),
         ssl_verify_upstream_trusted_ca=str(bundle),
@@ -87,6 +90,10 @@ def build_master(config: RunConfig, on_ready: Callable[[], None] | None = None) 
         stream_large_bodies="1m",
     )
     return master
+
+
+def _hostport(host: str, port: int) -> str:
+    return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
 
 
 class _Ready:

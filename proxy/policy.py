@@ -9,12 +9,15 @@ credential's ``source`` and a claim's ``proxy_token``, which read the value wher
 from __future__ import annotations
 
 import hmac
+import ipaddress
 from dataclasses import dataclass, field
 from typing import Protocol
 
 from proxy.errors import SecretUnavailable
 from proxy.hosts import HostPattern
 from proxy.secrets import Secret, ValueSource
+
+Network = ipaddress.IPv4Network | ipaddress.IPv6Network
 
 
 class SecretSource(Protocol):
@@ -63,6 +66,7 @@ class EgressRule:
 class Pool:
     name: str
     egress: tuple[EgressRule, ...]
+    allow_reroute: bool = False  # transparent mode: may the Host/SNI name another address?
 
 
 @dataclass(frozen=True, slots=True)
@@ -103,6 +107,7 @@ class Claim:
     injections: tuple[Credential, ...] = field(repr=False, compare=False)
     by_placeholder: dict[bytes, Credential] = field(repr=False, compare=False)
     origin: str = "rules"  # "rules" (the rules file) or "store" (the control API)
+    sources: tuple[Network, ...] = ()  # transparent mode: the sandbox's source addresses
 
     @classmethod
     def build(
@@ -112,6 +117,7 @@ class Claim:
         token: TokenCheck,
         credentials: tuple[Credential, ...],
         origin: str = "rules",
+        sources: tuple[Network, ...] = (),
     ) -> Claim:
         return cls(
             claim_id,
@@ -121,6 +127,7 @@ class Claim:
             tuple(c for c in credentials if c.inject is not None),
             {c.placeholder.encode(): c for c in credentials},
             origin,
+            sources,
         )
 
 

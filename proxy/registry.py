@@ -11,13 +11,14 @@ that version only. Rules-file claims win on an id clash (the control API refuses
 
 from __future__ import annotations
 
+import ipaddress
 import logging
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from proxy.errors import SecretUnavailable, SurrogateError
 from proxy.hosts import HostPattern
-from proxy.policy import Claim, Credential, Injection, Policy
+from proxy.policy import Claim, Credential, Injection, Network, Policy
 from proxy.secrets import Secret, checked_value
 
 if TYPE_CHECKING:
@@ -67,9 +68,30 @@ class Registry:
         self._seen: int | None = None
         self._store_claims: dict[str, Claim] = {}
         self._versions: dict[str, int] = {}
+        self._by_source: list[tuple[Network, Claim]] = []
+        self._index_sources()
 
     def claim(self, claim_id: str) -> Claim | None:
         return self.policy.claims.get(claim_id) or self._store_claims.get(claim_id)
+
+    def claim_for_source(self, address: str) -> Claim | None:
+        """The claim whose sources hold ``address`` (transparent mode); the longest prefix wins."""
+        try:
+            ip = ipaddress.ip_address(address.split("%", 1)[0])
+        except ValueError:
+            return None
+        if isinstance(ip, ipaddress.IPv6Address) and ip.ipv4_mapped is not None:
+            ip = ip.ipv4_mapped
+        for net, claim in self._by_source:
+            if ip.version == net.version and ip in net:
+                return claim
+        return None
+
+    def _index_sources(self) -> None:
+        pairs = [
+            (n, c) for c in (*self._store_claims.values(), *self.policy.claims.values()) for n in c.sources
+        ]
+        self._by_source = sorted(pairs, key=lambda p: -p[0].prefixlen)
 
     def refresh(self) -> set[str]:
         """Rebuild from the store if it changed. Returns the ids of store claims that were
@@ -100,10 +122,13 @@ class Registry:
         versions: dict[str, int] = {}
         for c in claims:
             token = StoreToken(self.store, c.id)
-            fresh[c.id] = Claim.build(c.id, c.pool, token, tuple(by_claim.get(c.id, ())), "store")
+            sources = tuple(ipaddress.ip_network(s, strict=False) for s in c.sources)
+            held = tuple(by_claim.get(c.id, ()))
+            fresh[c.id] = Claim.build(c.id, c.pool, token, held, "store", sources)
             versions[c.id] = c.version
         gone = {cid for cid, v in self._versions.items() if versions.get(cid) != v}
         self._store_claims, self._versions, self._seen = fresh, versions, version
+        self._index_sources()
         return gone
 
     def record_use(self, claim: Claim, names: list[str], now: float) -> None:

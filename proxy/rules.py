@@ -18,6 +18,7 @@ The fields are documented in ``rules/README.md``.
 
 from __future__ import annotations
 
+import ipaddress
 import re
 from pathlib import Path
 from typing import Any, Literal, get_args, get_origin
@@ -28,7 +29,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from proxy import placeholders
 from proxy.errors import HostError, Problem, RulesError, SecretUnavailable
 from proxy.hosts import HostPattern
-from proxy.policy import Claim, Credential, EgressRule, Injection, Policy, Pool, SourceToken
+from proxy.policy import Claim, Credential, EgressRule, Injection, Network, Policy, Pool, SourceToken
 from proxy.secrets import ValueSource
 
 _TOKEN = re.compile(r"^[!#$%&'*+.^_`|~0-9A-Za-z-]+$")  # RFC 9110 §5.6.2 token
@@ -49,6 +50,7 @@ class RuleModel(_Model):
 
 class PoolModel(_Model):
     egress: list[RuleModel] = Field(default_factory=list)
+    allow_reroute: bool = False
 
 
 class InjectModel(_Model):
@@ -68,6 +70,7 @@ class ClaimModel(_Model):
     id: str
     pool: str
     proxy_token: str
+    sources: list[str] = Field(default_factory=list)
     credentials: list[CredentialModel] = Field(default_factory=list)
 
 
@@ -233,10 +236,11 @@ def _build(model: RulesModel, base_dir: Path, marks: _Marks) -> Policy:
                 rules.append(rule)
             else:
                 broken.add(pname)
-        pools[pname] = Pool(pname, tuple(rules))
+        pools[pname] = Pool(pname, tuple(rules), pm.allow_reroute)
 
     claims: dict[str, Claim] = {}
     seen_placeholders: dict[str, str] = {}
+    owners: dict[Network, str] = {}
     for ci, cm in enumerate(model.claims):
         loc: Loc = ("claims", ci)
         if cm.id in claims:
@@ -258,7 +262,8 @@ def _build(model: RulesModel, base_dir: Path, marks: _Marks) -> Policy:
             if cred is not None:
                 creds.append(cred)
         if token is not None:
-            claims[cm.id] = Claim.build(cm.id, cm.pool, SourceToken(token), tuple(creds))
+            sources = _networks(cm.sources, loc + ("sources",), marks, owners, cm.id)
+            claims[cm.id] = Claim.build(cm.id, cm.pool, SourceToken(token), tuple(creds), "rules", sources)
     return Policy(marks.file, pools, claims)
 
 
@@ -291,6 +296,25 @@ def _rule(pool: str, i: int, rm: RuleModel, loc: Loc, marks: _Marks) -> EgressRu
         tuple(rm.paths),
         rm.intercept,
     )
+
+
+def _networks(
+    raw: list[str], loc: Loc, marks: _Marks, owners: dict[Network, str], claim_id: str
+) -> tuple[Network, ...]:
+    """Parse a claim's source addresses/CIDRs; the same network may not name two claims."""
+    out = []
+    for j, text in enumerate(raw):
+        try:
+            net = ipaddress.ip_network(text, strict=False)
+        except ValueError:
+            marks.add(loc + (j,), f"{text!r} is not an IP address or CIDR (e.g. 10.0.0.5 or 10.0.0.0/24)")
+            continue
+        if net in owners and owners[net] != claim_id:
+            marks.add(loc + (j,), f"source {net} already identifies claim {owners[net]!r}")
+            continue
+        owners[net] = claim_id
+        out.append(net)
+    return tuple(out)
 
 
 def opaque_shadow(pool: Pool, host: HostPattern) -> EgressRule | None:

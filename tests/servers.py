@@ -257,9 +257,11 @@ class _Handler(BaseHTTPRequestHandler):
 
 
 class _Server(socketserver.TCPServer):
+    allow_reuse_address = True
+
     def __init__(self, upstream: Upstream) -> None:
         self.upstream = upstream
-        super().__init__(("127.0.0.1", 0), _Handler)
+        super().__init__(upstream.bind, _Handler)
 
     def get_request(self) -> tuple[socket.socket, object]:
         sock, addr = super().get_request()
@@ -289,7 +291,9 @@ class Upstream:
         hostnames: list[str],
         git_password: str | None = None,
         tmpdir: pathlib.Path | None = None,
+        bind: tuple[str, int] = ("127.0.0.1", 0),
     ) -> None:
+        self.bind = bind  # a test network namespace's address, for transparent-mode tests
         self.git_password = git_password
         self.requests: list[Recorded] = []
         self.connections = 0
