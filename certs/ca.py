@@ -43,6 +43,17 @@ def export_pem(state_dir: Path) -> str:
     return ca_cert_path(state_dir).read_text(encoding="ascii")
 
 
+def write_sandbox_bundle(state_dir: Path, out: Path | None) -> Path:
+    """System roots plus surrogate's CA in one PEM file (default ``<state dir>/ca/bundle.pem``),
+    for runtimes that read a single bundle (Python certifi, Node, git); returns its path."""
+    ensure_ca(state_dir)
+    system = SYSTEM_ROOTS if SYSTEM_ROOTS.exists() else Path(certifi.where())
+    out = out or ca_dir(state_dir) / "bundle.pem"
+    out.write_text(system.read_text(encoding="ascii") + "\n" + export_pem(state_dir), encoding="ascii")
+    out.chmod(0o644)  # public certificates: the sandbox must be able to read it
+    return out
+
+
 def write_upstream_bundle(state_dir: Path, extra: list[Path]) -> Path:
     """Write the system roots (Debian's bundle, else certifi's) plus ``extra`` PEM files into
     ``<state dir>/upstream-trust.pem`` and return its path.

@@ -34,7 +34,8 @@ from proxy import audit, client
 from proxy.errors import HostError, SurrogateError
 from proxy.hosts import canonical_host
 from proxy.netrules import transparent_rules
-from proxy.policy import Policy
+from proxy.policy import Policy, SourceToken
+from proxy.provision import render, sandbox_env
 from proxy.registry import Registry
 from proxy.rules import load_rules
 from proxy.state import State
@@ -151,6 +152,16 @@ def _parser() -> argparse.ArgumentParser:
     _control_args(control)
     client.add_commands(sub, state)
 
+    env = sub.add_parser("env", parents=[state], help="print the environment a sandbox needs (shell or .env)")
+    env.add_argument("--rules", type=Path, required=True)
+    env.add_argument("--claim", required=True)
+    env.add_argument("--proxy", default="127.0.0.1:8080", help="HOST:PORT as the sandbox reaches the proxy")
+    env.add_argument("--bundle", help="path of the trust bundle inside the sandbox (default: ca bundle's)")
+    env.add_argument(
+        "--token-file", type=Path, help="the claim's proxy token (needed for control-API claims)"
+    )
+    env.add_argument("--format", choices=["shell", "dotenv"], default="shell")
+
     tr = sub.add_parser("transparent-rules", help="print iptables/nftables rules that redirect a sandbox")
     tr.add_argument("--port", type=int, required=True, help="the proxy's --transparent port")
     which = tr.add_mutually_exclusive_group(required=True)
@@ -169,6 +180,10 @@ def _parser() -> argparse.ArgumentParser:
     ca_p = sub.add_parser("ca", help="the proxy's CA")
     ca_sub = ca_p.add_subparsers(dest="ca_command", required=True)
     ca_sub.add_parser("export", parents=[state], help="print the CA certificate sandboxes trust")
+    bundle = ca_sub.add_parser(
+        "bundle", parents=[state], help="write system roots + surrogate's CA to one file"
+    )
+    bundle.add_argument("--out", type=Path, help="default: <state dir>/ca/bundle.pem")
 
     rules = sub.add_parser("rules", help="rules files")
     rules_sub = rules.add_subparsers(dest="rules_command", required=True)
@@ -188,9 +203,14 @@ def main(argv: list[str] | None = None) -> int:
     try:
         if args.command == "run":
             return _run(args)
+        if args.command == "ca" and args.ca_command == "bundle":
+            print(ca.write_sandbox_bundle(args.state_dir, args.out))
+            return 0
         if args.command == "ca":
             sys.stdout.write(ca.export_pem(args.state_dir))
             return 0
+        if args.command == "env":
+            return _env(args)
         if args.command == "rules":
             return _check(args.files)
         if args.command == "demo":
@@ -281,6 +301,30 @@ def _run(args: argparse.Namespace) -> int:
     return 0
 
 
+def _env(args: argparse.Namespace) -> int:
+    from proxy.engine import open_store
+
+    policy = load_rules(args.rules)
+    with open_store(args.state_dir) as store:
+        registry = Registry(policy, store)
+        registry.refresh()
+        claim = registry.claim(args.claim)
+        if claim is None:
+            raise ValueError(f"no claim {args.claim!r} in {args.rules} or in the store")
+        if args.token_file is not None:
+            token = args.token_file.read_text(encoding="utf-8").strip()
+        elif isinstance(claim.proxy_token, SourceToken):
+            token = claim.proxy_token.source.current()[0].reveal()
+        else:
+            raise ValueError(
+                f"claim {args.claim!r} came from the control API: pass --token-file with the token "
+                "its creation returned (the store keeps only a hash)"
+            )
+    bundle = args.bundle or str(ca.write_sandbox_bundle(args.state_dir, None).resolve())
+    sys.stdout.write(render(sandbox_env(claim, token, args.proxy, bundle), args.format))
+    return 0
+
+
 def _rotate_keys(args: argparse.Namespace) -> int:
     from proxy.engine import open_store
 
@@ -325,7 +369,8 @@ def _banner(policy: Policy, args: argparse.Namespace, host: str, port: int, cont
     if control.tcp is not None:
         lines.append(f"  control API: http://{control.tcp[0]}:{control.tcp[1]} (Bearer operator token)")
     for claim in policy.claims.values():
-        src = claim.proxy_token.source  # type: ignore[attr-defined]  # rules claims: SourceToken
+        assert isinstance(claim.proxy_token, SourceToken)  # rules-file claims
+        src = claim.proxy_token.source
         token = f"$(cat {src.ref})" if src.kind == "file" else f"${src.ref}"
         lines.append(f"  claim {claim.id} (pool {claim.pool}):")
         lines.append(f'    export HTTPS_PROXY="http://{claim.id}:{token}@{hostport}"')

@@ -291,6 +291,36 @@ def test_http2_client_in_transparent_mode(world: World) -> None:
     assert world.proxy.wait_event(path="/t/transparent-h2")["credentials"] == [{"name": "api", "version": 1}]
 
 
+NODE_CLIENT = """
+const https = require("https");
+const req = https.request({host: "10.232.0.2", port: 443, path: "/t/transparent-node", servername: "api.test",
+  headers: {Host: "api.test", Authorization: "Bearer " + process.env.PH}}, (res) => {
+  let body = ""; res.on("data", (c) => body += c); res.on("end", () => console.log(res.statusCode));
+});
+req.on("error", (e) => { console.error(e.message); process.exit(1); });
+req.end();
+"""
+
+
+@pytest.mark.skipif(shutil.which("node") is None, reason="node is not installed")
+def test_node_https_client_with_no_proxy_support_at_all(world: World) -> None:
+    """Node's https module ignores proxy variables entirely: transparent mode is the only way."""
+    env = {"PATH": os.environ["PATH"], "PH": PH, "NODE_EXTRA_CA_CERTS": str(world.proxy.ca_pem)}
+    done = subprocess.run(
+        ["ip", "netns", "exec", world.net.sbx, "node", "-e", NODE_CLIENT],
+        capture_output=True,
+        text=True,
+        timeout=30,
+        check=False,
+        env=env,
+    )
+    world.received.append(done.stdout + done.stderr)
+    assert done.stdout.strip() == "200", done.stderr
+    assert world.proxy.wait_event(path="/t/transparent-node")["credentials"] == [
+        {"name": "api", "version": 1}
+    ]
+
+
 def test_a_source_no_claim_owns_is_refused(world: World) -> None:
     done = world.curl(
         "--resolve", "api.test:443:10.232.0.2", "https://api.test/t/stranger", source="10.231.0.3"
@@ -360,7 +390,9 @@ def test_zz_upstream_saw_only_the_allowed_requests_with_the_real_secret(world: W
     world.upstream.wait(timeout=20)
     seen = upstream_saw(world)
     paths = [r["path"] for r in seen if "path" in r]
-    assert sorted(paths) == ["/t/after-loop", "/t/transparent", "/t/transparent-h2"]
+    expected = ["/t/after-loop", "/t/transparent", "/t/transparent-h2"]
+    expected += ["/t/transparent-node"] if shutil.which("node") else []
+    assert sorted(paths) == sorted(expected)
     auth = [
         v
         for r in seen
@@ -370,6 +402,6 @@ def test_zz_upstream_saw_only_the_allowed_requests_with_the_real_secret(world: W
     ]
     assert auth == [f"Bearer {world.secret}"]
     # deny, unknown source, mismatch and cleartext made no upstream connection at all
-    assert seen[-1]["connections"] <= 3
+    assert seen[-1]["connections"] <= 4
     for text in world.received:
         assert world.secret not in text
