@@ -17,13 +17,27 @@ from proxy import audit as a
 from proxy.decide import Action, Decision, Reason
 
 
+def _client_hung_up(flow: http.HTTPFlow) -> bool:
+    """Which side ended a flow early, from mitmproxy 12.3's messages (the error hook carries no
+    more): its HTTP/1 server side says "Client disconnected.", its HTTP/1 client side "server
+    closed connection", and either HTTP/2 side "peer closed connection" — the client's when only
+    the client speaks HTTP/2."""
+    msg = flow.error.msg if flow.error else ""
+    if msg == "Client disconnected.":
+        return True
+    return (
+        msg == "peer closed connection" and flow.client_conn.alpn == b"h2" and flow.server_conn.alpn != b"h2"
+    )
+
+
 def _event(flow: http.HTTPFlow, kind: str) -> dict[str, Any]:
     req = flow.request
     decision: Decision | None = flow.metadata.get(facts.DECISION)
     claim = flow.metadata.get(facts.CLAIM)
     if flow.error and (decision is None or decision.allowed):
         rule = decision.rule if decision else None
-        decision = Decision(Action.ERROR, Reason.UPSTREAM_ERROR, flow.error.msg, rule, status=502)
+        reason = Reason.CLIENT_CLOSED if flow.response and _client_hung_up(flow) else Reason.UPSTREAM_ERROR
+        decision = Decision(Action.ERROR, reason, flow.error.msg, rule, status=502)
     counts = flow.metadata.get(facts.BYTES, (0, 0))
     used = flow.metadata.get(facts.USED, {})
     if flow.error and not flow.server_conn.timestamp_tls_setup and flow.request.scheme == "https":

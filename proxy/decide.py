@@ -38,6 +38,7 @@ class Reason(StrEnum):
     CREDENTIAL_UNAVAILABLE = "credential_unavailable"
     CREDENTIAL_EXPIRED = "credential_expired"
     UPSTREAM_ERROR = "upstream_error"
+    CLIENT_CLOSED = "client_closed"
     INTERNAL_ERROR = "internal_error"
     OWN_LISTENER = "own_listener"
     UNKNOWN_SOURCE = "unknown_source"
