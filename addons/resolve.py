@@ -11,10 +11,13 @@ lookup an attacker's DNS could answer differently).
   connection's address, so pinning at the request keeps keep-alive reuse working.
 - Any other upstream connection (an opaque tunnel) is resolved and pinned in ``server_connect``.
 
-Refused: a connection to one of surrogate's own listening ports on a local address, in any
-spelling (``127.1``, ``0x7f000001``, ``[::ffff:127.0.0.1]``, a name resolving to loopback...),
-since addresses are compared after resolution. The full table of special-purpose ranges
-(private, link-local, metadata endpoints) belongs to the hardening work.
+Refused, after resolution (so in any spelling: ``127.1``, ``0x7f000001``, ``[::ffff:127.0.0.1]``,
+a name whose DNS answers loopback...):
+- one of surrogate's own listening ports on a local address (403 ``own_listener``);
+- any special-purpose address (:mod:`proxy.addresses`: private, loopback, link-local, CGNAT,
+  metadata endpoints, embedded IPv4...) unless the pool lists it in ``allow_cidrs``
+  (403 ``special_address``). Every resolved address must pass, not just the first. Addresses the
+  operator pinned with ``--resolve`` are the operator's choice and are not checked.
 """
 
 from __future__ import annotations
@@ -27,6 +30,7 @@ from mitmproxy import connection, http, tls
 from mitmproxy.proxy import mode_specs, server_hooks
 
 from addons import facts
+from proxy.addresses import Network, allowed_by, special
 from proxy.decide import Decision, Reason, deny
 from proxy.errors import HostError
 from proxy.hosts import canonical_host
@@ -46,10 +50,14 @@ class Resolve:
         self.state = state
         self._pinned: dict[tuple[str, str, int], str] = {}  # (client id, name, port) -> checked IP
         self._sni: dict[tuple[str, str, int], str] = {}  # (client id, IP, port) -> name
+        self._allow: dict[str, tuple[Network, ...]] = {}  # client id -> the pool's allow_cidrs
 
-    async def _checked(self, name: str, port: int, prefer: str | None = None) -> tuple[str | None, str]:
+    async def _checked(
+        self, name: str, port: int, prefer: str | None = None, allow: tuple[Network, ...] = ()
+    ) -> tuple[str | None, str]:
         """(checked IP, "") or (None, why not). ``prefer``: the address to use when it is one of
-        the name's addresses (transparent mode: where the sandbox connected)."""
+        the name's addresses (transparent mode: where the sandbox connected); ``allow``: special
+        networks the pool may reach."""
         pinned = self.state.pins.get(name)
         if pinned is not None:
             addresses = [pinned]
@@ -64,6 +72,14 @@ class Resolve:
             return None, f"cannot resolve {name}: no address"
         if port in self.state.own_ports and any(_is_local(ip) for ip in ips):
             return None, f"{name}:{port} is one of surrogate's own listeners"
+        if pinned is None:
+            for ip in ips:
+                why = special(ip)
+                if why is not None and not allowed_by(ip, allow):
+                    return (
+                        None,
+                        f"special: {name} resolves to {ip}, {why}; the pool's allow_cidrs does not allow it",
+                    )
         if prefer is not None:
             if ipaddress.ip_address(prefer) in ips:
                 return prefer, ""
@@ -77,7 +93,9 @@ class Resolve:
             name, port, client = flow.metadata[facts.HOST], flow.request.port, flow.client_conn.id
             ip = self._pinned.get((client, name, port))
             if ip is None:
-                ip, why = await self._checked(name, port, self._must_be(flow))
+                pool = self.state.policy.pools.get(flow.metadata[facts.CLAIM].pool)
+                allow = pool.allow_cidrs if pool else ()
+                ip, why = await self._checked(name, port, self._must_be(flow), allow)
                 if ip is None:
                     facts.refuse(flow, _refusal(why, flow))
                     return
@@ -115,7 +133,9 @@ class Resolve:
             claim = self.state.registry.claim_for_source(context.client.peername[0])
             pool = self.state.policy.pools.get(claim.pool) if claim else None
             prefer = None if pool is not None and pool.allow_reroute else str(original)
-            ip, _ = await self._checked(name, port, prefer)
+            allow = pool.allow_cidrs if pool else ()
+            self._allow[context.client.id] = allow
+            ip, _ = await self._checked(name, port, prefer, allow)
         except Exception as e:  # fail closed: intercept, and let the first request be refused
             facts.log.error("resolve.tls_clienthello failed with %s", type(e).__name__)
             ip = None
@@ -140,7 +160,7 @@ class Resolve:
         except HostError:
             server.error = "invalid upstream host name"  # fail closed: no connection
             return
-        ip, why = await self._checked(canonical, port)
+        ip, why = await self._checked(canonical, port, None, self._allow.get(data.client.id, ()))
         if ip is None:
             server.error = f"refused: {why}"
             return
@@ -148,7 +168,15 @@ class Resolve:
             server.sni = canonical
         server.address = (ip, port)
 
+    def http_connect(self, flow: http.HTTPFlow) -> None:
+        # an opaque tunnel's upstream connection has no flow: remember its pool's allow_cidrs
+        claim = flow.metadata.get(facts.CLAIM)
+        pool = self.state.policy.pools.get(claim.pool) if claim else None
+        if pool is not None:
+            self._allow[flow.client_conn.id] = pool.allow_cidrs
+
     def client_disconnected(self, client: connection.Client) -> None:
+        self._allow.pop(client.id, None)
         for table in (self._pinned, self._sni):
             for key in [k for k in table if k[0] == client.id]:
                 del table[key]
@@ -157,6 +185,8 @@ class Resolve:
 def _refusal(why: str, flow: http.HTTPFlow) -> Decision:
     if "own listeners" in why:
         return deny(Reason.OWN_LISTENER, why)
+    if why.startswith("special: "):
+        return deny(Reason.SPECIAL_ADDRESS, why.removeprefix("special: "))
     if why.startswith("not an address of"):
         original = flow.metadata[facts.ORIGINAL_DST][0]
         return deny(

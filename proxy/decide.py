@@ -42,6 +42,7 @@ class Reason(StrEnum):
     INTERNAL_ERROR = "internal_error"
     OWN_LISTENER = "own_listener"
     UNKNOWN_SOURCE = "unknown_source"
+    SPECIAL_ADDRESS = "special_address"
     UNRESOLVABLE = "unresolvable"
 
 

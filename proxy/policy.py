@@ -67,6 +67,7 @@ class Pool:
     name: str
     egress: tuple[EgressRule, ...]
     allow_reroute: bool = False  # transparent mode: may the Host/SNI name another address?
+    allow_cidrs: tuple[Network, ...] = ()  # special-purpose networks this pool may still reach
 
 
 @dataclass(frozen=True, slots=True)

@@ -51,6 +51,7 @@ class RuleModel(_Model):
 class PoolModel(_Model):
     egress: list[RuleModel] = Field(default_factory=list)
     allow_reroute: bool = False
+    allow_cidrs: list[str] = Field(default_factory=list)
 
 
 class InjectModel(_Model):
@@ -236,7 +237,8 @@ def _build(model: RulesModel, base_dir: Path, marks: _Marks) -> Policy:
                 rules.append(rule)
             else:
                 broken.add(pname)
-        pools[pname] = Pool(pname, tuple(rules), pm.allow_reroute)
+        allow = _networks(pm.allow_cidrs, ("pools", pname, "allow_cidrs"), marks, {}, pname)
+        pools[pname] = Pool(pname, tuple(rules), pm.allow_reroute, allow)
 
     claims: dict[str, Claim] = {}
     seen_placeholders: dict[str, str] = {}

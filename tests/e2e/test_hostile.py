@@ -259,3 +259,45 @@ def test_the_proxy_never_connects_to_its_own_listener(tmp_path: Path, spelling: 
     # gets a closed tunnel, and the proxy saw exactly one CONNECT (no loop through itself)
     assert tunnel.returncode != 0
     assert len([e for e in events if e["method"] == "CONNECT"]) == 1
+
+
+@pytest.mark.parametrize("allow", [False, True], ids=["refused", "allowed-by-allow_cidrs"])
+def test_a_name_resolving_to_a_special_address_is_refused_unless_allowed(tmp_path: Path, allow: bool) -> None:
+    """DNS (here /etc/hosts: localhost) answers loopback for an allowed name: refused after
+    resolution, unless the pool lists the network in allow_cidrs."""
+    ca = TestCA(tmp_path)
+    upstream = Upstream(ca, ["localhost"], tmpdir=tmp_path).start()
+    (tmp_path / "token").write_text("t")
+    extra = "    allow_cidrs: [127.0.0.0/8]\n" if allow else ""
+    (tmp_path / "rules.yaml").write_text(
+        f"version: 1\npools:\n  p:\n{extra}    egress:\n"
+        f"      - host: localhost\n        ports: [{upstream.port}]\n"
+        "claims:\n  - id: c\n    pool: p\n    proxy_token: file:token\n"
+    )
+    proxy = ProxyProcess(tmp_path / "rules.yaml", tmp_path, upstream_ca=ca.ca_pem).start()
+    try:
+        done = subprocess.run(
+            [
+                "curl",
+                "-sS",
+                "-x",
+                proxy.url("c", "t"),
+                "--cacert",
+                str(proxy.ca_pem),
+                "-w",
+                "\n%{http_code}",
+                f"https://localhost:{upstream.port}/special",
+            ],
+            capture_output=True,
+            text=True,
+            timeout=20,
+            check=False,
+        )
+    finally:
+        proxy.stop()
+        upstream.stop()
+    if allow:
+        assert done.stdout.endswith("200"), done
+    else:
+        assert done.stdout.endswith("403") and "special_address" in done.stdout, done
+        assert upstream.requests == []
