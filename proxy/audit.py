@@ -31,6 +31,12 @@ Control-plane events (``"event": "control"``), one per mutation through the cont
     credential      the credential name, or null for claim actions
     old_version, new_version
                     versions before and after (null where there is none); never a value
+
+Rules reloads (``"event": "reload"``), one per attempt:
+    outcome         applied | rejected (the previous rules stay in force)
+    file            the rules file
+    trigger         sighup | file_change
+    problems        the same messages as ``surrogate rules check`` ([] when applied)
 """
 
 from __future__ import annotations
@@ -67,6 +73,10 @@ ACTION = "action"
 CREDENTIAL = "credential"
 OLD_VERSION = "old_version"
 NEW_VERSION = "new_version"
+OUTCOME = "outcome"
+FILE = "file"
+TRIGGER = "trigger"
+PROBLEMS = "problems"
 
 LOGGER_NAME = "surrogate.audit"
 

@@ -290,6 +290,7 @@ def _run(args: argparse.Namespace) -> int:
             listen_host=host,
             listen_port=port,
             upstream_cas=args.upstream_ca,
+            rules=args.rules,
             control=control,
             transparent=args.transparent,
         )

@@ -30,6 +30,7 @@ from mitmproxy import options
 from mitmproxy.master import Master
 
 import addons
+from addons.reload import Reload
 from certs import ca
 from proxy.api import make_app
 from proxy.control import Control
@@ -52,6 +53,7 @@ class RunConfig:
     listen_host: str = "127.0.0.1"
     listen_port: int = 8080
     upstream_cas: list[Path] = field(default_factory=list)
+    rules: Path | None = None  # watched for changes and reloaded on SIGHUP
     control: ControlConfig | None = None
     transparent: tuple[str, int] | None = None  # transparent listener (SO_ORIGINAL_DST, Linux)
 
@@ -75,6 +77,8 @@ def build_master(config: RunConfig, on_ready: Callable[[], None] | None = None) 
     opts = options.Options()
     master = Master(opts, with_termlog=False)
     chain = addons.chain(config.state)
+    if config.rules is not None:
+        chain.append(Reload(config.state, config.rules))
     if on_ready is not None:
         chain.append(_Ready(on_ready))
     master.addons.add(*chain)
@@ -151,6 +155,9 @@ async def serve(config: RunConfig, on_ready: Callable[[], None] | None = None) -
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(sig, master.shutdown)
+    reloader = master.addons.get("reload")
+    if reloader is not None:
+        loop.add_signal_handler(signal.SIGHUP, reloader.reload, "sighup")
     registry = config.state.registry
     apis = []
     if config.control is not None and registry.store is not None:

@@ -71,6 +71,11 @@ class Registry:
         self._by_source: list[tuple[Network, Claim]] = []
         self._index_sources()
 
+    def replace_policy(self, policy: Policy) -> None:
+        """Put new rules in force (one assignment: the next request sees them)."""
+        self.policy = policy
+        self._index_sources()
+
     def claim(self, claim_id: str) -> Claim | None:
         return self.policy.claims.get(claim_id) or self._store_claims.get(claim_id)
 

@@ -79,7 +79,12 @@ def test_schema_is_a_valid_draft_2020_12_schema() -> None:
     schema = load_schema()
     assert schema["$schema"] == "https://json-schema.org/draft/2020-12/schema"
     Draft202012Validator.check_schema(schema)
-    assert [b["$ref"] for b in schema["oneOf"]] == ["#/$defs/request", "#/$defs/tunnel", "#/$defs/control"]
+    assert [b["$ref"] for b in schema["oneOf"]] == [
+        "#/$defs/request",
+        "#/$defs/tunnel",
+        "#/$defs/control",
+        "#/$defs/reload",
+    ]
 
 
 def test_date_time_format_is_really_checked() -> None:
@@ -121,10 +126,14 @@ def test_control_event_properties_are_the_fields_proxy_control_writes() -> None:
 
 
 def test_every_field_constant_is_documented_with_a_description() -> None:
-    documented = set(branch("request")["properties"]) | set(branch("control")["properties"])
+    documented = (
+        set(branch("request")["properties"])
+        | set(branch("control")["properties"])
+        | set(branch("reload")["properties"])
+    )
     assert documented == set(field_constants().values())
     defs = load_schema()["$defs"]
-    for kind in ("request", "tunnel", "control"):
+    for kind in ("request", "tunnel", "control", "reload"):
         for name, prop in branch(kind)["properties"].items():
             target = defs[prop["$ref"].rsplit("/", 1)[1]] if "$ref" in prop else prop
             assert prop.get("description") or target.get("description"), f"{kind}.{name}"

@@ -1,0 +1,95 @@
+"""Hot reload: a valid change applies to the next request on an open connection; an invalid one
+is rejected with check's messages and traffic keeps flowing under the old rules."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import ssl
+import textwrap
+import time
+from pathlib import Path
+
+import httpx
+import pytest
+from harness import ROOT, ProxyProcess
+from jsonschema import Draft202012Validator
+from servers import TestCA, Upstream
+
+pytestmark = pytest.mark.e2e
+
+
+def rules(port: int, paths: str) -> str:
+    return textwrap.dedent(f"""\
+        version: 1
+        pools:
+          p:
+            egress:
+              - host: api.test
+                ports: [{port}]
+                paths: {paths}
+        claims:
+          - id: c
+            pool: p
+            proxy_token: file:token
+        """)
+
+
+def wait_reload(proxy: ProxyProcess, count: int) -> list[dict]:
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline:
+        events = [e for e in proxy.audit_events() if e["event"] == "reload"]
+        if len(events) >= count:
+            return events
+        time.sleep(0.1)
+    raise AssertionError(f"no reload event #{count}: {proxy.audit_events()}")
+
+
+def test_reload_on_change_and_on_sighup(tmp_path: Path) -> None:
+    ca = TestCA(tmp_path)
+    upstream = Upstream(ca, ["api.test"], tmpdir=tmp_path).start()
+    (tmp_path / "token").write_text("tok")
+    path = tmp_path / "rules.yaml"
+    path.write_text(rules(upstream.port, '["/"]'))
+    proxy = ProxyProcess(path, tmp_path, upstream_ca=ca.ca_pem, resolve={"api.test": "127.0.0.1"}).start()
+    try:
+        ctx = ssl.create_default_context(cafile=proxy.ca_pem)
+        with httpx.Client(proxy=proxy.url("c", "tok"), verify=ctx, timeout=10) as client:
+            url = f"https://api.test:{upstream.port}"
+            assert client.get(f"{url}/admin/1").status_code == 200
+            before = upstream.connections
+
+            path.write_text(rules(upstream.port, '["/v1"]'))  # valid: narrows the paths
+            [applied] = wait_reload(proxy, 1)
+            assert (applied["outcome"], applied["trigger"], applied["problems"]) == (
+                "applied",
+                "file_change",
+                [],
+            )
+            r = client.get(f"{url}/admin/2")  # same keep-alive tunnel, new rules
+            assert r.status_code == 403 and r.json()["error"] == "path_not_allowed"
+            assert client.get(f"{url}/v1/ok").status_code == 200
+
+            path.write_text(rules(upstream.port, '["/v1"]') + "    colour: red\n")  # invalid
+            rejected = wait_reload(proxy, 2)[1]
+            assert rejected["outcome"] == "rejected"
+            assert any("unknown field 'colour'" in p for p in rejected["problems"])
+            assert "unknown field 'colour'" in proxy.stderr()
+            assert client.get(f"{url}/v1/still").status_code == 200  # old rules in force
+            assert client.get(f"{url}/admin/3").status_code == 403
+
+            path.write_text(rules(upstream.port, '["/"]'))
+            wait_reload(proxy, 3)
+            assert proxy.proc is not None
+            os.kill(proxy.proc.pid, signal.SIGHUP)
+            assert wait_reload(proxy, 4)[3]["trigger"] == "sighup"
+            assert client.get(f"{url}/admin/4").status_code == 200
+            assert upstream.connections == before  # all of it on the one open connection
+        schema = json.loads((ROOT / "docs" / "audit-schema.json").read_text())
+        validator = Draft202012Validator(schema, format_checker=Draft202012Validator.FORMAT_CHECKER)
+        for event in proxy.audit_events():
+            validator.validate(event)  # reload events included
+    finally:
+        proxy.stop()
+        upstream.stop()
