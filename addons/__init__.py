@@ -9,6 +9,7 @@ Each addon handles one concern and talks to the others only through ``flow.metad
 4. stream     — forward every body read as it arrives (SSE), count bytes
 5. resolve    — pinned names → addresses, before mitmproxy's own loop check
 6. audit      — one JSON event per flow, after every decision above is known
+7. metrics    — Prometheus counters from the same facts
 
 then only the mitmproxy addons interception needs: proxyserver (listeners, loop check),
 next_layer (protocol detection; runs after policy's opaque-tunnel choice), tlsconfig (our CA,
@@ -23,6 +24,7 @@ from mitmproxy.addons import errorcheck, next_layer, proxyserver, tlsconfig
 
 from addons.audit import Audit
 from addons.identify import Identify
+from addons.metrics import Metrics
 from addons.policy import Policy
 from addons.resolve import Resolve
 from addons.stream import Stream
@@ -39,6 +41,7 @@ def chain(state: State) -> list[Any]:
         Stream(),
         Resolve(state),
         Audit(),
+        Metrics(state),
         proxyserver.Proxyserver(),
         next_layer.NextLayer(),
         tlsconfig.TlsConfig(),

@@ -12,6 +12,7 @@ Keys (all optional until the addon that owns them has run):
 - ``surrogate.opaque`` (bool)           policy: CONNECT allowed by a non-intercepting rule
 - ``surrogate.used`` (dict name→version) substitute: credentials swapped or injected
 - ``surrogate.carried`` (list[str])     substitute: placeholders passed unchanged
+- ``surrogate.violated`` (str)          substitute: the credential whose placeholder was refused
 - ``surrogate.bytes`` ([int, int])      stream: request and response body bytes seen
 """
 
@@ -37,6 +38,7 @@ DECISION = "surrogate.decision"
 OPAQUE = "surrogate.opaque"
 USED = "surrogate.used"
 CARRIED = "surrogate.carried"
+VIOLATED = "surrogate.violated"
 BYTES = "surrogate.bytes"
 
 REQUEST_ID_HEADER = "X-Surrogate-Request-Id"

@@ -59,6 +59,7 @@ class Reload:
             policy = load_rules(self.rules)
         except RulesError as e:
             problems = [str(p) for p in e.problems]
+            self.state.metrics.reloads.labels("rejected").inc()
             log.error("rules reload rejected, the previous rules stay in force:\n%s", "\n".join(problems))
             audit.logger().info(
                 "reload",
@@ -71,6 +72,7 @@ class Reload:
             )
             return False
         self.state.registry.replace_policy(policy)
+        self.state.metrics.reloads.labels("applied").inc()
         audit.logger().info(
             "reload",
             **{

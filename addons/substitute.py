@@ -40,6 +40,8 @@ class Substitute:
             time.time(),
         )
         if outcome.refusal is not None:
+            if outcome.violated is not None:
+                flow.metadata[facts.VIOLATED] = outcome.violated
             # keep the rule that allowed the host in the audit event
             facts.refuse(flow, dataclasses.replace(outcome.refusal, rule=allowed.rule))
             return

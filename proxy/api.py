@@ -33,7 +33,7 @@ from fastapi import FastAPI, Header, Request, Response
 from fastapi import Path as PathParam
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
-from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, generate_latest
+from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from pydantic import AwareDatetime, BaseModel, ConfigDict, Field
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.routing import Match
@@ -235,16 +235,11 @@ class _BodyLimit:
         await self.app(scope, limited, send)
 
 
-def make_app(
-    control: Control, operator_token: str | None = None, registry: CollectorRegistry | None = None
-) -> FastAPI:
+def make_app(control: Control, operator_token: str | None = None) -> FastAPI:
     """The API for one listener. ``operator_token``: required as a Bearer token (TCP listener);
-    None: no token (the 0600 Unix socket)."""
+    None: no token (the 0600 Unix socket). ``/metrics`` serves ``control.metrics``."""
     app = FastAPI(title="surrogate control API", version="1", docs_url=None, redoc_url=None)
-    metrics = registry or CollectorRegistry()
-    calls = Counter(
-        "surrogate_control_requests", "control API requests", ["method", "status_class"], registry=metrics
-    )
+    calls = control.metrics.control_requests
     who = "token:operator" if operator_token else "socket"
     errors: dict[int | str, dict[str, Any]] = {
         s: {"model": ErrorOut} for s in (400, 401, 404, 409, 412, 413, 422)
@@ -315,7 +310,7 @@ def make_app(
 
     @app.get("/metrics", response_class=Response)
     async def metrics_text() -> Response:
-        return Response(generate_latest(metrics), media_type=CONTENT_TYPE_LATEST)
+        return Response(generate_latest(control.metrics.registry), media_type=CONTENT_TYPE_LATEST)
 
     @app.post("/v1/claims", status_code=201, response_model=ClaimCreated, responses=errors)
     async def create_claim(body: ClaimIn) -> dict[str, Any]:

@@ -22,6 +22,7 @@ from typing import Any
 from proxy import audit, placeholders
 from proxy.errors import HostError, SecretUnavailable, SurrogateError
 from proxy.hosts import HostPattern
+from proxy.metrics import Metrics
 from proxy.policy import Pool
 from proxy.registry import Registry
 from proxy.rules import opaque_shadow
@@ -123,10 +124,16 @@ def _store_errors(e: SurrogateError) -> ControlError:
 class Control:
     """One instance per control listener; ``who`` names the caller in audit events."""
 
-    def __init__(self, registry: Registry, store: CredentialStore) -> None:
+    def __init__(self, registry: Registry, store: CredentialStore, metrics: Metrics | None = None) -> None:
         self.registry = registry
         self.store = store
+        self.metrics = metrics or Metrics()
         self.log = audit.logger()
+
+    def _failed(self, e: SurrogateError) -> ControlError:
+        error = _store_errors(e)
+        self.metrics.store_operations.labels("write", error.code).inc()
+        return error
 
     def _audit(
         self,
@@ -137,6 +144,7 @@ class Control:
         old: int | None = None,
         new: int | None = None,
     ) -> None:
+        self.metrics.store_operations.labels(action, "ok").inc()
         self.log.info(
             "control",
             **{
@@ -184,7 +192,7 @@ class Control:
         except ValueError as e:
             raise ControlError(422, "invalid_sources", str(e), "sources") from None
         except SurrogateError as e:
-            raise _store_errors(e) from None
+            raise self._failed(e) from None
         self._audit(who, "claim.create", claim_id, new=record.version)
         return record, token
 
@@ -205,7 +213,7 @@ class Control:
         try:
             record, token = self.store.rotate_token(claim_id)
         except SurrogateError as e:
-            raise _store_errors(e) from None
+            raise self._failed(e) from None
         self._audit(who, "claim.rotate_token", claim_id, old=old.version, new=record.version)
         return record, token
 
@@ -239,7 +247,7 @@ class Control:
         except ValueError as e:
             raise ControlError(422, "invalid_request", str(e)) from None
         except SurrogateError as e:
-            raise _store_errors(e) from None
+            raise self._failed(e) from None
         self._audit(who, "credential.put", claim_id, name, old.version if old else None, record.version)
         return record, cov, old is None
 
@@ -265,7 +273,7 @@ class Control:
         except ValueError as e:
             raise ControlError(422, "invalid_request", str(e)) from None
         except SurrogateError as e:
-            raise _store_errors(e) from None
+            raise self._failed(e) from None
         self._audit(who, "credential.patch", claim_id, name, old.version, record.version)
         return record, cov
 
@@ -285,7 +293,7 @@ class Control:
         try:
             deleted = self.store.delete_credential(claim_id, name, if_match=if_match)
         except SurrogateError as e:
-            raise _store_errors(e) from None
+            raise self._failed(e) from None
         if not deleted:
             raise ControlError(404, "not_found", f"no credential {name!r} in claim {claim_id!r}")
         self._audit(who, "credential.delete", claim_id, name, old.version, None)

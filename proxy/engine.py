@@ -161,7 +161,7 @@ async def serve(config: RunConfig, on_ready: Callable[[], None] | None = None) -
     registry = config.state.registry
     apis = []
     if config.control is not None and registry.store is not None:
-        apis = control_servers(Control(registry, registry.store), config.control)
+        apis = control_servers(Control(registry, registry.store, config.state.metrics), config.control)
     tasks = [asyncio.create_task(s.serve(sockets=socks)) for s, socks in apis]
     try:
         await master.run()

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from proxy.metrics import Metrics
 from proxy.policy import Policy
 from proxy.registry import Registry
 
@@ -17,6 +18,7 @@ class State:
     registry: Registry
     pins: dict[str, str] = field(default_factory=dict)  # canonical host -> IP, like curl --resolve
     own_ports: set[int] = field(default_factory=set)  # surrogate's listening TCP ports
+    metrics: Metrics = field(default_factory=Metrics)
 
     @property
     def policy(self) -> Policy:

@@ -51,6 +51,7 @@ class Outcome:
     refusal: Decision | None = None
     used: dict[str, int] = field(default_factory=dict)
     carried: list[str] = field(default_factory=list)
+    violated: str | None = None  # the credential whose placeholder was refused
 
 
 @dataclass(slots=True)
@@ -106,8 +107,10 @@ def substitute_request(
         if not h.credential.bound_to(host):
             where = fields[h.index][0].decode("latin-1")
             out.refusal = _violation(h.credential, host, f"header {where}")
+            out.violated = h.credential.name
             return out
         if not tls:
+            out.violated = h.credential.name
             out.refusal = deny(
                 Reason.CLEARTEXT_CREDENTIAL,
                 f"placeholder of credential {h.credential.name!r} sent over cleartext HTTP; "
@@ -122,6 +125,7 @@ def substitute_request(
             continue
         if not cred.bound_to(host):
             out.refusal = _violation(cred, host, "request target")
+            out.violated = cred.name
             return out
         if cred.name not in out.carried:
             out.carried.append(cred.name)

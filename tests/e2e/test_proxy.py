@@ -356,3 +356,31 @@ def test_http1_client_hanging_up_is_client_closed_too(env: Env) -> None:
     )
     env.upstream.sse_release.set()
     assert env.proxy.wait_event(path="/sse?h1")["reason"] == "client_closed"
+
+
+def test_zz_metrics_moved_with_the_traffic_above(env: Env) -> None:
+    """Scraped from the control socket after this module's traffic (runs last)."""
+    transport = httpx.HTTPTransport(uds=str(env.proxy.state_dir / "control.sock"))
+    with httpx.Client(transport=transport, base_url="http://control") as api:
+        text = api.get("/metrics").text
+
+    def value(sample: str) -> float:
+        line = next((x for x in text.splitlines() if x.startswith(sample + " ")), None)
+        assert line is not None, f"{sample} not in /metrics"
+        return float(line.rsplit(" ", 1)[1])
+
+    assert value('surrogate_requests_total{decision="allow",reason="allowed",status_class="2xx"}') >= 10
+    assert value('surrogate_requests_total{decision="deny",reason="no_rule",status_class="4xx"}') >= 1
+    assert (
+        value(
+            'surrogate_requests_total{decision="violation",reason="placeholder_violation",status_class="4xx"}'
+        )
+        >= 2
+    )
+    assert value('surrogate_substitutions_total{credential="gh"}') >= 5
+    assert value('surrogate_violations_total{credential="gh"}') >= 2
+    assert value("surrogate_upstream_seconds_count") >= 10
+    assert "surrogate_open_connections" in text
+    for c in env.canaries:
+        assert c not in text
+    assert "api.test" not in text  # no sandbox-chosen host as a label

@@ -1,0 +1,57 @@
+"""metrics: Prometheus counters per flow (see :mod:`proxy.metrics`), at the same moments the
+audit addon writes its event, from the same facts. Label values are bounded."""
+
+from __future__ import annotations
+
+from mitmproxy import connection, http
+
+from addons import facts
+from proxy.decide import Decision
+from proxy.state import State
+
+_DONE = "surrogate.counted"
+
+
+class Metrics:
+    def __init__(self, state: State) -> None:
+        self.m = state.metrics
+
+    def _count(self, flow: http.HTTPFlow) -> None:
+        if flow.metadata.get(_DONE):
+            return
+        flow.metadata[_DONE] = True
+        decision: Decision | None = flow.metadata.get(facts.DECISION)
+        status = flow.response.status_code if flow.response else 0
+        if flow.error and (decision is None or decision.allowed):
+            self.m.requests.labels(
+                "error", "upstream_or_client", "none" if not status else f"{status // 100}xx"
+            ).inc()
+        else:
+            action = decision.action.value if decision else "none"
+            reason = decision.reason.value if decision else "none"
+            self.m.requests.labels(action, reason, f"{status // 100}xx" if status else "none").inc()
+        for name in flow.metadata.get(facts.USED, {}):
+            self.m.substitutions.labels(name).inc()
+        if violated := flow.metadata.get(facts.VIOLATED):
+            self.m.violations.labels(violated).inc()
+        if decision is not None and decision.allowed and flow.response and flow.response.timestamp_end:
+            self.m.upstream_seconds.observe(flow.response.timestamp_end - flow.request.timestamp_start)
+
+    def response(self, flow: http.HTTPFlow) -> None:
+        self._count(flow)
+
+    def error(self, flow: http.HTTPFlow) -> None:
+        self._count(flow)
+
+    def http_connect_error(self, flow: http.HTTPFlow) -> None:
+        self._count(flow)
+
+    def http_connected(self, flow: http.HTTPFlow) -> None:
+        if flow.metadata.get(facts.OPAQUE):
+            self._count(flow)
+
+    def client_connected(self, client: connection.Client) -> None:
+        self.m.open_connections.inc()
+
+    def client_disconnected(self, client: connection.Client) -> None:
+        self.m.open_connections.dec()

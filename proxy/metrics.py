@@ -1,0 +1,55 @@
+"""Prometheus metrics, served by the control API at ``/metrics``.
+
+One registry per process. Label values are bounded: decisions, reason codes and status classes
+are fixed sets, credential names come from the operator's rules or the control API — never a
+host, path or anything else the sandbox chooses.
+
+    surrogate_requests_total{decision, reason, status_class}   one per audited request/tunnel
+    surrogate_substitutions_total{credential}                   swaps and injections
+    surrogate_violations_total{credential}                      placeholders refused as violations
+    surrogate_upstream_seconds                                  request start to response end
+    surrogate_open_connections                                  client connections now open
+    surrogate_store_operations_total{operation, outcome}        control-API store writes
+    surrogate_rule_reloads_total{outcome}                       applied | rejected
+    surrogate_control_requests_total{method, status_class}      control-API calls
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+
+
+@dataclass
+class Metrics:
+    registry: CollectorRegistry = field(default_factory=CollectorRegistry)
+
+    def __post_init__(self) -> None:
+        r = self.registry
+        self.requests = Counter(
+            "surrogate_requests",
+            "audited requests and tunnels",
+            ["decision", "reason", "status_class"],
+            registry=r,
+        )
+        self.substitutions = Counter(
+            "surrogate_substitutions", "secrets swapped or injected", ["credential"], registry=r
+        )
+        self.violations = Counter(
+            "surrogate_violations", "placeholders refused as violations", ["credential"], registry=r
+        )
+        self.upstream_seconds = Histogram(
+            "surrogate_upstream_seconds",
+            "request start to response end",
+            buckets=(0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30),
+            registry=r,
+        )
+        self.open_connections = Gauge("surrogate_open_connections", "client connections open now", registry=r)
+        self.store_operations = Counter(
+            "surrogate_store_operations", "control-API store writes", ["operation", "outcome"], registry=r
+        )
+        self.reloads = Counter("surrogate_rule_reloads", "rules reloads", ["outcome"], registry=r)
+        self.control_requests = Counter(
+            "surrogate_control_requests", "control API requests", ["method", "status_class"], registry=r
+        )
