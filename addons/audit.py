@@ -49,7 +49,7 @@ def _event(flow: http.HTTPFlow, kind: str) -> dict[str, Any]:
         a.CLAIM: claim.id if claim else None,
         a.POOL: claim.pool if claim else None,
         a.CLIENT: f"{peer[0]}:{peer[1]}" if peer else None,
-        a.METHOD: req.method,
+        a.METHOD: req.data.method.decode("ascii", "replace"),  # as sent (see addons/policy.py)
         a.SCHEME: req.scheme if kind == "request" else None,
         a.HOST: flow.metadata.get(facts.HOST, req.host),
         a.PORT: req.port,
@@ -63,6 +63,7 @@ def _event(flow: http.HTTPFlow, kind: str) -> dict[str, Any]:
         a.REASON: decision.reason.value if decision else None,
         a.RULE: decision.rule.label() if decision and decision.rule else None,
         a.MESSAGE: None if decision is None or decision.allowed else decision.message,
+        a.WOULD_DENY: decision.would_deny.value if decision and decision.would_deny else None,
         a.CREDENTIALS: [{"name": n, "version": v} for n, v in used.items()],
         a.CARRIED: flow.metadata.get(facts.CARRIED, []),
         a.BYTES_OUT: counts[0],

@@ -128,4 +128,7 @@ class Policy:
             original is not None and req.scheme == "https"
         )
         pool = self.state.policy.pools[pool_name]
-        return decide_request(pool, host, port, req.method, req.path, intercepted_only=in_tunnel)
+        # the method as sent: mitmproxy's Request.method upper-cases it, but forwards the raw one,
+        # and methods are case-sensitive (RFC 9110 §9.1), so "get" is not "GET"
+        method = req.data.method.decode("ascii", "replace")
+        return decide_request(pool, host, port, method, req.path, intercepted_only=in_tunnel)

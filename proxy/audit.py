@@ -17,6 +17,7 @@ Fields:
     reason          reason code (see proxy.decide.Reason)
     rule            the egress rule that decided, e.g. "demo.egress[0] api.github.com", or null
     message         the human sentence of a refusal or error, null when allowed
+    would_deny      report mode: the reason code the rules would have refused with, else null
     credentials     [{"name", "version"}] swapped or injected into this request
     carried         names of credentials whose placeholder passed unchanged
     bytes_out       request body bytes sent upstream
@@ -64,6 +65,7 @@ REASON = "reason"
 RULE = "rule"
 MESSAGE = "message"
 CREDENTIALS = "credentials"
+WOULD_DENY = "would_deny"
 CARRIED = "carried"
 BYTES_OUT = "bytes_out"
 BYTES_IN = "bytes_in"

@@ -8,6 +8,8 @@
     surrogate keys rotate [--state-dir DIR] [--resume]
     surrogate ca export [--state-dir DIR]
     surrogate rules check FILE...
+    surrogate rules explain --rules FILE --claim ID [--state-dir DIR] [--json] METHOD URL [-H 'N: V']...
+    surrogate audit why REQUEST_ID --audit-file FILE --rules FILE [--state-dir DIR] [--json]
     surrogate demo init [--state-dir DIR]
 
 The state dir (default ``$SURROGATE_STATE_DIR``, else ``~/.local/state/surrogate``) holds the
@@ -32,6 +34,7 @@ from typing import TYPE_CHECKING
 from certs import ca
 from proxy import audit, client
 from proxy.errors import HostError, SurrogateError
+from proxy.explain import main_explain, main_why
 from proxy.hosts import canonical_host
 from proxy.netrules import transparent_rules
 from proxy.policy import Policy, SourceToken
@@ -189,6 +192,38 @@ def _parser() -> argparse.ArgumentParser:
     rules_sub = rules.add_subparsers(dest="rules_command", required=True)
     check = rules_sub.add_parser("check", help="validate rules files without starting anything")
     check.add_argument("files", type=Path, nargs="+")
+    explain = rules_sub.add_parser(
+        "explain", help="dry-run one request through the rules: decision, rule, credentials (no network)"
+    )
+    explain.add_argument("--rules", type=Path, required=True, help="rules file (YAML, version: 1)")
+    explain.add_argument("--claim", required=True, help="the claim that sends the request")
+    explain.add_argument(
+        "--state-dir", type=Path, help="also the control-API claims in this state dir's store"
+    )
+    explain.add_argument(
+        "-H",
+        "--header",
+        action="append",
+        default=[],
+        metavar="'NAME: VALUE'",
+        help="a request header (repeatable)",
+    )
+    explain.add_argument("--json", action="store_true", help="print JSON instead of text")
+    explain.add_argument("method", metavar="METHOD", help="e.g. GET")
+    explain.add_argument("url", metavar="URL", help="http:// or https:// URL")
+
+    audit_p = sub.add_parser("audit", help="audit events")
+    audit_sub = audit_p.add_subparsers(dest="audit_command", required=True)
+    why = audit_sub.add_parser(
+        "why", help="print a request's audit event and explain it from the rules in force"
+    )
+    why.add_argument(
+        "request_id", metavar="REQUEST_ID", help="from a refusal's JSON body or X-Surrogate-Request-Id"
+    )
+    why.add_argument("--audit-file", type=Path, required=True, help="the proxy's --audit-file")
+    why.add_argument("--rules", type=Path, required=True, help="the rules file in force")
+    why.add_argument("--state-dir", type=Path, help="also the control-API claims in this state dir's store")
+    why.add_argument("--json", action="store_true", help="print JSON instead of text")
 
     demo = sub.add_parser("demo", help="the embedded demo")
     demo_sub = demo.add_subparsers(dest="demo_command", required=True)
@@ -211,8 +246,12 @@ def main(argv: list[str] | None = None) -> int:
             return 0
         if args.command == "env":
             return _env(args)
+        if args.command == "rules" and args.rules_command == "explain":
+            return main_explain(args)
         if args.command == "rules":
             return _check(args.files)
+        if args.command == "audit":
+            return main_why(args)
         if args.command == "demo":
             return _demo_init(args.state_dir)
         if args.command == "control":

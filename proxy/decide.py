@@ -4,6 +4,11 @@ Every :class:`Decision` carries an action, a reason code (stable, for machines),
 people, never a secret), the rule that decided (or None when no rule did) and the HTTP status a
 refusal is answered with. Egress is default-deny: no matching rule, no connection.
 
+Report mode (``report: true`` on a pool, or on a rule) lets operators roll out a stricter policy:
+a request the rules would refuse is allowed, and its decision carries ``would_deny`` (the reason
+it would have been refused) for the audit event. Placeholder violations and every other check
+outside the egress rules are never relaxed by it.
+
 Rules of a pool are tried in file order; the first rule whose host, port, method and path all
 match decides. A CONNECT is decided on host and port alone (the method and path are not known
 until the tunnel carries a request); each request inside the tunnel is decided again in full.
@@ -53,6 +58,7 @@ class Decision:
     message: str
     rule: EgressRule | None = None
     status: int = 200
+    would_deny: Reason | None = None  # report mode: what the rules would have refused
 
     @property
     def allowed(self) -> bool:
@@ -103,15 +109,15 @@ _PROGRESS = (Reason.NO_RULE, Reason.PORT_NOT_ALLOWED, Reason.METHOD_NOT_ALLOWED,
 
 def decide_connect(pool: Pool, host: str, port: int) -> Decision:
     """Decide a CONNECT (or the start of a transparent connection) to canonical ``host``:``port``."""
-    best = 0
+    best, closest = 0, None
     for rule in pool.egress:
         if not rule.host.matches(host):
             continue
         if rule.ports and port not in rule.ports:
-            best = max(best, 1)
+            best, closest = max(best, 1), closest or rule
             continue
         return Decision(Action.ALLOW, Reason.ALLOWED, f"allowed by {rule.label()}", rule)
-    return _refusal(pool, host, port, best)
+    return _report_or_refuse(pool, closest, _refusal(pool, host, port, best))
 
 
 def decide_request(
@@ -123,21 +129,36 @@ def decide_request(
     only intercepting rules may allow it.
     """
     path = path.split("?", 1)[0] or "/"
-    best = 0
+    best, closest = 0, None
     for rule in pool.egress:
         if not rule.host.matches(host) or (intercepted_only and not rule.intercept):
             continue
         if rule.ports and port not in rule.ports:
-            best = max(best, 1)
-            continue
-        if rule.methods and method not in rule.methods:
-            best = max(best, 2)
-            continue
-        if not any(path_matches(p, path) for p in rule.paths):
-            best = max(best, 3)
-            continue
-        return Decision(Action.ALLOW, Reason.ALLOWED, f"allowed by {rule.label()}", rule)
-    return _refusal(pool, host, port, best, method, path)
+            progress = 1
+        elif rule.methods and method not in rule.methods:
+            progress = 2
+        elif not any(path_matches(p, path) for p in rule.paths):
+            progress = 3
+        else:
+            return Decision(Action.ALLOW, Reason.ALLOWED, f"allowed by {rule.label()}", rule)
+        if progress > best or closest is None:
+            best, closest = max(best, progress), rule
+    return _report_or_refuse(pool, closest, _refusal(pool, host, port, best, method, path))
+
+
+def _report_or_refuse(pool: Pool, closest: EgressRule | None, refusal: Decision) -> Decision:
+    """Report mode (the pool's, or that of the rule that came closest): allow, and carry what
+    would have been refused so the audit event can say ``would_deny``."""
+    if pool.report or (closest is not None and closest.report):
+        rule = closest if closest is not None and closest.report else None
+        return Decision(
+            Action.ALLOW,
+            Reason.ALLOWED,
+            f"report mode: allowed, but {refusal.message}",
+            rule,
+            would_deny=refusal.reason,
+        )
+    return refusal
 
 
 def _refusal(pool: Pool, host: str, port: int, best: int, method: str = "", path: str = "") -> Decision:

@@ -57,6 +57,7 @@ class EgressRule:
     methods: frozenset[str]
     paths: tuple[str, ...]
     intercept: bool
+    report: bool = False  # report mode: allow what this rule would refuse, and audit would_deny
 
     def label(self) -> str:
         return f"{self.id} {self.host}"
@@ -68,6 +69,7 @@ class Pool:
     egress: tuple[EgressRule, ...]
     allow_reroute: bool = False  # transparent mode: may the Host/SNI name another address?
     allow_cidrs: tuple[Network, ...] = ()  # special-purpose networks this pool may still reach
+    report: bool = False  # report mode for the whole pool
 
 
 @dataclass(frozen=True, slots=True)

@@ -46,12 +46,14 @@ class RuleModel(_Model):
     methods: list[str] = Field(default_factory=list)
     paths: list[str] = Field(default_factory=lambda: ["/"])
     intercept: bool = True
+    report: bool = False
 
 
 class PoolModel(_Model):
     egress: list[RuleModel] = Field(default_factory=list)
     allow_reroute: bool = False
     allow_cidrs: list[str] = Field(default_factory=list)
+    report: bool = False
 
 
 class InjectModel(_Model):
@@ -238,7 +240,7 @@ def _build(model: RulesModel, base_dir: Path, marks: _Marks) -> Policy:
             else:
                 broken.add(pname)
         allow = _networks(pm.allow_cidrs, ("pools", pname, "allow_cidrs"), marks, {}, pname)
-        pools[pname] = Pool(pname, tuple(rules), pm.allow_reroute, allow)
+        pools[pname] = Pool(pname, tuple(rules), pm.allow_reroute, allow, pm.report)
 
     claims: dict[str, Claim] = {}
     seen_placeholders: dict[str, str] = {}
@@ -297,6 +299,7 @@ def _rule(pool: str, i: int, rm: RuleModel, loc: Loc, marks: _Marks) -> EgressRu
         frozenset(rm.methods),
         tuple(rm.paths),
         rm.intercept,
+        rm.report,
     )
 
 

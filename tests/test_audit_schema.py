@@ -170,6 +170,7 @@ GOOD_REQUEST: Event = {
     "reason": "allowed",
     "rule": "demo.egress[0] api.github.com",
     "message": None,
+    "would_deny": None,
     "credentials": [{"name": "github", "version": 1}],
     "carried": [],
     "bytes_out": 0,

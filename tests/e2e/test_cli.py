@@ -69,3 +69,31 @@ def test_the_example_rules_file_is_valid_once_demo_init_ran() -> None:
 def test_usage_errors_exit_2() -> None:
     assert surrogate("run").returncode == 2
     assert surrogate("run", "--rules", "x.yaml", "--listen", "nonsense").returncode == 2
+
+
+def test_rules_explain_from_the_command_line() -> None:
+    assert surrogate("demo", "init", "--state-dir", str(ROOT / ".state")).returncode == 0
+    done = surrogate(
+        "rules",
+        "explain",
+        "--rules",
+        "rules/example.yaml",
+        "--claim",
+        "demo",
+        "GET",
+        "https://httpbin.org/headers",
+        "-H",
+        "Authorization: Bearer surr_DemoGithubPlaceholder0001",
+    )
+    assert done.returncode == 0, done.stderr
+    assert "placeholder_violation" in done.stdout and "github" in done.stdout
+    secret = (ROOT / ".state" / "demo-github-token").read_text().strip()
+    assert secret not in done.stdout
+
+
+def test_audit_why_with_an_unknown_id_exits_1(tmp_path: Path) -> None:
+    (tmp_path / "audit.jsonl").write_text("")
+    done = surrogate(
+        "audit", "why", "nope", "--audit-file", str(tmp_path / "audit.jsonl"), "--rules", "rules/example.yaml"
+    )
+    assert done.returncode == 1 and "nope" in done.stderr and "Traceback" not in done.stderr

@@ -285,6 +285,7 @@ def test_audit_event_has_every_documented_field(env: Env) -> None:
         "reason",
         "rule",
         "message",
+        "would_deny",
         "credentials",
         "carried",
         "bytes_out",

@@ -93,3 +93,23 @@ def test_reload_on_change_and_on_sighup(tmp_path: Path) -> None:
     finally:
         proxy.stop()
         upstream.stop()
+
+
+def test_report_mode_allows_and_audits_would_deny(tmp_path: Path) -> None:
+    ca = TestCA(tmp_path)
+    upstream = Upstream(ca, ["api.test"], tmpdir=tmp_path).start()
+    (tmp_path / "token").write_text("tok")
+    path = tmp_path / "rules.yaml"
+    path.write_text(rules(upstream.port, '["/v1"]').replace("  p:\n", "  p:\n    report: true\n"))
+    proxy = ProxyProcess(path, tmp_path, upstream_ca=ca.ca_pem, resolve={"api.test": "127.0.0.1"}).start()
+    try:
+        ctx = ssl.create_default_context(cafile=proxy.ca_pem)
+        with httpx.Client(proxy=proxy.url("c", "tok"), verify=ctx, timeout=10) as client:
+            assert client.get(f"https://api.test:{upstream.port}/admin/report").status_code == 200
+            assert client.get(f"https://api.test:{upstream.port}/v1/fine").status_code == 200
+        reported = proxy.wait_event(path="/admin/report")
+        assert (reported["decision"], reported["would_deny"]) == ("allow", "path_not_allowed")
+        assert proxy.wait_event(path="/v1/fine")["would_deny"] is None
+    finally:
+        proxy.stop()
+        upstream.stop()

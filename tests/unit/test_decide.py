@@ -297,3 +297,42 @@ def test_deny_maps_reason_to_action(reason: Reason, action: Action) -> None:
 def test_path_spellings_an_upstream_may_decode_differently_never_match_a_prefix(path: str) -> None:
     """Found by the adversarial review: each of these can reach /admin on some upstream."""
     assert not path_matches("/repos", path)
+
+
+def _report_pool(pool_report: bool, rule_report: bool) -> Pool:
+    rule = EgressRule(
+        "p.egress[0]",
+        HostPattern.parse("api.test"),
+        frozenset({443}),
+        frozenset({"GET"}),
+        ("/v1",),
+        True,
+        rule_report,
+    )
+    return Pool("p", (rule,), report=pool_report)
+
+
+@pytest.mark.parametrize(
+    ("pool_report", "rule_report", "method", "host", "would"),
+    [
+        (True, False, "POST", "api.test", Reason.METHOD_NOT_ALLOWED),
+        (True, False, "GET", "other.test", Reason.NO_RULE),
+        (False, True, "POST", "api.test", Reason.METHOD_NOT_ALLOWED),
+        (False, True, "GET", "other.test", None),  # the rule never matched the host: no report
+        (False, False, "POST", "api.test", None),
+    ],
+    ids=["pool-method", "pool-no-rule", "rule-method", "rule-other-host-refused", "no-report"],
+)
+def test_report_mode_allows_and_says_what_it_would_deny(
+    pool_report: bool, rule_report: bool, method: str, host: str, would: Reason | None
+) -> None:
+    d = decide_request(_report_pool(pool_report, rule_report), host, 443, method, "/v1/x")
+    if would is None:
+        assert not d.allowed and d.would_deny is None
+    else:
+        assert d.allowed and d.would_deny is would and d.message.startswith("report mode")
+
+
+def test_report_mode_never_relaxes_an_allowed_request() -> None:
+    d = decide_request(_report_pool(True, True), "api.test", 443, "GET", "/v1/x")
+    assert d.allowed and d.would_deny is None
