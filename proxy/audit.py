@@ -6,6 +6,7 @@ redacted (keys kept), and header values are not logged at all.
 
 Fields:
     time            ISO 8601 UTC timestamp of the event
+    seq             per-process sequence number, from 1 (every event kind): a gap means a lost line
     event           "request" (an HTTP request) or "tunnel" (a CONNECT refused or opaque)
     request_id      the id also returned to the sandbox in X-Surrogate-Request-Id
     claim, pool     who sent it (null when identification failed)
@@ -42,13 +43,19 @@ Rules reloads (``"event": "reload"``), one per attempt:
 
 from __future__ import annotations
 
+import itertools
+import logging
+import logging.handlers
 import sys
-from typing import Any, TextIO
+from collections.abc import MutableMapping
+from pathlib import Path
+from typing import Any
 from urllib.parse import quote
 
 import structlog
 
 TIME = "time"
+SEQ = "seq"
 EVENT = "event"
 REQUEST_ID = "request_id"
 CLAIM = "claim"
@@ -95,14 +102,38 @@ def redact_path(path: str) -> str:
     return f"{base}?{'&'.join(parts)}"
 
 
-def configure(output: TextIO | None = None) -> None:
-    """Send audit events as JSON lines to ``output`` (default stdout)."""
+def configure(path: Path | None = None, max_bytes: int = 0, backups: int = 5) -> None:
+    """Send audit events as JSON lines to the file ``path`` (default stdout).
+
+    ``max_bytes`` > 0 rotates the file when it would grow past that size, keeping ``backups``
+    old files (``PATH.1`` newest), through the standard library's RotatingFileHandler. Every
+    event carries ``seq``, a per-process sequence number from 1, so a consumer can see a gap.
+    """
+    handler: logging.Handler
+    if path is None:
+        handler = logging.StreamHandler(sys.stdout)
+    else:
+        handler = logging.handlers.RotatingFileHandler(
+            path, maxBytes=max_bytes, backupCount=backups if max_bytes else 0, encoding="utf-8"
+        )
+    handler.setFormatter(logging.Formatter("%(message)s"))
+    sink = logging.getLogger(LOGGER_NAME)
+    sink.handlers[:] = [handler]
+    sink.setLevel(logging.INFO)
+    sink.propagate = False  # never mixed into the engine's stderr log
+    counter = itertools.count(1)
+
+    def sequence(_: Any, __: str, event: MutableMapping[str, Any]) -> MutableMapping[str, Any]:
+        event[SEQ] = next(counter)
+        return event
+
     structlog.configure(
         processors=[
+            sequence,
             structlog.processors.TimeStamper(fmt="iso", utc=True, key=TIME),
             structlog.processors.JSONRenderer(ensure_ascii=False, default=_safe),
         ],
-        logger_factory=structlog.WriteLoggerFactory(output or sys.stdout),
+        logger_factory=structlog.stdlib.LoggerFactory(),
         cache_logger_on_first_use=False,
     )
 

@@ -71,6 +71,14 @@ def _resolve(value: str) -> tuple[str, str]:
         ) from None
 
 
+def _audit_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--audit-file", type=Path, help="append audit events here (default stdout)")
+    p.add_argument(
+        "--audit-max-bytes", type=int, default=0, help="rotate the audit file past this size (0: never)"
+    )
+    p.add_argument("--audit-backups", type=int, default=5, help="rotated audit files to keep (default 5)")
+
+
 def _control_args(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--control-socket", help="control API Unix socket (default <state dir>/control.sock; 'none')"
@@ -140,7 +148,7 @@ def _parser() -> argparse.ArgumentParser:
         metavar="NAME:ADDR",
         help="connect to ADDR for NAME, like curl --resolve (repeatable)",
     )
-    run.add_argument("--audit-file", type=Path, help="append audit events here (default stdout)")
+    _audit_args(run)
     run.add_argument(
         "--transparent",
         type=_listen,
@@ -151,7 +159,7 @@ def _parser() -> argparse.ArgumentParser:
 
     control = sub.add_parser("control", parents=[state], help="serve only the control API (sidecar)")
     control.add_argument("--rules", type=Path, required=True, help="the rules file the proxy uses")
-    control.add_argument("--audit-file", type=Path, help="append audit events here (default stdout)")
+    _audit_args(control)
     _control_args(control)
     client.add_commands(sub, state)
 
@@ -319,8 +327,7 @@ def _run(args: argparse.Namespace) -> int:
     policy = load_rules(args.rules)
     control = _control_config(args)
     args.state_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
-    out = open(args.audit_file, "a", buffering=1, encoding="utf-8") if args.audit_file else None  # noqa: SIM115
-    audit.configure(out)
+    audit.configure(args.audit_file, args.audit_max_bytes, args.audit_backups)
     host, port = args.listen
     with open_store(args.state_dir) as store:
         config = RunConfig(
@@ -333,11 +340,7 @@ def _run(args: argparse.Namespace) -> int:
             control=control,
             transparent=args.transparent,
         )
-        try:
-            asyncio.run(serve(config, lambda: _banner(policy, args, host, port, control)))
-        finally:
-            if out is not None:
-                out.close()
+        asyncio.run(serve(config, lambda: _banner(policy, args, host, port, control)))
     return 0
 
 
@@ -381,15 +384,10 @@ def _control(args: argparse.Namespace) -> int:
     policy = load_rules(args.rules)
     control = _control_config(args)
     args.state_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
-    out = open(args.audit_file, "a", buffering=1, encoding="utf-8") if args.audit_file else None  # noqa: SIM115
-    audit.configure(out)
+    audit.configure(args.audit_file, args.audit_max_bytes, args.audit_backups)
     with open_store(args.state_dir) as store:
         print(f"surrogate: control API on {control.socket_path or ''} {control.tcp or ''}", file=sys.stderr)
-        try:
-            asyncio.run(serve_control_only(Control(Registry(policy, store), store), control))
-        finally:
-            if out is not None:
-                out.close()
+        asyncio.run(serve_control_only(Control(Registry(policy, store), store), control))
     return 0
 
 

@@ -68,8 +68,8 @@ def constants_used(source: Path) -> set[str]:
         for node in ast.walk(tree)
         if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) and node.value.id in aliases
     }
-    # `time` is added by the TimeStamper in proxy.audit.configure, `event` is structlog's event name.
-    return {fields[n] for n in names if n in fields} | {audit.TIME, audit.EVENT}
+    # `time` and `seq` are added by processors in proxy.audit.configure, `event` is structlog's event name.
+    return {fields[n] for n in names if n in fields} | {audit.TIME, audit.EVENT, audit.SEQ}
 
 
 # -- the schema against the code -------------------------------------------------------------
@@ -100,6 +100,7 @@ def test_date_time_format_is_really_checked() -> None:
             "credential": None,
             "old_version": None,
             "new_version": 1,
+            "seq": 1,
         }
     )
 
@@ -170,6 +171,7 @@ GOOD_REQUEST: Event = {
     "reason": "allowed",
     "rule": "demo.egress[0] api.github.com",
     "message": None,
+    "seq": 7,
     "would_deny": None,
     "credentials": [{"name": "github", "version": 1}],
     "carried": [],

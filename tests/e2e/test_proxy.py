@@ -270,6 +270,7 @@ def test_audit_event_has_every_documented_field(env: Env) -> None:
     event = env.proxy.wait_event(path="/t/audit?a=REDACTED&b=REDACTED&flag")
     assert set(event) == {
         "time",
+        "seq",
         "event",
         "request_id",
         "claim",
