@@ -295,8 +295,10 @@ def _check(files: list[Path]) -> int:
     status = 0
     for f in files:
         try:
-            load_rules(f)
-            print(f"{f}: ok")
+            policy = load_rules(f)
+            for w in policy.warnings:
+                print(w, file=sys.stderr)
+            print(f"{f}: ok" + (f" ({len(policy.warnings)} warnings)" if policy.warnings else ""))
         except SurrogateError as e:
             print(e, file=sys.stderr)
             status = 1
@@ -325,6 +327,8 @@ def _run(args: argparse.Namespace) -> int:
     from proxy.engine import RunConfig, open_store, serve  # mitmproxy is imported only to serve
 
     policy = load_rules(args.rules)
+    for warning in policy.warnings:
+        print(warning, file=sys.stderr)
     control = _control_config(args)
     args.state_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
     audit.configure(args.audit_file, args.audit_max_bytes, args.audit_backups)

@@ -30,6 +30,7 @@ class Problem:
     column: int | None
     field: str
     message: str
+    severity: str = "error"  # "error" (the file is refused) or "warning" (risky, but loads)
 
     def __str__(self) -> str:
         where = self.file
@@ -38,7 +39,8 @@ class Problem:
             if self.column is not None:
                 where += f":{self.column}"
         field = f" {self.field}:" if self.field else ""
-        return f"{where}:{field} {self.message}"
+        tag = " warning:" if self.severity == "warning" else ""
+        return f"{where}:{tag}{field} {self.message}"
 
 
 class RulesError(SurrogateError):

@@ -13,7 +13,7 @@ import ipaddress
 from dataclasses import dataclass, field
 from typing import Protocol
 
-from proxy.errors import SecretUnavailable
+from proxy.errors import Problem, SecretUnavailable
 from proxy.hosts import HostPattern
 from proxy.secrets import Secret, ValueSource
 
@@ -139,3 +139,4 @@ class Policy:
     source: str  # the rules file this came from
     pools: dict[str, Pool]
     claims: dict[str, Claim]
+    warnings: tuple[Problem, ...] = ()  # risky but valid: said by `rules check`, logged at start

@@ -18,6 +18,7 @@ The fields are documented in ``rules/README.md``.
 
 from __future__ import annotations
 
+import dataclasses
 import ipaddress
 import re
 from pathlib import Path
@@ -268,7 +269,8 @@ def _build(model: RulesModel, base_dir: Path, marks: _Marks) -> Policy:
         if token is not None:
             sources = _networks(cm.sources, loc + ("sources",), marks, owners, cm.id)
             claims[cm.id] = Claim.build(cm.id, cm.pool, SourceToken(token), tuple(creds), "rules", sources)
-    return Policy(marks.file, pools, claims)
+    warnings = _warnings(model, pools, claims, marks)
+    return Policy(marks.file, pools, claims, tuple(warnings))
 
 
 def _rule(pool: str, i: int, rm: RuleModel, loc: Loc, marks: _Marks) -> EgressRule | None:
@@ -320,6 +322,67 @@ def _networks(
         owners[net] = claim_id
         out.append(net)
     return tuple(out)
+
+
+# Suffixes under which anyone can get a name (PaaS, static hosting, tunnels): a wildcard rule
+# for one of them lets a sandbox reach hosts that strangers control.
+SHARED_SUFFIXES = frozenset(
+    {
+        "amazonaws.com",
+        "appspot.com",
+        "azurewebsites.net",
+        "blob.core.windows.net",
+        "cloudfront.net",
+        "firebaseapp.com",
+        "fly.dev",
+        "github.io",
+        "githubusercontent.com",
+        "glitch.me",
+        "herokuapp.com",
+        "netlify.app",
+        "ngrok-free.app",
+        "ngrok.io",
+        "onrender.com",
+        "pages.dev",
+        "railway.app",
+        "repl.co",
+        "vercel.app",
+        "web.app",
+        "workers.dev",
+    }
+)
+
+
+def _warnings(
+    model: RulesModel, pools: dict[str, Pool], claims: dict[str, Claim], marks: _Marks
+) -> list[Problem]:
+    """Risky but valid: '*' in a pool whose claims hold credentials, wildcards over shared-hosting
+    suffixes, and rules an earlier rule overlaps so that order decides (for CONNECT, the first
+    host-and-port match picks interception or an opaque tunnel)."""
+    before = len(marks.problems)
+    credentialed = {c.pool for c in claims.values() if c.credentials}
+    for name, pool in pools.items():
+        for i, rule in enumerate(pool.egress):
+            loc: Loc = ("pools", name, "egress", i, "host")
+            if rule.host.any_host and name in credentialed:
+                marks.add(
+                    loc, "'*' allows any host in a pool whose claims hold credentials; list the hosts instead"
+                )
+            suffix = (rule.host.suffix or "").lstrip(".")
+            if suffix in SHARED_SUFFIXES or any(suffix.endswith("." + s) for s in SHARED_SUFFIXES):
+                marks.add(loc, f"*.{suffix} is a shared-hosting suffix: anyone can get a name under it")
+            for earlier in pool.egress[:i]:
+                ports_overlap = not earlier.ports or not rule.ports or bool(earlier.ports & rule.ports)
+                if earlier.host.covers(rule.host) and ports_overlap and earlier.intercept != rule.intercept:
+                    marks.add(
+                        loc,
+                        f"{earlier.label()} comes first and covers {rule.host}: a CONNECT there is "
+                        f"{'intercepted' if earlier.intercept else 'an opaque tunnel'} "
+                        "whatever this rule says",
+                    )
+    found = marks.problems[before:]
+    del marks.problems[before:]
+    return [dataclasses.replace(p, severity="warning") for p in found]
 
 
 def opaque_shadow(pool: Pool, host: HostPattern) -> EgressRule | None:

@@ -264,3 +264,49 @@ def test_a_file_with_several_problems_reports_all_of_them(tmp_path: Path) -> Non
 def test_several_problems_are_listed_in_file_order(tmp_path: Path) -> None:
     problems = problems_of(staged("bad-several-problems.yaml", tmp_path))
     assert [(p.line, p.field) for p in problems] == SEVERAL
+
+
+WARNING_RULES = """\
+version: 1
+pools:
+  p:
+    egress:
+      - host: "*.github.com"
+        intercept: false
+      - host: api.github.com
+      - host: "*.herokuapp.com"
+      - host: "*"
+claims:
+  - id: c
+    pool: p
+    proxy_token: file:tok
+    credentials:
+      - name: k
+        value: file:tok
+        placeholder: surr_WarningRulesPlaceholder1
+        hosts: [x.herokuapp.com]
+"""
+
+
+def test_risky_rules_load_with_warnings_at_their_lines(tmp_path: Path) -> None:
+    (tmp_path / "rules.yaml").write_text(WARNING_RULES)
+    (tmp_path / "tok").write_text("t")
+    policy = load_rules(tmp_path / "rules.yaml")
+    found = [(w.line, w.field, w.severity) for w in policy.warnings]
+    assert found == [
+        (7, "pools.p.egress[1].host", "warning"),
+        (8, "pools.p.egress[2].host", "warning"),
+        (9, "pools.p.egress[3].host", "warning"),
+    ]
+    messages = " | ".join(w.message for w in policy.warnings)
+    assert "comes first and covers api.github.com" in messages
+    assert "shared-hosting suffix" in messages and "'*' allows any host" in messages
+    assert str(policy.warnings[0]).startswith(
+        f"{tmp_path / 'rules.yaml'}:7:15: warning: pools.p.egress[1].host:"
+    )
+
+
+def test_no_warnings_for_the_example_shape(tmp_path: Path) -> None:
+    (tmp_path / "rules.yaml").write_text(WARNING_RULES.replace('      - host: "*"\n', ""))
+    (tmp_path / "tok").write_text("t")
+    assert len(load_rules(tmp_path / "rules.yaml").warnings) == 2  # '*' gone, the others stay
