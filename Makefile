@@ -34,8 +34,21 @@ test: venv
 	$(PY) -m mypy
 	$(PY) -m pytest $(PYTEST_ARGS)
 
+# Issue 7's benchmark (~5 min; BENCH_ARGS=--quick for a ~1 min smoke run). It needs nginx and hey
+# from apt: installed here when missing, which needs root.
 bench: venv
-	$(PY) bench/run.py
+	@missing=""; \
+	  command -v nginx >/dev/null || [ -x /usr/sbin/nginx ] || missing="$$missing nginx"; \
+	  command -v hey >/dev/null || missing="$$missing hey"; \
+	  if [ -n "$$missing" ]; then \
+	    if [ "$$(id -u)" -ne 0 ]; then \
+	      echo "make bench needs$$missing: run it as root, or first: sudo apt-get install -y$$missing" >&2; \
+	      exit 1; \
+	    fi; \
+	    echo "installing$$missing (apt-get)"; \
+	    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq$$missing; \
+	  fi
+	$(PY) bench/run.py $(BENCH_ARGS)
 
 
 clean:

@@ -1,0 +1,221 @@
+"""The one markdown table `make bench` prints: medians over rounds, ratios of those medians, and
+each target of issue 7 with the measured value next to it (and the per-round values, since this
+machine is shared and noisy). A target not met says so.
+"""
+
+from __future__ import annotations
+
+import statistics
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+
+from control import Registered, WriteThenRequest
+from load import Download, HeyResult, SSEResult
+
+DIRECT, MITMDUMP, SURROGATE = "direct", "mitmdump", "surrogate"
+TARGETS = (DIRECT, MITMDUMP, SURROGATE)
+
+
+@dataclass
+class Results:
+    concurrency: tuple[int, ...]
+    hey: dict[tuple[str, int], list[HeyResult]] = field(default_factory=dict)  # one per round
+    placeholders: int = 10_000
+    by_count: dict[int, list[HeyResult]] = field(default_factory=dict)  # surrogate c=16, ABBA runs
+    downloads: dict[str, list[Download]] = field(default_factory=dict)
+    sse: dict[str, list[SSEResult]] = field(default_factory=dict)
+    scan_us: dict[int, float] = field(default_factory=dict)
+    control: WriteThenRequest | None = None
+    control_sized: WriteThenRequest | None = None  # on the instance holding the large claim
+    registered: Registered | None = None
+
+
+def _median(values: Sequence[float | None]) -> float | None:
+    present = [v for v in values if v is not None]
+    return statistics.median(present) if present else None
+
+
+def _fmt(v: float | None, digits: int = 0, unit: str = "") -> str:
+    if v is None:
+        return "—"
+    if v == 0 and digits and unit == " ms":  # hey prints latencies to 0.1 ms
+        return f"< 0.1{unit}"
+    return f"{v:,.{digits}f}{unit}"
+
+
+def _ratio(a: float | None, b: float | None) -> str:
+    return "—" if a is None or b is None or b == 0 else f"{a / b:.2f}×"
+
+
+def _status(ok: bool) -> str:
+    return "met" if ok else "**NOT MET**"
+
+
+def _per_round[T](
+    a: Sequence[T], b: Sequence[T], pick: Callable[[T], float | None], diff: bool = False
+) -> str:
+    """Round-by-round a/b (or a−b), paired by position: how far noise moves the median."""
+    out = []
+    for x, y in zip(a, b, strict=False):
+        vx, vy = pick(x), pick(y)
+        if vx is not None and vy:
+            out.append(f"{vx - vy:+.1f}" if diff else f"{vx / vy:.2f}")
+    return "rounds " + ", ".join(out)
+
+
+class Table:
+    HEAD = (
+        "measure",
+        DIRECT,
+        MITMDUMP,
+        SURROGATE,
+        "surr. ÷ direct",
+        "surr. ÷ mitmdump",
+        "issue 7 target",
+        "",
+    )
+
+    def __init__(self) -> None:
+        self.rows: list[list[str]] = []
+
+    def add(
+        self,
+        measure: str,
+        values: dict[str, float | None],
+        digits: int = 0,
+        unit: str = "",
+        target: str = "",
+        status: str = "",
+    ) -> None:
+        d, m, s = (values.get(t) for t in TARGETS)
+        cells = [_fmt(v, digits, unit) for v in (d, m, s)]
+        self.rows.append([measure, *cells, _ratio(s, d), _ratio(s, m), target, status])
+
+    def note(self, measure: str, surrogate: str, target: str = "", status: str = "") -> None:
+        self.rows.append([measure, "", "", surrogate, "", "", target, status])
+
+    def render(self) -> str:
+        lines = ["| " + " | ".join(self.HEAD) + " |", "|" + "---|" * len(self.HEAD)]
+        lines += ["| " + " | ".join(r) + " |" for r in self.rows]
+        return "\n".join(lines)
+
+
+def _load_rows(table: Table, r: Results) -> None:
+    def medians(c: int, pick: Callable[[HeyResult], float | None]) -> dict[str, float | None]:
+        return {t: _median([pick(h) for h in r.hey.get((t, c), [])]) for t in TARGETS}
+
+    def vs_mitmdump(c: int, pick: Callable[[HeyResult], float | None]) -> str:
+        return _per_round(r.hey.get((SURROGATE, c), []), r.hey.get((MITMDUMP, c), []), pick)
+
+    for c in r.concurrency:
+        rps = medians(c, lambda h: h.rps)
+        target = status = ""
+        if c == 16:
+            ratio = (rps[SURROGATE] or 0) / (rps[MITMDUMP] or 1)
+            rounds = vs_mitmdump(c, lambda h: h.rps)
+            target, status = f"{ratio:.2f}× mitmdump ({rounds}); want ≥ 1.6×", _status(ratio >= 1.6)
+        table.add(f"requests/s, c={c}", rps, target=target, status=status)
+    for c in r.concurrency:
+        table.add(f"p50 latency, c={c}", medians(c, lambda h: h.p50_ms), 1, " ms")
+    for c in r.concurrency:
+        p99 = medians(c, lambda h: h.p99_ms)
+        target = status = ""
+        if c == 16:
+            s, m = p99[SURROGATE] or 0, p99[MITMDUMP] or 0
+            rounds = vs_mitmdump(c, lambda h: h.p99_ms)
+            target = f"{s:.1f} ms vs mitmdump's {m:.1f} ms ({rounds}); want ≤"
+            status = _status(s <= m)
+        table.add(f"p99 latency, c={c}", p99, 1, " ms", target, status)
+    for c in r.concurrency:
+        cpu = medians(c, lambda h: h.cpu_us_per_req)
+        target = status = ""
+        if c == 16:
+            ratio = (cpu[SURROGATE] or 0) / (cpu[MITMDUMP] or 1)
+            rounds = vs_mitmdump(c, lambda h: h.cpu_us_per_req)
+            target, status = f"{ratio:.2f}× mitmdump ({rounds}); want ≤ 0.65×", _status(ratio <= 0.65)
+        table.add(f"proxy CPU per request, c={c}", cpu, 0, " µs", target, status)
+    failed = {t: float(sum(h.others for (n, _), hs in r.hey.items() if n == t for h in hs)) for t in TARGETS}
+    table.add("non-200 responses + errors, all load runs", failed)
+
+
+def _download_rows(table: Table, r: Results, downloads: int) -> None:
+    runs = {t: r.downloads.get(t, []) for t in TARGETS}
+    mbs = {t: _median([d.mb_per_s for d in runs[t]]) for t in TARGETS}
+    ratio = (mbs[SURROGATE] or 0) / (mbs[DIRECT] or 1)
+    rounds = _per_round(runs[SURROGATE], runs[DIRECT], lambda d: d.mb_per_s)
+    target = f"{ratio:.2f}× direct ({rounds}); want ≥ 0.5×"
+    table.add(f"{downloads} × 50 MB download (one curl)", mbs, 0, " MB/s", target, _status(ratio >= 0.5))
+    rss = {t: _median([d.rss_growth_mb for d in runs[t]]) for t in TARGETS}
+    grew = rss[SURROGATE]
+    ok = grew is not None and grew <= 10
+    table.add(
+        "proxy peak RSS growth during it", rss, 1, " MB", f"{_fmt(grew, 1)} MB; want ≤ 10 MB", _status(ok)
+    )
+
+
+def _sse_rows(table: Table, r: Results) -> None:
+    runs = {t: r.sse.get(t, []) for t in TARGETS}
+    first = {t: _median([s.first_ms for s in runs[t]]) for t in TARGETS}
+    extra = (first[SURROGATE] or 0) - (first[DIRECT] or 0)
+    rounds = _per_round(runs[SURROGATE], runs[DIRECT], lambda s: s.first_ms, diff=True)
+    target = f"direct + {extra:.1f} ms ({rounds}); want ≤ direct + 10 ms"
+    table.add("SSE first event, from TCP connect", first, 1, " ms", target, _status(extra <= 10))
+    tls_up = {t: _median([s.tls_up_ms for s in runs[t]]) for t in TARGETS}
+    table.add("SSE: TCP connect → client TLS up (CONNECT included)", tls_up, 1, " ms")
+    after = {t: _median([s.first_after_request_ms for s in runs[t]]) for t in TARGETS}
+    table.add("SSE: request sent → first event", after, 1, " ms")
+    spread = {t: _median([s.spread_ms for s in runs[t]]) for t in TARGETS}
+    ratio = (spread[SURROGATE] or 0) / (spread[DIRECT] or 1)
+    diff = (spread[SURROGATE] or 0) - (spread[DIRECT] or 0)
+    rounds = _per_round(runs[SURROGATE], runs[DIRECT], lambda s: s.spread_ms)
+    target = f"{ratio:.2f}× direct, {diff:+.2f} ms ({rounds}); want 0.95–1.05×"
+    ok = 0.95 <= ratio <= 1.05
+    table.add("SSE event spread (RMS of gaps − 100 ms)", spread, 2, " ms", target, _status(ok))
+
+
+def _placeholder_rows(table: Table, r: Results) -> None:
+    many = r.placeholders
+    ones, manys = r.by_count.get(1, []), r.by_count.get(many, [])
+    one_rps, many_rps = _median([h.rps for h in ones]), _median([h.rps for h in manys])
+    one_cpu, many_cpu = _median([h.cpu_us_per_req for h in ones]), _median([h.cpu_us_per_req for h in manys])
+    ratio = (many_rps or 0) / (one_rps or 1)
+    table.note(
+        "surrogate c=16, claim with 1 placeholder (control API)",
+        f"{_fmt(one_rps)} req/s, {_fmt(one_cpu)} µs CPU/req",
+    )
+    rounds = _per_round(manys, ones, lambda h: h.rps)
+    table.note(
+        f"surrogate c=16, claim with {many:,} placeholders (control API)",
+        f"{_fmt(many_rps)} req/s, {_fmt(many_cpu)} µs CPU/req",
+        f"{ratio:.2f}× the 1-placeholder req/s (runs {rounds.removeprefix('rounds ')}); want ≥ 0.95×",
+        _status(ratio >= 0.95),
+    )
+    for n, us in sorted(r.scan_us.items()):
+        table.note(f"header scan + swap (in-process), {n:,} registered", _fmt(us, 1, " µs"))
+    if r.registered is not None:
+        g = r.registered
+        table.note(
+            f"registering {many:,} credentials on one claim (sequential PUT)",
+            f"{g.seconds:.0f} s: {g.first_per_s:.0f}/s over the first tenth, {g.last_per_s:.0f}/s the last",
+        )
+
+
+def _control_rows(table: Table, r: Results) -> None:
+    for w, where in ((r.control, ""), (r.control_sized, f", {r.placeholders:,} credentials stored")):
+        if w is None:
+            continue
+        table.note(
+            f"control-API write, then the next request on an open tunnel carries it{where}",
+            f"{w.carried}/{w.rounds}; median {w.median_ms:.1f} ms, max {w.max_ms:.1f} ms",
+        )
+        table.note(f"control-API writes per second (sequential PATCH){where}", f"{w.writes_per_s:.0f}/s")
+
+
+def render(r: Results, downloads: int) -> str:
+    table = Table()
+    _load_rows(table, r)
+    _download_rows(table, r, downloads)
+    _sse_rows(table, r)
+    _placeholder_rows(table, r)
+    _control_rows(table, r)
+    return table.render()
