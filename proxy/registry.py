@@ -11,6 +11,7 @@ that version only. Rules-file claims win on an id clash (the control API refuses
 
 from __future__ import annotations
 
+import functools
 import ipaddress
 import logging
 from dataclasses import dataclass, field
@@ -61,6 +62,11 @@ class StoreToken:
             return False
 
 
+@functools.lru_cache(maxsize=4096)
+def _pattern(host: str) -> HostPattern:
+    return HostPattern.parse(host)
+
+
 class Registry:
     def __init__(self, policy: Policy, store: CredentialStore | None = None) -> None:
         self.policy = policy
@@ -69,6 +75,7 @@ class Registry:
         self._store_claims: dict[str, Claim] = {}
         self._versions: dict[str, int] = {}
         self._by_source: list[tuple[Network, Claim]] = []
+        self._built: dict[tuple[str, str], tuple[int, Credential]] = {}
         self._index_sources()
 
     def replace_policy(self, policy: Policy) -> None:
@@ -112,17 +119,25 @@ class Registry:
             log.warning("credential store unreadable, keeping the last index: %s", e)
             return set()
         by_claim: dict[str, list[Credential]] = {}
+        built: dict[tuple[str, str], tuple[int, Credential]] = {}
         for r in creds:
-            by_claim.setdefault(r.claim_id, []).append(
-                Credential(
+            # An unchanged version is the same credential: reuse it (and its decrypted value), so
+            # one write costs one credential's rebuild, not every credential's.
+            known = self._built.get((r.claim_id, r.name))
+            if known is not None and known[0] == r.version:
+                cred = known[1]
+            else:
+                cred = Credential(
                     r.name,
                     r.placeholder,
-                    tuple(HostPattern.parse(h) for h in r.hosts),
+                    tuple(_pattern(h) for h in r.hosts),
                     StoreValue(self.store, r.claim_id, r.name),
                     Injection(r.inject_header, r.inject_format or "{value}") if r.inject_header else None,
                     r.expires_at,
                 )
-            )
+            built[r.claim_id, r.name] = (r.version, cred)
+            by_claim.setdefault(r.claim_id, []).append(cred)
+        self._built = built
         fresh: dict[str, Claim] = {}
         versions: dict[str, int] = {}
         for c in claims:
