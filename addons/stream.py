@@ -4,7 +4,7 @@ mitmproxy buffers request and response bodies (headers of a response included) u
 otherwise, so an SSE stream would deliver nothing until it ends. This addon sets a pass-through
 stream callable on both directions of every allowed flow: each read is forwarded as it arrives
 (an SSE event included) and memory stays flat however large the body. The callable also counts
-the bytes for the audit event.
+the bytes for the audit event; WebSocket messages are counted and not kept.
 """
 
 from __future__ import annotations
@@ -33,6 +33,16 @@ class Stream:
         flow.request.stream = _counter(counts, 0)
 
     @facts.fail_closed
+    def websocket_message(self, flow: http.HTTPFlow) -> None:
+        # mitmproxy keeps every message of a WebSocket flow in flow.websocket.messages, so a long
+        # session grows without bound. Count it and let it go: the layer forwards the message
+        # object it already holds.
+        assert flow.websocket is not None
+        counts = flow.metadata.setdefault(facts.BYTES, [0, 0])
+        for message in flow.websocket.messages:
+            counts[0 if message.from_client else 1] += len(message.content)
+        flow.websocket.messages.clear()
+
     def responseheaders(self, flow: http.HTTPFlow) -> None:
         assert flow.response is not None
         counts = flow.metadata.setdefault(facts.BYTES, [0, 0])

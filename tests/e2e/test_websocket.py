@@ -1,0 +1,127 @@
+"""WebSocket through the proxy: the placeholder in the handshake header is swapped, and
+messages flow both ways as they are sent (the upstream answers before the client is done)."""
+
+from __future__ import annotations
+
+import asyncio
+import secrets
+import ssl
+import textwrap
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from harness import ProxyProcess, free_port
+from servers import TestCA
+from websockets.asyncio.server import ServerConnection, serve
+from websockets.sync.client import connect
+
+pytestmark = pytest.mark.e2e
+PH = "surr_WebSocketPlaceholder0001"
+
+
+def rss_kib(proxy: ProxyProcess) -> int:
+    assert proxy.proc is not None
+    status = Path(f"/proc/{proxy.proc.pid}/status").read_text()
+    return int(next(line for line in status.splitlines() if line.startswith("VmRSS:")).split()[1])
+
+
+class WsUpstream:
+    """A TLS WebSocket server on loopback that records the handshake's Authorization header."""
+
+    def __init__(self, ca: TestCA) -> None:
+        self.port = free_port()
+        self.ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+        ca.ca.issue_cert("api.test").configure_cert(self.ctx)
+        self.auth: list[str] = []
+        self.loop = asyncio.new_event_loop()
+        self.stop_event: asyncio.Event | None = None
+        self.ready = threading.Event()
+        self.thread = threading.Thread(target=self.loop.run_until_complete, args=(self._main(),), daemon=True)
+
+    async def _handler(self, ws: ServerConnection) -> None:
+        self.auth.append(ws.request.headers.get("Authorization", "") if ws.request else "")
+        async for message in ws:
+            await ws.send(f"echo:{message}")
+
+    async def _main(self) -> None:
+        self.stop_event = asyncio.Event()
+        async with serve(self._handler, "127.0.0.1", self.port, ssl=self.ctx):
+            self.ready.set()
+            await self.stop_event.wait()
+
+    def __enter__(self) -> WsUpstream:
+        self.thread.start()
+        assert self.ready.wait(10)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        assert self.stop_event is not None
+        self.loop.call_soon_threadsafe(self.stop_event.set)
+        self.thread.join(10)
+        self.loop.close()
+
+
+@pytest.fixture
+def world(tmp_path: Path) -> Iterator[tuple[ProxyProcess, WsUpstream, str]]:
+    ca = TestCA(tmp_path)
+    secret = f"CANARYws{secrets.token_hex(10)}"
+    (tmp_path / "secret").write_text(secret)
+    (tmp_path / "token").write_text("tok")
+    with WsUpstream(ca) as upstream:
+        (tmp_path / "rules.yaml").write_text(
+            textwrap.dedent(f"""\
+            version: 1
+            pools:
+              p:
+                egress:
+                  - host: api.test
+                    ports: [{upstream.port}]
+            claims:
+              - id: c
+                pool: p
+                proxy_token: file:token
+                credentials:
+                  - name: ws
+                    value: file:secret
+                    placeholder: {PH}
+                    hosts: [api.test]
+            """)
+        )
+        proxy = ProxyProcess(
+            tmp_path / "rules.yaml", tmp_path, upstream_ca=ca.ca_pem, resolve={"api.test": "127.0.0.1"}
+        ).start()
+        try:
+            yield proxy, upstream, secret
+        finally:
+            proxy.stop()
+        assert secret not in proxy.audit_path.read_text() + proxy.stderr()
+
+
+def test_websocket_handshake_gets_the_secret_and_messages_stream(
+    world: tuple[ProxyProcess, WsUpstream, str],
+) -> None:
+    proxy, upstream, secret = world
+    ctx = ssl.create_default_context(cafile=proxy.ca_pem)
+    with connect(
+        f"wss://api.test:{upstream.port}/ws",
+        proxy=proxy.url("c", "tok"),
+        ssl=ctx,
+        additional_headers={"Authorization": f"Bearer {PH}"},
+        open_timeout=10,
+    ) as ws:
+        for i in range(50):  # one at a time: each answer must arrive before the next is sent
+            ws.send(f"m{i}")
+            assert ws.recv(timeout=5) == f"echo:m{i}"
+        # 40 MB more, in 400 messages: the proxy must not keep them (mitmproxy would, per flow)
+        before = rss_kib(proxy)
+        blob = "x" * 100_000
+        for _ in range(400):
+            ws.send(blob)
+            assert len(ws.recv(timeout=10)) == len(blob) + 5
+        grown = rss_kib(proxy) - before
+    assert grown < 20 * 1024, f"proxy RSS grew {grown} KiB over a 40 MB WebSocket session"
+    assert upstream.auth == [f"Bearer {secret}"]
+    event = proxy.wait_event(path="/ws")
+    assert event["status"] == 101 and event["credentials"] == [{"name": "ws", "version": 1}]
