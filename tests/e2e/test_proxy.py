@@ -386,3 +386,36 @@ def test_zz_metrics_moved_with_the_traffic_above(env: Env) -> None:
     for c in env.canaries:
         assert c not in text
     assert "api.test" not in text  # no sandbox-chosen host as a label
+
+
+def test_git_push_with_placeholder_password(env: Env, tmp_path: Path) -> None:
+    repo_url = f"https://git:{env.placeholder}@api.test:{env.upstream.port}/git/repo.git"
+    git_env = {
+        **os.environ,
+        "GIT_SSL_CAINFO": str(env.proxy.ca_pem),
+        "GIT_TERMINAL_PROMPT": "0",
+        "GIT_CONFIG_NOSYSTEM": "1",
+        "HOME": str(tmp_path),
+    }
+
+    def git(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess[bytes]:
+        done = subprocess.run(
+            ["git", "-c", f"http.proxy={env.proxy_url}", "-c", "user.name=t", "-c", "user.email=t@t", *args],
+            capture_output=True,
+            env=git_env,
+            cwd=cwd,
+            timeout=60,
+            check=False,
+        )
+        env.received.append(done.stdout + done.stderr)
+        return done
+
+    assert git("clone", repo_url, str(tmp_path / "w")).returncode == 0
+    (tmp_path / "w" / "pushed.txt").write_text("from the sandbox\n")
+    assert git("add", "pushed.txt", cwd=tmp_path / "w").returncode == 0
+    assert git("commit", "-m", "push through surrogate", cwd=tmp_path / "w").returncode == 0
+    pushed = git("push", "origin", "HEAD", cwd=tmp_path / "w")
+    assert pushed.returncode == 0, pushed.stderr.decode()
+    again = git("clone", repo_url, str(tmp_path / "again"))
+    assert again.returncode == 0 and (tmp_path / "again" / "pushed.txt").read_text() == "from the sandbox\n"
+    assert [r for r in env.upstream.requests if "git-receive-pack" in r.path]
