@@ -4,6 +4,8 @@ Each addon handles one concern and talks to the others only through ``flow.metad
 :mod:`addons.facts`). mitmproxy calls addons in list order for every hook, so:
 
 1. identify   — who is this (claim), from Proxy-Authorization; strips Proxy-* headers
+   hygiene    — refuse ambiguous request heads (duplicate Host, control characters, oversize,
+                TRACE toward credentials); drop hop-by-hop headers
 2. policy     — egress rules decide; deny before any upstream TCP/TLS; authority agreement
 3. substitute — placeholders → secrets, injections, violations
 4. stream     — forward every body read as it arrives (SSE), count bytes
@@ -23,6 +25,7 @@ from typing import Any
 from mitmproxy.addons import errorcheck, next_layer, proxyserver, tlsconfig
 
 from addons.audit import Audit
+from addons.hygiene import Hygiene
 from addons.identify import Identify
 from addons.metrics import Metrics
 from addons.policy import Policy
@@ -36,6 +39,7 @@ def chain(state: State) -> list[Any]:
     """The full, ordered addon list for a proxy serving ``state``."""
     return [
         Identify(state),
+        Hygiene(),
         Policy(state),
         Substitute(state),
         Stream(),

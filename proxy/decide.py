@@ -48,6 +48,7 @@ class Reason(StrEnum):
     OWN_LISTENER = "own_listener"
     UNKNOWN_SOURCE = "unknown_source"
     SPECIAL_ADDRESS = "special_address"
+    BAD_REQUEST_HEAD = "bad_request_head"
     UNRESOLVABLE = "unresolvable"
 
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 import base64
 import secrets
 import socket
+import ssl
 import subprocess
 import textwrap
 from collections.abc import Iterator
@@ -301,3 +302,69 @@ def test_a_name_resolving_to_a_special_address_is_refused_unless_allowed(tmp_pat
     else:
         assert done.stdout.endswith("403") and "special_address" in done.stdout, done
         assert upstream.requests == []
+
+
+def raw_request(world: World, head: bytes) -> bytes:
+    """Send a raw HTTP/1.1 request head through an authenticated CONNECT tunnel to api.test."""
+    auth = base64.b64encode(f"agent:{world.token}".encode()).decode()
+    port = world.upstream.port
+    with socket.create_connection(("127.0.0.1", world.proxy.port), timeout=10) as raw:
+        raw.sendall(
+            f"CONNECT api.test:{port} HTTP/1.1\r\nHost: api.test:{port}\r\n"
+            f"Proxy-Authorization: Basic {auth}\r\n\r\n".encode()
+        )
+        assert raw.recv(4096).startswith(b"HTTP/1.1 200")
+        ctx = ssl.create_default_context(cafile=str(world.proxy.ca_pem))
+        with ctx.wrap_socket(raw, server_hostname="api.test") as tls:
+            tls.sendall(head)
+            data = b""
+            while chunk := tls.recv(65536):
+                data += chunk
+    world.received.append(data)
+    return data
+
+
+@pytest.mark.parametrize(
+    ("extra", "status"),
+    [
+        (b"Host: other.test\r\n", b"400"),
+        (b"X-Bad: a\x01b\r\n", b"400"),
+        (b"".join(b"X-N%d: v\r\n" % i for i in range(250)), b"431"),
+    ],
+    ids=["duplicate-host", "control-character", "too-many-headers"],
+)
+def test_ambiguous_request_heads_are_refused(world: World, extra: bytes, status: bytes) -> None:
+    port = world.upstream.port
+    head = (
+        f"GET /v1/hygiene HTTP/1.1\r\nHost: api.test:{port}\r\n".encode()
+        + extra
+        + f"Authorization: Bearer {PH}\r\nConnection: close\r\n\r\n".encode()
+    )
+    data = raw_request(world, head)
+    assert data.split(b"\r\n", 1)[0].split(b" ")[1] in (status, b"400"), data[:200]
+    assert world.paths("/v1/hygiene") == []
+
+
+def test_trace_toward_a_credentialed_host_is_refused(world: World) -> None:
+    done = world.curl("-X", "TRACE", "-H", f"Authorization: Bearer {PH}", world.url("/v1/trace"))
+    assert done.stdout.endswith(b"405")
+    assert world.paths("/v1/trace") == []
+
+
+def test_hop_by_hop_headers_never_reach_the_upstream(world: World) -> None:
+    done = world.curl(
+        "--http1.1",
+        "-H",
+        "Connection: X-Hop",
+        "-H",
+        "X-Hop: secret-ish",
+        "-H",
+        "Keep-Alive: 5",
+        "-H",
+        "X-Keep: 1",
+        world.url("/v1/hop"),
+    )
+    assert done.stdout.endswith(b"200")
+    [rec] = [r for r in world.upstream.requests if r.path == "/v1/hop"]
+    names = {k.lower() for k, _ in rec.headers}
+    assert "x-hop" not in names and "keep-alive" not in names and "x-keep" in names

@@ -1,0 +1,36 @@
+"""hygiene: refuse request heads that parsers could read differently; drop hop-by-hop headers.
+
+Runs after identify (it needs the claim, to know whether TRACE would meet a credential) and
+before policy. The rules are in :mod:`proxy.hygiene`.
+"""
+
+from __future__ import annotations
+
+from mitmproxy import http
+
+from addons import facts
+from proxy.decide import Reason, deny
+from proxy.errors import HostError
+from proxy.hosts import canonical_host
+from proxy.hygiene import check_head
+
+
+class Hygiene:
+    @facts.fail_closed
+    def requestheaders(self, flow: http.HTTPFlow) -> None:
+        if flow.response or flow.error:
+            return
+        req = flow.request
+        claim = flow.metadata.get(facts.CLAIM)
+        host = (flow.metadata.get(facts.AUTHORITY) or (req.host_header or req.host, 0))[0]
+        try:
+            host = canonical_host(host.rsplit(":", 1)[0] if host.count(":") == 1 else host)
+        except HostError:
+            host = ""  # policy refuses it; nothing here is bound to it
+        credentialed = claim is not None and any(c.bound_to(host) for c in claim.credentials)
+        verdict = check_head(req.headers.fields, req.data.method.decode("ascii", "replace"), credentialed)
+        if verdict.status:
+            facts.refuse(flow, deny(Reason.BAD_REQUEST_HEAD, verdict.message, status=verdict.status))
+            return
+        if verdict.drop:
+            req.headers.fields = tuple((n, v) for n, v in req.headers.fields if n.lower() not in verdict.drop)
