@@ -43,7 +43,8 @@ ca = CA()
 ca.ca = trustme.CA.from_pem(
     pathlib.Path({ca_cert!r}).read_bytes(), pathlib.Path({ca_key!r}).read_bytes()
 )
-up = Upstream(ca, ["api.test", "other.test", "denied.test"], bind=("10.232.0.2", 443)).start()
+up = Upstream(ca, ["api.test", "other.test", "denied.test"], git_password={secret!r},
+              bind=("10.232.0.2", 443)).start()
 print("ready", flush=True)
 sys.stdin.read()  # the test closes stdin to stop us
 with open({record!r}, "w") as f:
@@ -85,6 +86,7 @@ class Net:
         self.rules.append(list(rule))
 
     def teardown(self) -> None:
+        shutil.rmtree(f"/etc/netns/{self.sbx}", ignore_errors=True)
         for rule in reversed(self.rules):
             subprocess.run(["iptables", "-t", "nat", "-D", *rule], capture_output=True, check=False)
         for ns in (self.sbx, self.up):
@@ -109,6 +111,10 @@ def make_net() -> Net:
             sh("ip", "-n", ns, "link", "set", "lo", "up")
             sh("ip", "-n", ns, "route", "add", "default", "via", outer.split("/")[0])
         sh("ip", "-n", net.sbx, "addr", "add", "10.231.0.3/24", "dev", f"s0{tag}")
+        # `ip netns exec` bind-mounts /etc/netns/<name>/hosts over /etc/hosts: the sandbox's own
+        # name resolution, so clients that take no --resolve (Node's fetch, git) find api.test
+        Path(f"/etc/netns/{net.sbx}").mkdir(parents=True, exist_ok=True)
+        Path(f"/etc/netns/{net.sbx}/hosts").write_text("127.0.0.1 localhost\n10.232.0.2 api.test\n")
     except subprocess.CalledProcessError:
         net.teardown()
         raise
@@ -189,8 +195,15 @@ def world(tmp_path_factory: pytest.TempPathFactory) -> Iterator[World]:
                 hosts: [api.test]
         """)
     )
-    net = make_net()
+    script = UPSTREAM_SCRIPT.format(
+        tests=str(ROOT / "tests"),
+        ca_cert=str(ca.ca_pem),
+        ca_key=str(tmp / "ca-key.pem"),
+        record=str(tmp / "upstream.jsonl"),
+        secret=secret,
+    )  # before make_net: nothing to tear down if this fails
     record = tmp / "upstream.jsonl"
+    net = make_net()
     upstream = subprocess.Popen(
         [
             "ip",
@@ -199,12 +212,7 @@ def world(tmp_path_factory: pytest.TempPathFactory) -> Iterator[World]:
             net.up,
             sys.executable,
             "-c",
-            UPSTREAM_SCRIPT.format(
-                tests=str(ROOT / "tests"),
-                ca_cert=str(ca.ca_pem),
-                ca_key=str(tmp / "ca-key.pem"),
-                record=str(record),
-            ),
+            script,
         ],
         stdin=subprocess.PIPE,
         stdout=subprocess.PIPE,
@@ -321,6 +329,60 @@ def test_node_https_client_with_no_proxy_support_at_all(world: World) -> None:
     ]
 
 
+NODE_FETCH = """
+fetch("https://api.test/t/transparent-fetch", {headers: {Authorization: "Bearer " + process.env.PH}})
+  .then((r) => console.log(r.status)).catch((e) => { console.error(String(e.cause || e)); process.exit(1); });
+"""
+
+
+@pytest.mark.skipif(shutil.which("node") is None, reason="node is not installed")
+def test_node_fetch_which_ignores_proxy_variables(world: World) -> None:
+    env = {"PATH": os.environ["PATH"], "PH": PH, "NODE_EXTRA_CA_CERTS": str(world.proxy.ca_pem)}
+    done = subprocess.run(
+        ["ip", "netns", "exec", world.net.sbx, "node", "-e", NODE_FETCH],
+        capture_output=True,
+        text=True,
+        timeout=30,
+        check=False,
+        env=env,
+    )
+    world.received.append(done.stdout + done.stderr)
+    assert done.stdout.strip() == "200", done.stderr
+    assert world.proxy.wait_event(path="/t/transparent-fetch")["credentials"] == [
+        {"name": "api", "version": 1}
+    ]
+
+
+def test_git_clone_in_the_sandbox_without_proxy_settings(world: World, tmp_path: Path) -> None:
+    env = {
+        "PATH": os.environ["PATH"],
+        "HOME": str(tmp_path),
+        "GIT_SSL_CAINFO": str(world.proxy.ca_pem),
+        "GIT_TERMINAL_PROMPT": "0",
+        "GIT_CONFIG_NOSYSTEM": "1",
+    }
+    done = subprocess.run(
+        [
+            "ip",
+            "netns",
+            "exec",
+            world.net.sbx,
+            "git",
+            "clone",
+            f"https://git:{PH}@api.test/git/repo.git",
+            str(tmp_path / "clone"),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+        env=env,
+    )
+    world.received.append(done.stdout + done.stderr)
+    assert done.returncode == 0, done.stderr
+    assert (tmp_path / "clone" / "README").read_text() == "hello from upstream\n"
+
+
 def test_a_source_no_claim_owns_is_refused(world: World) -> None:
     done = world.curl(
         "--resolve", "api.test:443:10.232.0.2", "https://api.test/t/stranger", source="10.231.0.3"
@@ -391,8 +453,9 @@ def test_zz_upstream_saw_only_the_allowed_requests_with_the_real_secret(world: W
     seen = upstream_saw(world)
     paths = [r["path"] for r in seen if "path" in r]
     expected = ["/t/after-loop", "/t/transparent", "/t/transparent-h2"]
-    expected += ["/t/transparent-node"] if shutil.which("node") else []
-    assert sorted(paths) == sorted(expected)
+    expected += ["/t/transparent-node", "/t/transparent-fetch"] if shutil.which("node") else []
+    assert sorted(p for p in paths if not p.startswith("/git/")) == sorted(expected)
+    assert any(p.startswith("/git/repo.git/info/refs") for p in paths)
     auth = [
         v
         for r in seen
@@ -402,6 +465,7 @@ def test_zz_upstream_saw_only_the_allowed_requests_with_the_real_secret(world: W
     ]
     assert auth == [f"Bearer {world.secret}"]
     # deny, unknown source, mismatch and cleartext made no upstream connection at all
-    assert seen[-1]["connections"] <= 4
+    # the allowed requests (git's several among them) and nothing for the refused ones
+    assert seen[-1]["connections"] <= 12
     for text in world.received:
         assert world.secret not in text
