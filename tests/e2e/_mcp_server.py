@@ -83,6 +83,7 @@ def build_app(secret: str, auth_log: Path, release: Path) -> ASGIApp:
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--port", type=int, required=True)
+    parser.add_argument("--host", default="127.0.0.1")
     parser.add_argument("--tls", type=Path, required=True, help="PEM with the key and the certificate chain")
     parser.add_argument("--secret-file", type=Path, required=True)
     parser.add_argument("--auth-log", type=Path, required=True)
@@ -91,7 +92,7 @@ def main() -> None:
     app = build_app(args.secret_file.read_text().strip(), args.auth_log, args.release)
     uvicorn.run(
         app,
-        host="127.0.0.1",
+        host=args.host,
         port=args.port,
         ssl_certfile=os.fspath(args.tls),
         ssl_keyfile=os.fspath(args.tls),

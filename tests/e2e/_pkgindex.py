@@ -130,7 +130,7 @@ class _Server(socketserver.ThreadingMixIn, socketserver.TCPServer):
 
     def __init__(self, index: PackageIndex) -> None:
         self.index = index
-        super().__init__(("127.0.0.1", 0), _Handler)
+        super().__init__(index.bind, _Handler)
 
     def finish_request(self, request: socket.socket, client_address: object) -> None:  # type: ignore[override]
         # The TLS handshake runs here, in the connection's own thread, not in the accept loop.
@@ -152,7 +152,15 @@ class _Server(socketserver.ThreadingMixIn, socketserver.TCPServer):
 class PackageIndex:
     """Threaded HTTPS index on 127.0.0.1 (ephemeral port), certificate for `hostname` from the TestCA."""
 
-    def __init__(self, ca: TestCA, hostname: str, password: str, wheels: list[Wheel]) -> None:
+    def __init__(
+        self,
+        ca: TestCA,
+        hostname: str,
+        password: str,
+        wheels: list[Wheel],
+        bind: tuple[str, int] = ("127.0.0.1", 0),
+    ) -> None:
+        self.bind = bind  # a test namespace's address for the transparent-mode test
         self.password = password
         self.wheels = wheels
         self.seen: list[tuple[str, str]] = []  # (Authorization value, request target), in order

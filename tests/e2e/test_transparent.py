@@ -13,6 +13,7 @@ Needs root, `ip netns` and iptables; skips with the reason printed where they ar
 
 from __future__ import annotations
 
+import base64
 import json
 import os
 import secrets
@@ -114,7 +115,9 @@ def make_net() -> Net:
         # `ip netns exec` bind-mounts /etc/netns/<name>/hosts over /etc/hosts: the sandbox's own
         # name resolution, so clients that take no --resolve (Node's fetch, git) find api.test
         Path(f"/etc/netns/{net.sbx}").mkdir(parents=True, exist_ok=True)
-        Path(f"/etc/netns/{net.sbx}/hosts").write_text("127.0.0.1 localhost\n10.232.0.2 api.test\n")
+        Path(f"/etc/netns/{net.sbx}/hosts").write_text(
+            "127.0.0.1 localhost\n10.232.0.2 api.test pkgs.test mcp.test\n"
+        )
     except subprocess.CalledProcessError:
         net.teardown()
         raise
@@ -129,6 +132,8 @@ class World:
     record: Path
     upstream: subprocess.Popen[str]
     tport: int
+    services: subprocess.Popen[str]
+    tmp: Path
     received: list[str] = field(default_factory=list)
 
     def curl(self, *args: str, source: str = "10.231.0.2") -> subprocess.CompletedProcess[str]:
@@ -181,8 +186,12 @@ def world(tmp_path_factory: pytest.TempPathFactory) -> Iterator[World]:
           p:
             egress:
               - host: api.test
-                ports: [443, 80]
+                ports: [443, 80, 8443]
               - host: other.test
+              - host: pkgs.test
+                ports: [9443]
+              - host: mcp.test
+                ports: [10443]
         claims:
           - id: sandbox
             pool: p
@@ -192,7 +201,7 @@ def world(tmp_path_factory: pytest.TempPathFactory) -> Iterator[World]:
               - name: api
                 value: file:secret
                 placeholder: {PH}
-                hosts: [api.test]
+                hosts: [api.test, pkgs.test, mcp.test]
         """)
     )
     script = UPSTREAM_SCRIPT.format(
@@ -223,12 +232,41 @@ def world(tmp_path_factory: pytest.TempPathFactory) -> Iterator[World]:
         tmp / "rules.yaml",
         tmp,
         upstream_ca=ca.ca_pem,
-        resolve={"api.test": "10.232.0.2", "other.test": "10.232.0.9"},
+        resolve={
+            "api.test": "10.232.0.2",
+            "other.test": "10.232.0.9",
+            "pkgs.test": "10.232.0.2",
+            "mcp.test": "10.232.0.2",
+        },
+    )
+    services = subprocess.Popen(
+        [
+            "ip",
+            "netns",
+            "exec",
+            net.up,
+            sys.executable,
+            str(ROOT / "tests" / "e2e" / "_netns_services.py"),
+            "--ca-cert",
+            str(ca.ca_pem),
+            "--ca-key",
+            str(tmp / "ca-key.pem"),
+            "--secret-file",
+            str(tmp / "secret"),
+            "--record",
+            str(tmp / "services.json"),
+            "--tmp",
+            str(tmp),
+        ],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
     )
     # 0.0.0.0: the loop test below redirects the proxy's own outbound traffic back to it
     proxy.args += ["--transparent", f"0.0.0.0:{tport}"]
     try:
         assert upstream.stdout is not None and upstream.stdout.readline().strip() == "ready"
+        assert services.stdout is not None and services.stdout.readline().strip() == "ready"
         # Everything the sandbox sends over TCP goes to surrogate; the proxy's own traffic leaves
         # through OUTPUT, which this rule does not touch, so it cannot loop.
         # the rule `surrogate transparent-rules --interface` prints, applied as printed
@@ -251,9 +289,14 @@ def world(tmp_path_factory: pytest.TempPathFactory) -> Iterator[World]:
         rule = next(line for line in printed.splitlines() if line.startswith("iptables "))
         net.iptables(*rule.split()[4:])  # after "iptables -t nat -A"
         proxy.start()
-        yield World(net, proxy, secret, record, upstream, tport)
+        yield World(net, proxy, secret, record, upstream, tport, services, tmp)
     finally:
         proxy.stop()
+        if services.stdin and not services.stdin.closed:
+            services.stdin.close()
+        services.wait(timeout=30)
+        if services.stdout:
+            services.stdout.close()
         if upstream.stdin and not upstream.stdin.closed:
             upstream.stdin.close()
         upstream.wait(timeout=20)
@@ -383,6 +426,92 @@ def test_git_clone_in_the_sandbox_without_proxy_settings(world: World, tmp_path:
     assert (tmp_path / "clone" / "README").read_text() == "hello from upstream\n"
 
 
+def sandbox_python(world: World, script: str, *args: str) -> subprocess.CompletedProcess[str]:
+    """A Python program inside the sandbox namespace: no proxy variables, only the CA trusted."""
+    env = {
+        "PATH": os.environ["PATH"],
+        "HOME": str(world.tmp),
+        "PH": PH,
+        "CA": str(world.proxy.ca_pem),
+        "PIP_CONFIG_FILE": "/dev/null",
+        "PYTHONNOUSERSITE": "1",
+    }
+    done = subprocess.run(
+        ["ip", "netns", "exec", world.net.sbx, sys.executable, *(["-c", script] if script else []), *args],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+        env=env,
+    )
+    world.received.append(done.stdout + done.stderr)
+    return done
+
+
+WS_CLIENT = """
+import os, ssl
+from websockets.sync.client import connect
+ctx = ssl.create_default_context(cafile=os.environ["CA"])
+with connect("wss://api.test:8443/ws", ssl=ctx, proxy=None,
+             additional_headers={"Authorization": "Bearer " + os.environ["PH"]}) as ws:
+    for i in range(5):
+        ws.send(f"m{i}")
+        print(ws.recv(timeout=5))
+"""
+
+
+def test_websocket_client_in_the_sandbox(world: World) -> None:
+    done = sandbox_python(world, WS_CLIENT)
+    assert done.stdout.split() == [f"echo:m{i}" for i in range(5)], done.stderr
+
+
+def test_pip_install_in_the_sandbox_from_a_credentialed_index(world: World) -> None:
+    target = world.tmp / "pip-target"
+    done = sandbox_python(
+        world,
+        "",
+        "-m",
+        "pip",
+        "install",
+        "--index-url",
+        f"https://ci:{PH}@pkgs.test:9443/simple/",
+        "--cert",
+        str(world.proxy.ca_pem),
+        "--target",
+        str(target),
+        "--no-cache-dir",
+        "--disable-pip-version-check",
+        "surrogate-netns-demo",
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert (target / "surrogate_netns_demo.py").exists()
+
+
+MCP_CLIENT = """
+import asyncio, os, ssl
+import httpx2
+from mcp import ClientSession
+from mcp.client.streamable_http import streamable_http_client
+
+async def main():
+    ctx = ssl.create_default_context(cafile=os.environ["CA"])
+    http = httpx2.AsyncClient(verify=ctx, trust_env=False, timeout=20,
+                              headers={"Authorization": "Bearer " + os.environ["PH"]})
+    async with http, streamable_http_client("https://mcp.test:10443/mcp", http_client=http) as (r, w), \
+            ClientSession(r, w, read_timeout_seconds=20) as session:
+        await session.initialize()
+        result = await session.call_tool("stepwise", {})
+        print([c.text for c in result.content if c.type == "text"])
+
+asyncio.run(main())
+"""
+
+
+def test_mcp_client_in_the_sandbox(world: World) -> None:
+    done = sandbox_python(world, MCP_CLIENT)
+    assert done.stdout.strip() == "['stepwise done']", done.stderr[-2000:]
+
+
 def test_a_source_no_claim_owns_is_refused(world: World) -> None:
     done = world.curl(
         "--resolve", "api.test:443:10.232.0.2", "https://api.test/t/stranger", source="10.231.0.3"
@@ -469,3 +598,12 @@ def test_zz_upstream_saw_only_the_allowed_requests_with_the_real_secret(world: W
     assert seen[-1]["connections"] <= 12
     for text in world.received:
         assert world.secret not in text
+    # the WebSocket, package index and MCP servers saw only the real secret
+    assert world.services.stdin is not None
+    world.services.stdin.close()
+    world.services.wait(timeout=30)
+    services = json.loads((world.tmp / "services.json").read_text())
+    assert services["ws"] == [f"Bearer {world.secret}"]
+    basic = "Basic " + base64.b64encode(f"ci:{world.secret}".encode()).decode()
+    assert services["pip"] and set(services["pip"]) == {basic}
+    assert services["mcp"] and set(services["mcp"]) == {f"Bearer {world.secret}"}
