@@ -9,6 +9,7 @@ Each addon handles one concern and talks to the others only through ``flow.metad
 2. policy     — egress rules decide; deny before any upstream TCP/TLS; authority agreement
 3. substitute — placeholders → secrets, injections, violations
 4. stream     — forward every body read as it arrives (SSE), count bytes
+   scrub      — secrets → placeholders in responses, on the stream stream set up
 5. resolve    — pinned names → addresses, before mitmproxy's own loop check
 6. audit      — one JSON event per flow, after every decision above is known
 7. metrics    — Prometheus counters from the same facts
@@ -30,6 +31,7 @@ from addons.identify import Identify
 from addons.metrics import Metrics
 from addons.policy import Policy
 from addons.resolve import Resolve
+from addons.scrub import Scrub
 from addons.stream import Stream
 from addons.substitute import Substitute
 from proxy.state import State
@@ -43,6 +45,7 @@ def chain(state: State) -> list[Any]:
         Policy(state),
         Substitute(state),
         Stream(),
+        Scrub(),
         Resolve(state),
         Audit(),
         Metrics(state),

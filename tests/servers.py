@@ -1,8 +1,8 @@
 """A real HTTPS/1.1 upstream for end-to-end tests: stdlib + trustme only.
 
 Endpoints: GET /sse, GET /bytes/<n>, POST|PUT /upload, /git/... (git smart HTTP through the real
-git-http-backend CGI), and a JSON catch-all. No response ever echoes a request header value, so
-tests can assert that a secret sent upstream is not reflected back to the client.
+git-http-backend CGI), /reflect* (a hostile echo of the Authorization header, for the scrubbing
+tests), and a JSON catch-all. No other response echoes a request header value.
 """
 
 from __future__ import annotations
@@ -10,6 +10,7 @@ from __future__ import annotations
 import base64
 import binascii
 import contextlib
+import gzip
 import hmac
 import json
 import os
@@ -111,6 +112,8 @@ class _Handler(BaseHTTPRequestHandler):
             return self._bytes(int(m[1]))
         received = sum(len(c) for c in self._body())
         self._record(received)
+        if path.startswith("/reflect"):
+            return self._reflect(path)
         if self.command in ("POST", "PUT") and path == "/upload":
             return self._json({"received": received})
         self._json({"ok": True, "method": self.command, "path": self.path})
@@ -157,6 +160,33 @@ class _Handler(BaseHTTPRequestHandler):
         self.wfile.write(b"%x\r\n%s\r\n" % (len(data), data))
 
     # -- endpoints ---------------------------------------------------------------------------
+
+    def _reflect(self, path: str) -> None:
+        """A hostile upstream: hands the Authorization it received back (the scrubbing tests).
+        /reflect in a header and the body, /reflect-split in two reads 200 ms apart (cut in the
+        middle of the value), /reflect-gzip gzip-encoded whatever the request accepted."""
+        auth = (self.headers.get("Authorization") or "").encode()
+        if path == "/reflect-split":
+            self.send_response(200)
+            self.send_header("Content-Type", "text/plain")
+            self.send_header("Transfer-Encoding", "chunked")
+            self.end_headers()
+            half = len(auth) // 2
+            self._chunk(b"you sent: " + auth[:half])
+            threading.Event().wait(0.2)
+            self._chunk(auth[half:] + b"\n")
+            self.wfile.write(b"0\r\n\r\n")
+            return
+        body = b"you sent: " + auth + b"\n"
+        self.send_response(200)
+        self.send_header("Content-Type", "text/plain")
+        self.send_header("X-Echo", auth.decode("latin-1"))
+        if path == "/reflect-gzip":
+            body = gzip.compress(body)
+            self.send_header("Content-Encoding", "gzip")
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
 
     def _sse(self) -> None:
         self._record(0)

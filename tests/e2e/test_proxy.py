@@ -419,3 +419,32 @@ def test_git_push_with_placeholder_password(env: Env, tmp_path: Path) -> None:
     again = git("clone", repo_url, str(tmp_path / "again"))
     assert again.returncode == 0 and (tmp_path / "again" / "pushed.txt").read_text() == "from the sandbox\n"
     assert [r for r in env.upstream.requests if "git-receive-pack" in r.path]
+
+
+@pytest.mark.parametrize("path", ["/reflect", "/reflect-split", "/reflect-gzip"])
+@pytest.mark.parametrize("http", ["--http1.1", "--http2"])
+def test_an_upstream_reflecting_the_secret_hands_back_only_the_placeholder(
+    env: Env, path: str, http: str
+) -> None:
+    done = curl(
+        env,
+        env.url("api.test", path),
+        http,
+        "--compressed",
+        "-D",
+        "-",
+        "-H",
+        f"Authorization: Bearer {env.placeholder}",
+    )
+    assert status_of(done) == 200, done
+    assert env.secret.encode() not in done.stdout
+    assert f"you sent: Bearer {env.placeholder}".encode() in done.stdout
+    if path != "/reflect-split":
+        echoed = [
+            line.split(b":", 1)[1].strip()
+            for line in done.stdout.splitlines()
+            if line.lower().startswith(b"x-echo:")
+        ]
+        assert echoed == [f"Bearer {env.placeholder}".encode()]
+    sent = [v for r in env.upstream.requests if r.path == path for v in header(r, "Authorization")]
+    assert f"Bearer {env.secret}" in sent  # the upstream did get the secret (and reflected it)
