@@ -11,7 +11,7 @@ from mitmproxy import http
 from addons import facts
 from proxy.decide import Reason, deny
 from proxy.errors import HostError
-from proxy.hosts import canonical_host
+from proxy.hosts import split_authority
 from proxy.hygiene import check_head
 
 
@@ -24,7 +24,7 @@ class Hygiene:
         claim = flow.metadata.get(facts.CLAIM)
         host = (flow.metadata.get(facts.AUTHORITY) or (req.host_header or req.host, 0))[0]
         try:
-            host = canonical_host(host.rsplit(":", 1)[0] if host.count(":") == 1 else host)
+            host = split_authority(host)[0]
         except HostError:
             host = ""  # policy refuses it; nothing here is bound to it
         credentialed = claim is not None and any(c.bound_to(host) for c in claim.credentials)

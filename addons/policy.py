@@ -19,20 +19,8 @@ from mitmproxy.proxy import layer, layers, mode_specs
 from addons import facts
 from proxy.decide import Decision, Reason, decide_connect, decide_request, deny
 from proxy.errors import HostError
-from proxy.hosts import canonical_host
+from proxy.hosts import canonical_host, split_authority
 from proxy.state import State
-
-
-def _split_host_header(value: str) -> tuple[str, int | None]:
-    if value.startswith("["):
-        host, _, rest = value[1:].partition("]")
-        port = rest[1:] if rest.startswith(":") else ""
-    else:
-        host, _, port = value.rpartition(":") if value.count(":") == 1 else (value, "", "")
-    # str.isdigit() also accepts non-ASCII digits such as '²', which int() refuses.
-    if port and not (port.isascii() and port.isdigit() and len(port) <= 5 and 0 < int(port) < 65536):
-        raise HostError(f"invalid port in Host header {value[:80]!r}")
-    return canonical_host(host), (int(port) if port else None)
 
 
 class Policy:
@@ -105,7 +93,7 @@ class Policy:
                 return deny(
                     Reason.AUTHORITY_MISMATCH, "request names no host (no Host header, no SNI)", status=421
                 )
-            authority = (_split_host_header(named)[0], original[1])
+            authority = (split_authority(named)[0], original[1])
         elif authority is None:  # absolute-form request on the explicit proxy (plain HTTP)
             authority = (canonical_host(req.host), req.port)
         host, port = authority
@@ -113,7 +101,7 @@ class Policy:
         if flow.client_conn.sni:
             names["TLS SNI"] = flow.client_conn.sni
         for what, value in names.items():
-            name, given_port = _split_host_header(value) if value else ("", None)
+            name, given_port = split_authority(value) if value else ("", None)
             if name != host or (given_port is not None and given_port != port):
                 return deny(
                     Reason.AUTHORITY_MISMATCH,

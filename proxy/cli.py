@@ -42,6 +42,7 @@ from proxy.provision import render, sandbox_env
 from proxy.registry import Registry
 from proxy.rules import load_rules
 from proxy.state import State
+from proxy.store import open_state_store
 
 if TYPE_CHECKING:
     from proxy.engine import ControlConfig
@@ -324,7 +325,7 @@ def _demo_init(state_dir: Path) -> int:
 
 
 def _run(args: argparse.Namespace) -> int:
-    from proxy.engine import RunConfig, open_store, serve  # mitmproxy is imported only to serve
+    from proxy.engine import RunConfig, serve  # mitmproxy is imported only to serve
 
     policy = load_rules(args.rules)
     for warning in policy.warnings:
@@ -333,7 +334,7 @@ def _run(args: argparse.Namespace) -> int:
     args.state_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
     audit.configure(args.audit_file, args.audit_max_bytes, args.audit_backups)
     host, port = args.listen
-    with open_store(args.state_dir) as store:
+    with open_state_store(args.state_dir) as store:
         config = RunConfig(
             state=State(Registry(policy, store), dict(args.resolve)),
             state_dir=args.state_dir,
@@ -349,10 +350,8 @@ def _run(args: argparse.Namespace) -> int:
 
 
 def _env(args: argparse.Namespace) -> int:
-    from proxy.engine import open_store
-
     policy = load_rules(args.rules)
-    with open_store(args.state_dir) as store:
+    with open_state_store(args.state_dir) as store:
         registry = Registry(policy, store)
         registry.refresh()
         claim = registry.claim(args.claim)
@@ -373,9 +372,7 @@ def _env(args: argparse.Namespace) -> int:
 
 
 def _rotate_keys(args: argparse.Namespace) -> int:
-    from proxy.engine import open_store
-
-    with open_store(args.state_dir) as store:
+    with open_state_store(args.state_dir) as store:
         count = store.rotate_keys(new_key=not args.resume)
     print(f"surrogate: {count} stored values re-encrypted under the current key")
     return 0
@@ -383,13 +380,13 @@ def _rotate_keys(args: argparse.Namespace) -> int:
 
 def _control(args: argparse.Namespace) -> int:
     from proxy.control import Control
-    from proxy.engine import open_store, serve_control_only
+    from proxy.engine import serve_control_only
 
     policy = load_rules(args.rules)
     control = _control_config(args)
     args.state_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
     audit.configure(args.audit_file, args.audit_max_bytes, args.audit_backups)
-    with open_store(args.state_dir) as store:
+    with open_state_store(args.state_dir) as store:
         print(f"surrogate: control API on {control.socket_path or ''} {control.tcp or ''}", file=sys.stderr)
         asyncio.run(serve_control_only(Control(Registry(policy, store), store), control))
     return 0

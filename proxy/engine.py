@@ -34,9 +34,7 @@ from addons.reload import Reload
 from certs import ca
 from proxy.api import make_app
 from proxy.control import Control
-from proxy.keyring import KeyRing
 from proxy.state import State
-from proxy.store import Store
 
 
 @dataclass(slots=True)
@@ -56,11 +54,6 @@ class RunConfig:
     rules: Path | None = None  # watched for changes and reloaded on SIGHUP
     control: ControlConfig | None = None
     transparent: tuple[str, int] | None = None  # transparent listener (SO_ORIGINAL_DST, Linux)
-
-
-def open_store(state_dir: Path) -> Store:
-    """The state dir's store (``store.sqlite3``) under its key file (``store.key``, 0600)."""
-    return Store.open(state_dir / "store.sqlite3", KeyRing.load_or_create(state_dir / "store.key"))
 
 
 def build_master(config: RunConfig, on_ready: Callable[[], None] | None = None) -> Master:

@@ -44,13 +44,12 @@ from urllib.parse import unquote, urlsplit
 from proxy import audit, placeholders
 from proxy.decide import Decision, Reason, decide_connect, decide_request, deny
 from proxy.errors import HostError
-from proxy.hosts import canonical_host
-from proxy.keyring import KeyRing
+from proxy.hosts import canonical_host, split_authority
 from proxy.policy import Claim, Policy
 from proxy.registry import Registry
 from proxy.rules import load_rules
 from proxy.secrets import Secret
-from proxy.store import Store
+from proxy.store import open_state_store
 from proxy.substitute import substitute_request
 
 Claims = Policy | Registry
@@ -138,25 +137,13 @@ def parse_header(text: str) -> tuple[str, str]:
     return name, value.strip()
 
 
-def _host_header(value: str) -> tuple[str, int | None]:
-    """Mirrors addons/policy.py's Host header reading (which imports mitmproxy)."""
-    if value.startswith("["):
-        name, _, rest = value[1:].partition("]")
-        port = rest[1:] if rest.startswith(":") else ""
-    else:
-        name, _, port = value.rpartition(":") if value.count(":") == 1 else (value, "", "")
-    if port and not (port.isascii() and port.isdigit() and len(port) <= 5 and 0 < int(port) < 65536):
-        raise HostError(f"invalid port in Host header {value[:80]!r}")
-    return canonical_host(name), (int(port) if port else None)
-
-
 def _authority(headers: Sequence[tuple[str, str]], host: str, port: int) -> Decision | None:
     """The proxy's refusal when a given Host header names another host or port, else None."""
     value = next((v for n, v in headers if n.lower() == "host"), None)
     if value is None:  # clients send the URL's authority; explain assumes they agree
         return None
     try:
-        name, given_port = _host_header(value)
+        name, given_port = split_authority(value)
     except HostError as e:
         return deny(Reason.AUTHORITY_MISMATCH, str(e), status=400)
     if name != host or (given_port is not None and given_port != port):
@@ -577,12 +564,7 @@ def _claims(rules: Path, state_dir: Path | None) -> Iterator[Claims]:
     if state_dir is None:
         yield policy
         return
-    db, key = state_dir / "store.sqlite3", state_dir / "store.key"  # as proxy.engine.open_store
-    for path in (db, key):
-        if not path.is_file():
-            raise ValueError(f"{state_dir}: no credential store there ({path.name} is missing)")
-    # Not proxy.engine.open_store itself: that module imports mitmproxy, which a dry run does not need.
-    with Store.open(db, KeyRing.load_or_create(key)) as store:
+    with open_state_store(state_dir, create=False) as store:  # a dry run never creates a store
         registry = Registry(policy, store)
         registry.refresh()
         yield registry

@@ -64,6 +64,23 @@ def canonical_host(raw: str) -> str:
     return ascii_host
 
 
+def split_authority(value: str) -> tuple[str, int | None]:
+    """A Host header / ``:authority`` / SNI value → (canonical host, port or None).
+
+    ``[v6]:port`` and ``name:port`` forms (RFC 9110 §7.2). Raises HostError for a bad name or a
+    port that is not 1..65535 in ASCII digits (``str.isdigit`` also accepts '²', which ``int``
+    refuses).
+    """
+    if value.startswith("["):
+        host, _, rest = value[1:].partition("]")
+        port = rest[1:] if rest.startswith(":") else ""
+    else:
+        host, _, port = value.rpartition(":") if value.count(":") == 1 else (value, "", "")
+    if port and not (port.isascii() and port.isdigit() and len(port) <= 5 and 0 < int(port) < 65536):
+        raise HostError(f"invalid port in Host header {value[:80]!r}")
+    return canonical_host(host), (int(port) if port else None)
+
+
 @dataclass(frozen=True, slots=True)
 class HostPattern:
     """A compiled egress host pattern. ``text`` is the canonical spelling, e.g. ``*.github.com``."""

@@ -214,6 +214,23 @@ def _placeholder(text: str) -> str:
     return text
 
 
+STORE_FILE = "store.sqlite3"
+KEY_FILE = "store.key"
+
+
+def open_state_store(state_dir: Path, create: bool = True) -> Store:
+    """The state dir's store (``store.sqlite3``) under its key file (``store.key``, 0600).
+
+    ``create=False`` refuses (ValueError) a state dir that has no store yet, instead of making one.
+    """
+    db, key = state_dir / STORE_FILE, state_dir / KEY_FILE
+    if not create:
+        for path in (db, key):
+            if not path.is_file():
+                raise ValueError(f"{state_dir}: no credential store there ({path.name} is missing)")
+    return Store.open(db, KeyRing.load_or_create(key))
+
+
 class Store:
     """The SQLite credential store: one connection, safe to share between threads."""
 

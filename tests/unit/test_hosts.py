@@ -7,7 +7,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from proxy.errors import HostError
-from proxy.hosts import HostPattern, canonical_host
+from proxy.hosts import HostPattern, canonical_host, split_authority
 
 # --- canonical_host -------------------------------------------------------------------------
 
@@ -224,3 +224,25 @@ def test_host_pattern_covers_is_sound_and_complete(
     if outer.covers(inner) and inner.matches(host):
         assert outer.matches(host)
     assert outer.covers(inner) is outer.matches(_witness(inner))
+
+
+@pytest.mark.parametrize(
+    ("value", "expected"),
+    [
+        ("API.test", ("api.test", None)),
+        ("api.test:8443", ("api.test", 8443)),
+        ("[::1]:443", ("::1", 443)),
+        ("[::1]", ("::1", None)),
+        ("api.test.:443", ("api.test", 443)),
+    ],
+)
+def test_split_authority(value: str, expected: tuple[str, int | None]) -> None:
+    assert split_authority(value) == expected
+
+
+@pytest.mark.parametrize(
+    "value", ["api.test:²", "api.test:" + "1" * 5000, "api.test:0", "api.test:65536", "api.test:x", "a..b:1"]
+)
+def test_split_authority_refuses_bad_ports_and_names(value: str) -> None:
+    with pytest.raises(HostError):
+        split_authority(value)
