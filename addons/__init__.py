@@ -4,6 +4,8 @@ Each addon handles one concern and talks to the others only through ``flow.metad
 :mod:`addons.facts`). mitmproxy calls addons in list order for every hook, so:
 
 1. identify   — who is this (claim), from Proxy-Authorization; strips Proxy-* headers
+   limits     — the claim's open connections and request rate (429 before any other work), and
+                the request-head deadline; right after identify because it needs the claim
    hygiene    — refuse ambiguous request heads (duplicate Host, control characters, oversize,
                 TRACE toward credentials); drop hop-by-hop headers
 2. policy     — egress rules decide; deny before any upstream TCP/TLS; authority agreement
@@ -28,6 +30,7 @@ from mitmproxy.addons import errorcheck, next_layer, proxyserver, tlsconfig
 from addons.audit import Audit
 from addons.hygiene import Hygiene
 from addons.identify import Identify
+from addons.limits import Limiter
 from addons.metrics import Metrics
 from addons.policy import Policy
 from addons.resolve import Resolve
@@ -41,6 +44,7 @@ def chain(state: State) -> list[Any]:
     """The full, ordered addon list for a proxy serving ``state``."""
     return [
         Identify(state),
+        Limiter(state),
         Hygiene(),
         Policy(state),
         Substitute(state),
