@@ -9,6 +9,7 @@ Each addon handles one concern and talks to the others only through ``flow.metad
    hygiene    — refuse ambiguous request heads (duplicate Host, control characters, oversize,
                 TRACE toward credentials); drop hop-by-hop headers
 2. policy     — egress rules decide; deny before any upstream TCP/TLS; authority agreement
+   forgery    — a placeholder with surrogate's checksum that this claim does not hold: refused
 3. substitute — placeholders → secrets, injections, violations
 4. stream     — forward every body read as it arrives (SSE), count bytes
    scrub      — secrets → placeholders in responses, on the stream stream set up
@@ -28,6 +29,7 @@ from typing import Any
 from mitmproxy.addons import errorcheck, next_layer, proxyserver, tlsconfig
 
 from addons.audit import Audit
+from addons.forgery import Forgery
 from addons.hygiene import Hygiene
 from addons.identify import Identify
 from addons.limits import Limiter
@@ -47,6 +49,7 @@ def chain(state: State) -> list[Any]:
         Limiter(state),
         Hygiene(),
         Policy(state),
+        Forgery(),
         Substitute(state),
         Stream(),
         Scrub(),

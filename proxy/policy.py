@@ -90,6 +90,7 @@ class Credential:
     source: SecretSource = field(repr=False)
     inject: Injection | None = None
     expires_at: float | None = None  # unix seconds; None: never
+    max_requests: int | None = None  # request budget (counted by the registry); None: none
 
     def expired(self, now: float) -> bool:
         return self.expires_at is not None and now >= self.expires_at

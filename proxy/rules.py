@@ -76,6 +76,7 @@ class CredentialModel(_Model):
     placeholder: str
     hosts: list[str] = Field(min_length=1)
     inject: InjectModel | None = None
+    max_requests: int | None = None
 
 
 class ClaimModel(_Model):
@@ -485,7 +486,12 @@ def _credential(
         elif "{value}" not in km.inject.format:
             marks.add(loc + ("inject", "format"), "format must contain '{value}', e.g. 'Bearer {value}'")
         inject = Injection(header, km.inject.format)
+    if km.max_requests is not None and km.max_requests < 1:
+        marks.add(
+            loc + ("max_requests",),
+            f"max_requests {km.max_requests} must be at least 1 (omit it for no budget)",
+        )
     source = _source(km.value, base_dir, loc + ("value",), marks)
     if source is None or len(marks.problems) != before:
         return None
-    return Credential(km.name, km.placeholder, tuple(hosts), source, inject)
+    return Credential(km.name, km.placeholder, tuple(hosts), source, inject, max_requests=km.max_requests)

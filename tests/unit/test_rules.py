@@ -324,3 +324,21 @@ def test_limits_default_and_read_from_the_pool(tmp_path: Path) -> None:
     policy = load_rules(rules)
     assert policy.pools["a"].limits == Limits()
     assert policy.pools["b"].limits == Limits(4, 0.5, 3)
+
+
+def test_max_requests_is_read_and_checked(tmp_path: Path) -> None:
+    (tmp_path / "t").write_text("token")
+    body = (
+        "version: 1\npools:\n  p:\n    egress: [{host: a.test}]\nclaims:\n"
+        "  - id: c\n    pool: p\n    proxy_token: file:t\n    credentials:\n"
+        "      - {name: k, value: file:t, placeholder: surr_AAAAAAAAAAAAAAAAAAAA, hosts: [a.test],\n"
+        "         max_requests: N}\n"
+    )
+    (tmp_path / "ok.yaml").write_text(body.replace("N", "5"))
+    assert load_rules(tmp_path / "ok.yaml").claims["c"].credentials[0].max_requests == 5
+    (tmp_path / "bad.yaml").write_text(body.replace("N", "0"))
+    with pytest.raises(RulesError) as e:
+        load_rules(tmp_path / "bad.yaml")
+    (problem,) = e.value.problems
+    assert (problem.line, problem.field) == (11, "claims[0].credentials[0].max_requests")
+    assert "at least 1" in problem.message
