@@ -18,7 +18,7 @@ import asyncio
 import logging
 import time
 
-from mitmproxy import connection, ctx, http
+from mitmproxy import addonmanager, connection, ctx, http
 
 from addons import facts
 from proxy.decide import Reason, deny
@@ -37,8 +37,8 @@ class Limiter:
         self.heads = HeadDeadlines()
         self._sweeper: asyncio.Task[None] | None = None
 
-    def load(self, loader: object) -> None:
-        loader.add_option(  # type: ignore[attr-defined]
+    def load(self, loader: addonmanager.Loader) -> None:
+        loader.add_option(
             "surrogate_header_timeout",
             int,
             DEFAULT_HEADER_TIMEOUT,

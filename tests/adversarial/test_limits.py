@@ -266,3 +266,17 @@ def test_no_http2_switch_leaves_an_h2_client_on_http11(world: World, tmp_path: P
     finally:
         proxy.stop()
     assert done.stdout.rsplit(b"\n", 1)[-1] == (b"2 200" if http2 else b"1.1 200"), done
+
+
+def test_limit_refusals_are_counted_with_bounded_labels(world: World) -> None:
+    """Runs after the tests above in this module (file order): each limit has refused by now."""
+    sock = world.proxy.state_dir / "control.sock"
+    with httpx.Client(transport=httpx.HTTPTransport(uds=str(sock)), base_url="http://control") as api:
+        text = api.get("/metrics").text
+    counted = {
+        line.split('"')[1]: float(line.rsplit(" ", 1)[1])
+        for line in text.splitlines()
+        if line.startswith("surrogate_limit_refusals_total{")
+    }
+    assert set(counted) == {"connections", "rate", "header_timeout"}
+    assert all(v >= 1 for v in counted.values())

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import secrets
 import subprocess
+import sys
 import textwrap
 import time
 from collections.abc import Iterator
@@ -207,3 +208,22 @@ def test_a_control_api_budget_is_kept_in_the_store(world: World) -> None:
     with world.api() as api:
         got = api.get("/v1/claims/metered/credentials/k").json()
     assert (got["max_requests"], got["requests_used"]) == (1, 1)
+
+
+def test_the_cli_client_sets_a_budget_and_a_bad_one_is_a_clear_error(world: World) -> None:
+    def run(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [sys.executable, "-m", "proxy", *args, "--state-dir", str(world.proxy.state_dir)],
+            input=world.secret,
+            capture_output=True,
+            text=True,
+            timeout=30,
+            check=False,
+        )
+
+    assert run("claims", "create", "--pool", "p", "--id", "cli-budget").returncode == 0
+    put = ["creds", "put", "cli-budget", "k", "--host", "api.test", "--value-file", "-"]
+    ok = run(*put, "--max-requests", "3")
+    assert ok.returncode == 0 and '"max_requests": 3' in ok.stdout, ok.stderr
+    bad = run(*put, "--max-requests", "0")
+    assert bad.returncode == 1 and "max_requests" in bad.stderr and world.secret not in bad.stderr
