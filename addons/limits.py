@@ -87,7 +87,9 @@ class Limiter:
                 f"claim {claim.id!r} already has {limits.connections} open connections, the most its "
                 "pool allows; close some and retry"
             )
-            facts.refuse(flow, deny(Reason.TOO_MANY_CONNECTIONS, message, 429), {"Connection": "close"})
+            # HTTP/2 forbids connection-specific headers (RFC 9113 §8.2.2): there each stream is refused.
+            close = {"Connection": "close"} if flow.request.http_version.startswith("HTTP/1") else {}
+            facts.refuse(flow, deny(Reason.TOO_MANY_CONNECTIONS, message, 429), close)
             return
         wait = self.claims.take(claim.id, limits, time.monotonic())
         if wait:
