@@ -111,6 +111,7 @@ def _rules(tmp: Path, port: int) -> Path:
         claims:
           - {{id: few, pool: few, proxy_token: file:token}}
           - {{id: slow, pool: slow, proxy_token: file:token}}
+          - {{id: slow-h2, pool: slow, proxy_token: file:token}}
           - {{id: agent, pool: free, proxy_token: file:token}}
         """)
     )
@@ -181,6 +182,26 @@ def test_requests_over_the_claims_rate_get_429_with_retry_after(world: World) ->
     assert [r.path for r in world.upstream.requests[before:]] == ["/rate/0", "/rate/1"]
     event = world.proxy.wait_event(claim="slow", path="/rate/2")
     assert (event["reason"], event["status"]) == ("rate_limited", 429)
+
+
+def test_each_http2_stream_takes_a_token(world: World) -> None:
+    """HTTP/2 multiplexes requests on one connection: each stream is a request for the rate, so
+    a stream flood (rapid reset included) is answered 429 without reaching the upstream."""
+    urls = [world.url(f"/h2-rate/{i}") for i in range(4)]
+    done = subprocess.run(
+        ["curl", "-sS", "--max-time", "20", "-x", world.proxy.url("slow-h2", world.token)]
+        + ["--cacert", str(world.proxy.ca_pem), "--http2", "-w", "\nstatus %{http_version} %{http_code}\n"]
+        + urls,
+        capture_output=True,
+        timeout=30,
+        check=False,
+    )
+    statuses = [line for line in done.stdout.decode().splitlines() if line.startswith("status ")]
+    assert statuses == ["status 2 200", "status 2 200", "status 2 429", "status 2 429"], done
+    assert [r.path for r in world.upstream.requests if r.path.startswith("/h2-rate/")] == [
+        "/h2-rate/0",
+        "/h2-rate/1",
+    ]
 
 
 def test_slowloris_head_is_closed_after_the_header_timeout(world: World) -> None:

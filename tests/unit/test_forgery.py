@@ -5,6 +5,8 @@ from __future__ import annotations
 import base64
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from proxy.forgery import MAX_PLACES, find_forged
 from proxy.placeholders import generate
@@ -45,3 +47,18 @@ def test_places_are_bounded() -> None:
 def test_places_never_hold_the_string() -> None:
     places = find_forged([(b"Authorization", f"Bearer {OTHERS}".encode())], f"/{OTHERS}".encode(), set())
     assert places and not any(OTHERS in p for p in places)
+
+
+@given(
+    st.lists(st.tuples(st.binary(max_size=20), st.binary(max_size=200)), max_size=5),
+    st.binary(max_size=200),
+)
+def test_find_forged_never_raises_on_any_bytes(fields: list[tuple[bytes, bytes]], target: bytes) -> None:
+    places = find_forged(fields, target, REGISTERED)
+    assert len(places) <= MAX_PLACES
+
+
+@given(st.sampled_from([b"Authorization", b"X-Key"]), st.text(max_size=40), st.text(max_size=40))
+def test_a_forged_placeholder_is_found_whatever_surrounds_it(name: bytes, before: str, after: str) -> None:
+    value = f"{before} {OTHERS} {after}".encode()
+    assert find_forged([(name, value)], b"/", REGISTERED) == [f"header {name.decode()}"]
