@@ -56,21 +56,28 @@ class Limiter:
         while True:
             timeout = ctx.options.surrogate_header_timeout
             await asyncio.sleep(min(1.0, timeout / 4))
-            overdue = set(self.heads.overdue(time.monotonic(), timeout))
-            if not overdue:
-                continue
-            server = ctx.master.addons.get("proxyserver")
-            for handler in list(server.connections.values()):
-                if handler.client.id in overdue:
-                    peer = handler.client.peername
-                    log.warning(
-                        "closing client connection %s: no complete request head within %ss",
-                        f"{peer[0]}:{peer[1]}" if peer else "?",
-                        timeout,
-                    )
-                    self.state.metrics.limit_refusals.labels("header_timeout").inc()
-                    self.heads.close(handler.client.id)
-                    handler.close_connection(handler.client)
+            try:
+                self._close_overdue(timeout)
+            except Exception as e:  # the watchdog must outlive any one bad sweep
+                log.error("header-timeout sweep failed with %s", type(e).__name__)
+
+    def _close_overdue(self, timeout: int) -> None:
+        overdue = set(self.heads.overdue(time.monotonic(), timeout))
+        if not overdue:
+            return
+        server = ctx.master.addons.get("proxyserver")
+        for handler in list(server.connections.values()):
+            if handler.client.id in overdue:
+                peer = handler.client.peername
+                log.warning(
+                    "closing client connection %s: no complete request head within %ss",
+                    f"{peer[0]}:{peer[1]}" if peer else "?",
+                    timeout,
+                )
+                self.state.metrics.limit_refusals.labels("header_timeout").inc()
+                handler.close_connection(handler.client)
+        for conn in overdue:  # closed now, or already gone without a disconnect hook
+            self.heads.close(conn)
 
     def _limits(self, pool: str) -> Limits:
         found = self.state.policy.pools.get(pool)
