@@ -27,6 +27,19 @@ CANONICAL = [
     ("[::1]", "::1", "ipv6-brackets-removed"),
     ("0:0:0:0:0:0:0:1", "::1", "ipv6-compressed"),
     ("[2001:DB8::1]", "2001:db8::1", "ipv6-upper-case-lowered"),
+    ("127.1", "127.0.0.1", "ipv4-short-form"),
+    ("127.0.1", "127.0.0.1", "ipv4-three-parts"),
+    ("2130706433", "127.0.0.1", "ipv4-decimal"),
+    ("0x7f000001", "127.0.0.1", "ipv4-hex"),
+    ("0X7F.0.0.1", "127.0.0.1", "ipv4-hex-part-upper"),
+    ("0177.0.0.1", "127.0.0.1", "ipv4-octal-part"),
+    ("017700000001", "127.0.0.1", "ipv4-octal"),
+    ("127.000.000.001", "127.0.0.1", "ipv4-zero-padded-octal"),
+    ("127.0.0.1.", "127.0.0.1", "ipv4-trailing-dot"),
+    ("169.254.43518", "169.254.169.254", "ipv4-two-parts"),
+    ("0", "0.0.0.0", "ipv4-zero"),
+    ("1.2.3.4.5", "1.2.3.4.5", "five-numeric-labels-is-a-name"),
+    ("08.1.1.1", "08.1.1.1", "not-octal-is-a-name"),
 ]
 
 
@@ -54,6 +67,9 @@ INVALID = [
     ("a" * 250 + ".com", "longer-than-253"),
     ("☃.com", "idna-disallowed-codepoint"),
     ("bü_cher.example", "idna-underscore-in-u-label"),
+    ("256.1.1.1", "ipv4-part-out-of-range"),
+    ("1.2.65536", "ipv4-last-part-out-of-range"),
+    ("4294967296", "ipv4-decimal-out-of-range"),
 ]
 
 
