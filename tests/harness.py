@@ -169,14 +169,16 @@ class World:
     def proxy_auth(self, claim: str = "agent") -> str:
         return "Basic " + base64.b64encode(f"{claim}:{self.token}".encode()).decode()
 
-    def tunnel_request(self, head: bytes, host: str = "api.test", read_timeout: float = 10) -> bytes:
-        """Send raw bytes (a request head, maybe more) through an authenticated CONNECT tunnel to
+    def tunnel_request(
+        self, head: bytes, host: str = "api.test", claim: str = "agent", read_timeout: float = 10
+    ) -> bytes:
+        """Send raw bytes (a request head, maybe more) through ``claim``'s CONNECT tunnel to
         ``host`` and TLS, and return everything read back until the proxy closes."""
         port = self.upstream.port
         with socket.create_connection(("127.0.0.1", self.proxy.port), timeout=read_timeout) as raw:
             raw.sendall(
                 f"CONNECT {host}:{port} HTTP/1.1\r\nHost: {host}:{port}\r\n"
-                f"Proxy-Authorization: {self.proxy_auth()}\r\n\r\n".encode()
+                f"Proxy-Authorization: {self.proxy_auth(claim)}\r\n\r\n".encode()
             )
             assert raw.recv(4096).startswith(b"HTTP/1.1 200")
             ctx = ssl.create_default_context(cafile=str(self.proxy.ca_pem))

@@ -4,8 +4,10 @@ One module per threat class of issue 5; docs/threat-model.md maps each threat to
 to the tests here. Every test in this folder is marked ``e2e``. The ``world`` fixture (one per
 module) is a real proxy process with two claims in front of a real HTTPS upstream on loopback:
 
-- ``agent`` (pool ``p``): GET /v1* on api.test, anything on other.test, a catch-all opaque
-  ``*`` rule on the upstream's port; credential ``api`` (a canary) bound to api.test;
+- ``agent`` (pool ``p``): GET /v1* on api.test, anything on other.test and mismatch.test (whose
+  name the upstream's certificate does not cover), plain.test on any port, a catch-all opaque
+  ``*`` rule on the upstream's port; credential ``api`` (a canary) bound to api.test and
+  mismatch.test;
 - ``wide`` (pool ``w``): every host and port, intercepted, with wildcard and IDNA rules, so
   that what refuses a request is the resolver's address check or name matching, not a missing
   rule. Same proxy token as ``agent``.
@@ -34,6 +36,7 @@ NAMES = [
     "wild.test",
     "badwild.test",
     "xn--bcher-kva.test",
+    "plain.test",
 ]
 HERE = Path(__file__).parent
 
@@ -56,6 +59,10 @@ def rules_text(port: int) -> str:
                 paths: ["/v1"]
               - host: other.test
                 ports: [{port}]
+              - host: plain.test
+                ports: []
+              - host: mismatch.test
+                ports: [{port}]
               # a catch-all opaque rule after the intercepting one: it must never approve a
               # request inside an intercepted tunnel
               - host: "*"
@@ -77,7 +84,7 @@ def rules_text(port: int) -> str:
               - name: api
                 value: file:secret
                 placeholder: {PH}
-                hosts: [api.test]
+                hosts: [api.test, mismatch.test]
           - id: wide
             pool: w
             proxy_token: file:token
@@ -99,7 +106,9 @@ def world(tmp_path_factory: pytest.TempPathFactory) -> Iterator[World]:
     upstream = Upstream(ca, NAMES, tmpdir=tmp).start()
     rules = tmp / "rules.yaml"
     rules.write_text(rules_text(upstream.port))
-    proxy = ProxyProcess(rules, tmp, upstream_ca=ca.ca_pem, resolve={n: "127.0.0.1" for n in NAMES})
+    # mismatch.test is pinned too, but the upstream's certificate does not cover it
+    pins = {n: "127.0.0.1" for n in [*NAMES, "mismatch.test"]}
+    proxy = ProxyProcess(rules, tmp, upstream_ca=ca.ca_pem, resolve=pins)
     w = World(upstream, proxy, token, secret, PH)
     try:
         proxy.start()
