@@ -188,8 +188,8 @@ class World:
                     tls.sendall(head)
                     while chunk := tls.recv(65536):
                         data += chunk
-                except (ConnectionError, ssl.SSLError):
-                    pass  # the proxy may close while we still write: what it sent is in `data`
+                except (ConnectionError, ssl.SSLError, TimeoutError):
+                    pass  # closed while we still wrote, or kept open: what it sent is in `data`
         self.received.append(data)
         return data
 
