@@ -67,7 +67,9 @@ def forms(value: str) -> dict[str, bytes]:
         for name, encode in (("base64", base64.b64encode), ("base64url", base64.urlsafe_b64encode)):
             encoded = encode(b"\0" * align + raw)
             # the first group holds the alignment bytes, the last one depends on what follows
-            out[f"{name}+{align}"] = encoded[4 if align else 0 : -4]
+            form = encoded[4 if align else 0 : -4]
+            if form not in out.values():  # URL-safe is often the same as standard
+                out[f"{name}+{align}"] = form
     out["percent"] = "".join(f"%{b:02X}" for b in raw).encode()
     out["percent-lower"] = "".join(f"%{b:02x}" for b in raw).encode()
     out["json-escaped"] = "".join(f"\\u{b:04x}" for b in raw).encode()
