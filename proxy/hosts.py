@@ -31,7 +31,7 @@ import idna
 from proxy.errors import HostError
 
 _MAX_NAME = 253
-_IPV4_PART = re.compile(r"0x[0-9a-f]*|0[0-7]*|[1-9][0-9]*")  # hex, octal, decimal (inet_aton(3))
+_IPV4_PART = re.compile(r"0x[0-9a-f]+|0[0-7]*|[1-9][0-9]*")  # hex, octal, decimal (inet_aton(3))
 
 
 def _numeric_ipv4(host: str, raw: str) -> str | None:
@@ -41,7 +41,7 @@ def _numeric_ipv4(host: str, raw: str) -> str | None:
     if len(parts) > 4 or not all(_IPV4_PART.fullmatch(p) for p in parts):
         return None
     nums = [
-        int(p[2:] or "0", 16) if p.startswith("0x") else int(p, 8 if p.startswith("0") else 10) for p in parts
+        int(p[2:], 16) if p.startswith("0x") else int(p, 8 if p.startswith("0") else 10) for p in parts
     ]
     last_max = 256 ** (5 - len(nums))  # the last part fills the remaining bytes
     if any(n > 255 for n in nums[:-1]) or nums[-1] >= last_max:

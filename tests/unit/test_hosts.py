@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import ipaddress
+import socket
+
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
@@ -264,3 +267,73 @@ def test_split_authority(value: str, expected: tuple[str, int | None]) -> None:
 def test_split_authority_refuses_bad_ports_and_names(value: str) -> None:
     with pytest.raises(HostError):
         split_authority(value)
+
+
+# --- numeric IPv4 spellings, cross-checked with the C library's inet_aton --------------------
+
+
+@st.composite
+def _ipv4_spelling(draw: st.DrawFn) -> tuple[str, str]:
+    """(a random spelling of a random IPv4 address in 1-4 decimal/octal/hex parts, its dotted quad)."""
+    ip = draw(st.ip_addresses(v=4))
+    count = draw(st.integers(1, 4))
+    raw = int(ip).to_bytes(4, "big")
+    parts = [*raw[: count - 1], int.from_bytes(raw[count - 1 :], "big")]
+    spelled = []
+    for part in parts:
+        base, pad = draw(st.sampled_from(["dec", "oct", "hex", "HEX"])), "0" * draw(st.integers(0, 2))
+        spelled.append(
+            str(part)
+            if base == "dec"
+            else "0" + pad + format(part, "o")
+            if base == "oct"
+            else "0x" + pad + format(part, "x")
+            if base == "hex"
+            else "0X" + pad + format(part, "X")
+        )
+    return ".".join(spelled), str(ip)
+
+
+@given(_ipv4_spelling(), st.booleans())
+def test_every_numeric_spelling_of_an_ipv4_is_its_dotted_quad(case: tuple[str, str], dot: bool) -> None:
+    spelling, quad = case
+    assert socket.inet_ntoa(socket.inet_aton(spelling)) == quad  # the generator agrees with libc
+    assert canonical_host(spelling + ("." if dot else "")) == quad
+
+
+def _is_ipv4(host: str) -> bool:
+    try:
+        return ipaddress.ip_address(host).version == 4
+    except ValueError:
+        return False
+
+
+@given(
+    st.lists(st.from_regex(r"\A(0[xX][0-9a-fA-F]{0,9}|[0-9]{1,11})\Z"), min_size=1, max_size=5).map(".".join)
+)
+def test_numeric_names_agree_with_inet_aton(host: str) -> None:
+    """What libc (so getaddrinfo, so a connect) reads as an IPv4 address, canonical_host reads as
+    the same address; what libc refuses is refused or stays a DNS name, never another address."""
+    try:
+        expected: str | None = socket.inet_ntoa(socket.inet_aton(host))
+    except OSError:
+        expected = None
+    try:
+        got: str | None = canonical_host(host)
+    except HostError:
+        got = None
+    if expected is not None:
+        assert got == expected
+    else:
+        assert got is None or not _is_ipv4(got)
+
+
+@given(_NAMES, _NAMES, st.booleans())
+def test_wildcard_matching_ignores_case_and_trailing_dot_but_never_takes_the_apex(
+    sub: str, base: str, dot: bool
+) -> None:
+    pattern = HostPattern.parse(f"*.{base}")
+    tail = "." if dot else ""
+    assert pattern.matches(canonical_host(f"{sub}.{base}".upper() + tail))
+    assert not pattern.matches(canonical_host(base.upper() + tail))
+    assert not pattern.matches(canonical_host(f"x{base}".upper() + tail))
