@@ -32,7 +32,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from certs import ca
-from proxy import audit, client
+from proxy import audit, client, hardening
 from proxy.errors import HostError, SurrogateError
 from proxy.explain import main_explain, main_why
 from proxy.hosts import canonical_host
@@ -245,6 +245,9 @@ def _parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
+    if args.command in ("run", "control"):  # before any secret is read: no core dump can hold one
+        for problem in hardening.harden():
+            print(f"surrogate: warning: {problem}", file=sys.stderr)
     try:
         if args.command == "run":
             return _run(args)

@@ -1,8 +1,9 @@
 """End-to-end fixtures: one real upstream (HTTPS, test CA) and one real proxy process per module.
 
-The credential values are canaries: distinctive random strings that must reach the upstream and
-appear nowhere else. When the module's proxy stops, every artifact it wrote (audit file,
-stderr) and every byte the tests' clients received (``received``) is scanned for them.
+The credential values are canaries (tests/canary.py): distinctive random strings that must reach
+the upstream and appear nowhere else. When the module's proxy stops, every artifact it wrote
+(audit file, stderr) and every byte the tests' clients received (``received``) is checked for
+them; at the end of the session every file the suite wrote is (tests/conftest.py).
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import canary
 import pytest
 from harness import ProxyProcess
 from servers import TestCA, Upstream
@@ -100,16 +102,12 @@ def write_rules(tmp: Path, port: int) -> Path:
 @pytest.fixture(scope="module")
 def env(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Env]:
     tmp = tmp_path_factory.mktemp("e2e")
-    canary = lambda tag: f"CANARY{tag}{secrets.token_hex(12)}"  # noqa: E731
-    secret, injected, secret2 = canary("gh"), canary("inj"), canary("ghtwo")
+    secret, injected, secret2 = canary.make("gh"), canary.make("inj"), canary.make("ghtwo")
     token, token2 = secrets.token_urlsafe(16), secrets.token_urlsafe(16)
-    for name, value in [
-        ("secret-gh", secret),
-        ("secret-gh2", secret2),
-        ("token1", token),
-        ("token2", token2),
-    ]:
-        (tmp / name).write_text(value + "\n")
+    canary.source(tmp / "secret-gh", secret)
+    canary.source(tmp / "secret-gh2", secret2)
+    (tmp / "token1").write_text(token + "\n")
+    (tmp / "token2").write_text(token2 + "\n")
     ca = TestCA(tmp)
     upstream = Upstream(ca, NAMES, git_password=secret, tmpdir=tmp).start()
     rules = write_rules(tmp, upstream.port)
@@ -133,6 +131,4 @@ def env(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Env]:
         "proxy stderr": proxy.stderr_path.read_bytes(),
         "client-received bytes": b"".join(e.received),
     }
-    for what, data in artifacts.items():
-        for c in e.canaries:
-            assert c.encode() not in data, f"canary secret found in {what}"
+    canary.assert_absent(artifacts, e.canaries)

@@ -7,7 +7,6 @@ keep-alive tunnel; deleting the claim closes that tunnel and its token stops wor
 from __future__ import annotations
 
 import asyncio
-import secrets
 import ssl
 import subprocess
 import sys
@@ -16,6 +15,7 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
+import canary
 import httpx
 import pytest
 from harness import ROOT, ProxyProcess
@@ -57,7 +57,7 @@ class World:
         return httpx.Client(transport=httpx.HTTPTransport(uds=str(self.socket)), base_url="http://control")
 
     def canary(self) -> str:
-        value = f"CANARYctl{secrets.token_hex(12)}"
+        value = canary.make("ctl")
         self.canaries.append(value)
         return value
 
@@ -93,10 +93,7 @@ def world(tmp_path_factory: pytest.TempPathFactory) -> Iterator[World]:
     # No value in the store file, its WAL, the audit file or the proxy's stderr.
     files = [w.proxy.state_dir / n for n in ("store.sqlite3", "store.sqlite3-wal", "store.sqlite3-shm")]
     files += [w.proxy.audit_path, w.proxy.stderr_path]
-    for f in files:
-        data = f.read_bytes() if f.exists() else b""
-        for c in w.canaries:
-            assert c.encode() not in data, f"canary in {f.name}"
+    canary.assert_absent({f.name: f.read_bytes() for f in files if f.exists()}, w.canaries)
 
 
 def test_api_write_is_used_by_the_next_request_on_the_same_connection(world: World) -> None:

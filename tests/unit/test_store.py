@@ -11,6 +11,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import canary
 import pytest
 
 from proxy import placeholders
@@ -26,7 +27,7 @@ from proxy.store import (
     StoreError,
 )
 
-CANARY = b"canary-8c1f3e0b7d6a4f2e9b5c1a0d3e7f6b4a"
+CANARY = canary.register("canary-8c1f3e0b7d6a4f2e9b5c1a0d3e7f6b4a").encode()  # in the session-end scan
 PLACEHOLDER = "surr_TestPlaceholder0123456789"
 
 
