@@ -39,6 +39,7 @@ class Reason(StrEnum):
     PROXY_AUTH_REQUIRED = "proxy_auth_required"
     AUTHORITY_MISMATCH = "authority_mismatch"
     PLACEHOLDER_VIOLATION = "placeholder_violation"
+    PLACEHOLDER_MISPLACED = "placeholder_misplaced"
     CLEARTEXT_CREDENTIAL = "cleartext_credential"
     CREDENTIAL_UNAVAILABLE = "credential_unavailable"
     CREDENTIAL_EXPIRED = "credential_expired"
@@ -49,6 +50,7 @@ class Reason(StrEnum):
     UNKNOWN_SOURCE = "unknown_source"
     SPECIAL_ADDRESS = "special_address"
     BAD_REQUEST_HEAD = "bad_request_head"
+    BAD_REQUEST_BODY = "bad_request_body"
     UNRESOLVABLE = "unresolvable"
 
 
