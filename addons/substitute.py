@@ -10,8 +10,9 @@ counts what it returns). What happens to the framing:
 - when a credential of the claim could be swapped in this body (``body`` surface, bound host,
   TLS), the length may change: ``Content-Length`` is dropped; an HTTP/1 request to an HTTP/1
   upstream is sent chunked, an HTTP/2 one ends with END_STREAM (the framing of the upstream's
-  protocol is known only once its TLS is up: ``tls_established_server`` decides it for an
-  HTTP/2 request going to an HTTP/1 upstream);
+  protocol is known only once its TLS is up, so ``tls_established_server`` records the
+  upstream's ALPN per client connection and frames an HTTP/2 request going to an HTTP/1
+  upstream as chunked);
 - otherwise the body is only read for the audit (placeholders carried or refused), unchanged.
 A compressed body (gzip, deflate, br, zstd) is decoded with a bound (``MAX_DECODED`` bytes),
 swapped and re-encoded in its own encoding when a swap or a refusal is possible; in any other
@@ -30,8 +31,7 @@ from __future__ import annotations
 import dataclasses
 import time
 
-from mitmproxy import ctx, http, tls
-from mitmproxy.proxy import server_hooks
+from mitmproxy import connection, ctx, http, tls
 
 from addons import facts
 from proxy import bodies
@@ -42,22 +42,34 @@ from proxy.substitute import BodyRefused, BodyResolver, Outcome, substitute_requ
 
 
 def _close(flow: http.HTTPFlow) -> None:
-    """Close the client and upstream connections of ``flow`` now (mid-body; mitmproxy cannot
-    kill a flow in transit, mitmproxy issue 4711)."""
+    """Abort the client and upstream connections of ``flow`` now, mid-body.
+
+    mitmproxy cannot kill a flow in transit (mitmproxy issue 4711), and closing a connection
+    through its handler only cancels a task: the HTTP layer would still write the end of the
+    body (HTTP/1 last chunk, HTTP/2 END_STREAM) before that runs, completing a truncated
+    request. Aborting the transport drops whatever is unsent and makes every later write a no-op.
+    """
     server = ctx.master.addons.get("proxyserver")
     handler = server.connections.get(flow.client_conn.id) if server is not None else None
     if handler is None:
         return
     for conn in (flow.server_conn, flow.client_conn):
-        if conn in handler.transports:
-            handler.close_connection(conn)
+        io = handler.transports.get(conn)
+        if io is None:
+            continue
+        transport = getattr(io.writer, "transport", None)
+        if transport is not None:
+            transport.abort()
+        handler.close_connection(conn)
 
 
 class Substitute:
     def __init__(self, state: State, max_decoded: int = bodies.MAX_DECODED) -> None:
         self.state = state
         self.max_decoded = max_decoded
-        # HTTP/2 requests whose body length may change, by upstream connection not yet up
+        # by client connection id: the upstream's ALPN once its TLS is up, and the HTTP/2
+        # requests whose body length may change that wait for it
+        self.upstream_alpn: dict[str, bytes] = {}
         self.pending: dict[str, list[http.HTTPFlow]] = {}
 
     @facts.fail_closed
@@ -149,19 +161,27 @@ class Substitute:
         req.headers.pop("content-length", None)
         if not (req.is_http2 or req.is_http3):
             req.headers["transfer-encoding"] = "chunked"
-        elif flow.server_conn.alpn is not None:  # upstream already up
-            if flow.server_conn.alpn != b"h2":
-                req.headers["transfer-encoding"] = "chunked"  # mitmproxy frames an HTTP/1 request by it
+            return
+        # mitmproxy frames an HTTP/2 request toward an HTTP/1 upstream by this header (and drops
+        # it toward an HTTP/2 one); which one it is, the upstream's TLS says (ALPN).
+        cid = flow.client_conn.id
+        if cid in self.upstream_alpn:
+            if self.upstream_alpn[cid] != b"h2":
+                req.headers["transfer-encoding"] = "chunked"
         else:
-            self.pending.setdefault(flow.server_conn.id, []).append(flow)
+            self.pending.setdefault(cid, []).append(flow)
 
     def tls_established_server(self, data: tls.TlsData) -> None:
-        for flow in self.pending.pop(data.conn.id, []):
-            if data.conn.alpn != b"h2":
+        # One client connection (one CONNECT tunnel) reaches one upstream authority.
+        cid = data.context.client.id
+        self.upstream_alpn[cid] = data.conn.alpn or b""
+        for flow in self.pending.pop(cid, []):
+            if self.upstream_alpn[cid] != b"h2":
                 flow.request.headers["transfer-encoding"] = "chunked"
 
-    def server_disconnected(self, data: server_hooks.ServerConnectionHookData) -> None:
-        self.pending.pop(data.server.id, None)
+    def client_disconnected(self, client: connection.Client) -> None:
+        self.pending.pop(client.id, None)
+        self.upstream_alpn.pop(client.id, None)
 
     def _finish(self, flow: http.HTTPFlow, claim: Claim, outcome: Outcome) -> None:
         if outcome.used:
