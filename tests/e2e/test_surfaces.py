@@ -28,6 +28,7 @@ import pytest
 from asgi_upstream import AsgiUpstream
 from harness import ProxyProcess
 from servers import TestCA
+from test_audit_schema import validator
 
 NAMES = ["api.test", "h1.test", "other.test"]
 P_SVC = "surr_SurfacesSvcPlaceholder01"  # header, basic, query, body; api.test and h1.test
@@ -397,3 +398,12 @@ def test_refused_in_a_body_closes_the_connection(
     assert (event["reason"], event["violation_surface"], event["status"]) == (reason, "body", None)
     for seen in env.h2.saw(path):  # the head may have arrived; never the whole body
         assert not seen.complete
+
+
+def test_every_audit_line_of_this_module_matches_the_schema(env: Env) -> None:
+    """Runs last in this module: the events of every path above, against docs/audit-schema.json."""
+    v = validator()
+    events = env.proxy.audit_events()
+    assert any(e.get("carried_on") for e in events) and any(e.get("violation_surface") for e in events)
+    problems = [f"{e.get('path')}: {err.message}" for e in events for err in v.iter_errors(e)]
+    assert problems == []
