@@ -12,6 +12,7 @@ import pytest
 import test_api
 from test_api import SECRET, claim, cred, problem
 
+from proxy import cli, client
 from proxy.control import Control
 from proxy.keyring import KeyRing
 from proxy.policy import DEFAULT_SURFACES, Misplaced, Surface
@@ -104,3 +105,13 @@ def test_a_version_1_store_is_migrated_keeping_every_row(tmp_path: Path) -> None
     assert db.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION
     db.close()
     assert {Surface.HEADER, Surface.BASIC} == DEFAULT_SURFACES
+
+
+def test_cli_sends_surfaces_and_on_misplaced() -> None:
+    args = cli._parser().parse_args(
+        ["creds", "patch", "c1", "k", "--surface", "query", "--surface", "body",
+         "--on-misplaced", "block", "--state-dir", "/nonexistent"]
+    )  # fmt: skip
+    method, url, body, _ = client._request(args)
+    assert (method, url) == ("PATCH", "/v1/claims/c1/credentials/k")
+    assert body == {"surfaces": ["query", "body"], "on_misplaced": "block"}
