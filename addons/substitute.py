@@ -128,14 +128,15 @@ class Substitute:
         def stream(chunk: bytes) -> list[bytes]:
             if done[0]:
                 return []  # refused: nothing more leaves
+            sent: list[bytes] = []
             try:
-                data = decode(chunk)
-                out = swapper.feed(data) if data else b""
+                # piece by piece: a small compressed read may decode to a great deal
+                for piece in decode(chunk):
+                    out = swapper.feed(piece)
+                    sent.append(encode(out) if out else b"")
                 if not chunk:
-                    out += swapper.finish()
-                sent = encode(out) if out else b""
-                if not chunk:
-                    sent += encode(b"")
+                    out = swapper.finish()
+                    sent += [encode(out) if out else b"", encode(b"")]
                     self._finish(flow, claim, resolver.outcome)
             except BodyRefused as e:
                 done[0] = True
@@ -152,7 +153,8 @@ class Substitute:
                 self._refused(flow, Outcome(refusal=deny(Reason.BAD_REQUEST_BODY, why, status=413)))
                 return []
             # never an empty piece: an empty chunk would end a chunked HTTP/1 body early
-            return [sent] if sent else []
+            joined = b"".join(sent)
+            return [joined] if joined else []
 
         req.stream = stream
 

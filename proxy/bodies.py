@@ -29,7 +29,7 @@ from __future__ import annotations
 import json
 import re
 import zlib
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 from urllib.parse import quote
 
@@ -127,10 +127,16 @@ def escape(secret: str, how: str) -> bytes:
 ENCODINGS = ("gzip", "x-gzip", "deflate", "br", "zstd")
 
 
-def decoder(encoding: str, limit: int = MAX_DECODED) -> Callable[[bytes], bytes] | None:
+Decoder = Callable[[bytes], Iterator[bytes]]
+
+
+def decoder(encoding: str, limit: int = MAX_DECODED) -> Decoder | None:
     """A read-by-read decoder for a Content-Encoding token (``""``/``identity``: pass-through),
-    or None for one it does not know. Call it with ``b""`` at the end of the body. Raises
-    TooLarge past ``limit`` decoded bytes, BadEncoding on corrupt input."""
+    or None for one it does not know. Each call yields the decoded read in pieces of about
+    256 KiB (brotli's bound is soft: up to about twice that), as a 64 KiB gzip read can inflate
+    to 64 MiB and is never held whole; call it with
+    ``b""`` at the end of the body. Raises TooLarge past ``limit`` decoded bytes, BadEncoding
+    on corrupt input."""
     total = [0]
 
     def count(data: bytes) -> bytes:
@@ -140,21 +146,25 @@ def decoder(encoding: str, limit: int = MAX_DECODED) -> Callable[[bytes], bytes]
         return data
 
     if encoding in ("", "identity"):
-        return lambda b: b
+
+        def identity(b: bytes) -> Iterator[bytes]:
+            if b:
+                yield b
+
+        return identity
     if encoding in ("gzip", "x-gzip", "deflate"):
         # 32 + MAX_WBITS: a zlib or gzip header, detected (servers read "deflate" as zlib, RFC 9110 §8.4.1.2)
         z: Any = zlib.decompressobj(32 + zlib.MAX_WBITS)
 
-        def inflate(b: bytes) -> bytes:
+        def inflate(b: bytes) -> Iterator[bytes]:
             try:
                 if not b:
-                    return count(z.flush())
-                out = []
+                    yield count(z.flush())
+                    return
                 data = b
-                while data:  # in bounded pieces: a small read may inflate enormously
-                    out.append(count(z.decompress(data, _PIECE)))
+                while data:
+                    yield count(z.decompress(data, _PIECE))
                     data = z.unconsumed_tail
-                return b"".join(out)
             except zlib.error as e:
                 raise BadEncoding(str(e)) from None
 
@@ -162,14 +172,15 @@ def decoder(encoding: str, limit: int = MAX_DECODED) -> Callable[[bytes], bytes]
     if encoding == "br":
         d: Any = brotli.Decompressor()
 
-        def unbrotli(b: bytes) -> bytes:
+        def unbrotli(b: bytes) -> Iterator[bytes]:
             try:
                 if not b:
-                    return b""
-                out = [count(d.process(b, output_buffer_limit=_PIECE))]
-                while out[-1] and not d.is_finished():  # in bounded pieces, as for zlib
-                    out.append(count(d.process(b"", output_buffer_limit=_PIECE)))
-                return b"".join(out)
+                    return
+                piece = count(d.process(b, output_buffer_limit=_PIECE))
+                yield piece
+                while piece and not d.is_finished():
+                    piece = count(d.process(b"", output_buffer_limit=_PIECE))
+                    yield piece
             except brotli.error as e:
                 raise BadEncoding(str(e)) from None
 
@@ -177,8 +188,7 @@ def decoder(encoding: str, limit: int = MAX_DECODED) -> Callable[[bytes], bytes]
     if encoding == "zstd":
         zd: list[Any] = [zstd.ZstdDecompressor()]
 
-        def unzstd(b: bytes) -> bytes:
-            out = []
+        def unzstd(b: bytes) -> Iterator[bytes]:
             data = b
             try:
                 while data or not zd[0].needs_input:
@@ -186,11 +196,10 @@ def decoder(encoding: str, limit: int = MAX_DECODED) -> Callable[[bytes], bytes]
                         data, zd[0] = zd[0].unused_data + data, zstd.ZstdDecompressor()
                         if not data:
                             break
-                    out.append(count(zd[0].decompress(data, _PIECE)))
+                    yield count(zd[0].decompress(data, _PIECE))
                     data = b""
             except zstd.ZstdError as e:
                 raise BadEncoding(str(e)) from None
-            return b"".join(out)
 
         return unzstd
     return None

@@ -20,7 +20,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import brotli  # type: ignore[import-untyped]
 import trustme
+from backports import zstd
 from hypercorn.asyncio import serve
 from hypercorn.config import Config
 
@@ -36,12 +38,23 @@ class Seen:
     headers: list[tuple[str, str]]
     body_len: int
     body_sha256: str  # of the bytes received
-    decoded_sha256: str  # of the body decoded from its Content-Encoding (gzip, deflate), else same
+    decoded_sha256: str  # of the body decoded from its Content-Encoding (gzip, deflate, br, zstd)
     decoded: bytes | None  # the decoded body when small (<= 64 KiB), for content checks
     complete: bool  # the whole body arrived (the client did not disconnect mid-body)
 
     def header(self, name: str) -> str | None:
         return next((v for k, v in self.headers if k.lower() == name.lower()), None)
+
+
+def _decompressor(encoding: str) -> Callable[[bytes], bytes] | None:
+    """The libraries' own decoders (gzip/deflate: zlib, br: brotli, zstd: backports.zstd)."""
+    if encoding in ("gzip", "deflate"):
+        return zlib.decompressobj(32 + zlib.MAX_WBITS).decompress
+    if encoding == "br":
+        return brotli.Decompressor().process  # type: ignore[no-any-return]
+    if encoding == "zstd":
+        return zstd.ZstdDecompressor().decompress  # type: ignore[no-any-return]
+    return None
 
 
 class AsgiUpstream:
@@ -111,7 +124,7 @@ class AsgiUpstream:
             return
         headers = [(k.decode("latin-1"), v.decode("latin-1")) for k, v in scope["headers"]]
         encoding = next((v for k, v in headers if k.lower() == "content-encoding"), "").lower()
-        inflate = zlib.decompressobj(32 + zlib.MAX_WBITS) if encoding in ("gzip", "deflate") else None
+        inflate = _decompressor(encoding)
         raw, decoded, n, small = hashlib.sha256(), hashlib.sha256(), 0, bytearray()
         complete = False
         while True:
@@ -121,7 +134,7 @@ class AsgiUpstream:
             body = msg.get("body", b"")
             raw.update(body)
             n += len(body)
-            plain = inflate.decompress(body) if inflate else body
+            plain = inflate(body) if inflate and body else body
             decoded.update(plain)
             if len(small) + len(plain) <= 64 * 1024:
                 small += plain
