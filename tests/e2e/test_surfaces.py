@@ -177,6 +177,8 @@ def test_header(env: Env, http2: bool) -> None:
     assert r.status_code == 200
     seen = env.h2.last(path)
     assert seen.header("x-api-key") == env.secret
+    # svc may be swapped in bodies here, but a GET has none: its framing is left alone
+    assert (seen.header("transfer-encoding"), seen.body_len) == (None, 0)
     assert seen.http_version == ("2" if http2 else "1.1")
     assert _event(env, path)["credentials"] == [{"name": "svc", "version": 1}]
 
