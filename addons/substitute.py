@@ -8,7 +8,7 @@ refusal, or the connection closed (``terminate``).
 A request body is swapped as it streams (a callable ``flow.request.stream``; the stream addon
 counts what it returns). What happens to the framing:
 - when a credential of the claim could be swapped in this body (``body`` surface, bound host,
-  TLS) and the request has a body (:func:`_may_have_body`), the length may change:
+  TLS) and the request has a body (:func:`proxy.bodies.may_have_body`), the length may change:
   ``Content-Length`` is dropped; an HTTP/1 request to an HTTP/1
   upstream is sent chunked, an HTTP/2 one ends with END_STREAM (the framing of the upstream's
   protocol is known only once its TLS is up, so ``tls_established_server`` records the
@@ -120,7 +120,13 @@ class Substitute:
             facts.refuse(flow, deny(Reason.BAD_REQUEST_BODY, why, status=415))
             return
         encode = bodies.encoder(encoding)
-        if resolver.may_swap() and _may_have_body(req):
+        has_body = bodies.may_have_body(
+            req.http_version,
+            req.method,
+            req.headers.get("content-length"),
+            "transfer-encoding" in req.headers,
+        )
+        if resolver.may_swap() and has_body:
             self._reframe(flow)
         swapper = bodies.Swapper(resolver)
         claim = flow.metadata[facts.CLAIM]
@@ -203,23 +209,6 @@ class Substitute:
             outcome.refusal.reason.value,
         )
         _close(flow)
-
-
-# Methods whose requests carry no body in practice (RFC 9110 §9.3): an HTTP/2 request of these
-# without Content-Length is taken to have none, so it is not given chunked framing.
-_BODILESS = frozenset({"GET", "HEAD", "OPTIONS", "DELETE", "TRACE"})
-
-
-def _may_have_body(req: http.Request) -> bool:
-    """Whether ``req`` may carry a body, from its head: HTTP/1 by Content-Length or
-    Transfer-Encoding (RFC 9112 §6.3); HTTP/2 by Content-Length, else by method (an HTTP/2 head
-    does not say, and mitmproxy does not expose END_STREAM to the hook)."""
-    length = req.headers.get("content-length")
-    if length is not None:
-        return not (length.strip().isdigit() and int(length) == 0)
-    if not (req.is_http2 or req.is_http3):
-        return "transfer-encoding" in req.headers
-    return req.method.upper() not in _BODILESS
 
 
 def _facts(flow: http.HTTPFlow, outcome: Outcome) -> None:

@@ -104,6 +104,23 @@ class Swapper:
         return b"".join(out)
 
 
+# Methods whose requests carry no body in practice (RFC 9110 §9.3): an HTTP/2 request of these
+# without Content-Length is taken to have none, so it is not given chunked framing.
+_BODILESS = frozenset({"GET", "HEAD", "OPTIONS", "DELETE", "TRACE"})
+
+
+def may_have_body(http_version: str, method: str, content_length: str | None, chunked: bool) -> bool:
+    """Whether a request may carry a body, from its head: HTTP/1 by Content-Length or
+    Transfer-Encoding (``chunked``: the header is present; RFC 9112 §6.3); HTTP/2 and 3 by
+    Content-Length, else by method (their head does not say, and mitmproxy does not show the
+    hook whether the HEADERS frame ended the stream)."""
+    if content_length is not None:
+        return not (content_length.strip().isdigit() and int(content_length) == 0)
+    if http_version.startswith("HTTP/1"):
+        return chunked
+    return method.upper() not in _BODILESS
+
+
 def kind(content_type: str) -> str:
     """``json``, ``form`` or ``raw`` for a Content-Type value (parameters ignored)."""
     media = content_type.split(";", 1)[0].strip().lower()

@@ -206,3 +206,22 @@ def test_a_small_read_that_inflates_hugely_comes_out_in_bounded_pieces(encoding:
 
 def test_unknown_encoding_has_no_decoder() -> None:
     assert bodies.decoder("compress") is None
+
+
+MAY_HAVE_BODY = [
+    pytest.param("HTTP/1.1", "POST", "10", False, True, id="h1-length"),
+    pytest.param("HTTP/1.1", "POST", "0", False, False, id="h1-zero-length"),
+    pytest.param("HTTP/1.1", "POST", None, True, True, id="h1-chunked"),
+    pytest.param("HTTP/1.1", "POST", None, False, False, id="h1-no-framing-no-body"),
+    pytest.param("HTTP/1.1", "GET", None, False, False, id="h1-get"),
+    pytest.param("HTTP/2.0", "POST", None, False, True, id="h2-post-unknown-length"),
+    pytest.param("HTTP/2.0", "PUT", "5", False, True, id="h2-length"),
+    pytest.param("HTTP/2.0", "GET", None, False, False, id="h2-get"),
+    pytest.param("HTTP/2.0", "delete", None, False, False, id="h2-delete"),
+    pytest.param("HTTP/2.0", "GET", "3", False, True, id="h2-get-with-length"),
+]
+
+
+@pytest.mark.parametrize(("version", "method", "length", "chunked", "expected"), MAY_HAVE_BODY)
+def test_may_have_body(version: str, method: str, length: str | None, chunked: bool, expected: bool) -> None:
+    assert bodies.may_have_body(version, method, length, chunked) is expected
