@@ -159,6 +159,14 @@ class Substitute:
                 )
                 self._refused(flow, Outcome(refusal=deny(Reason.BAD_REQUEST_BODY, why, status=413)))
                 return []
+            except Exception as e:  # fail closed here too: mitmproxy would crash the connection's layer
+                done[0] = True
+                facts.log.error("request body check failed with %s", type(e).__name__)
+                failed = deny(
+                    Reason.INTERNAL_ERROR, "surrogate could not check this request body", status=400
+                )
+                self._refused(flow, Outcome(refusal=failed))
+                return []
             # never an empty piece: an empty chunk would end a chunked HTTP/1 body early
             joined = b"".join(sent)
             return [joined] if joined else []
