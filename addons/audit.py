@@ -67,6 +67,8 @@ def _event(flow: http.HTTPFlow, kind: str) -> dict[str, Any]:
         a.CREDENTIALS: [{"name": n, "version": v} for n, v in used.items()],
         a.CARRIED: flow.metadata.get(facts.CARRIED, []),
         a.FORGED: flow.metadata.get(facts.FORGED, []),
+        a.CARRIED_ON: [{"name": n, "surface": s} for n, s in flow.metadata.get(facts.CARRIED_ON, [])],
+        a.VIOLATION_SURFACE: flow.metadata.get(facts.VIOLATION_SURFACE),
         a.BYTES_OUT: counts[0],
         a.BYTES_IN: counts[1],
         a.DURATION_MS: round((end - req.timestamp_start) * 1000, 3),

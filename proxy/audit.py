@@ -23,6 +23,9 @@ Fields:
     carried         names of credentials whose placeholder passed unchanged
     forged          where a placeholder with surrogate's checksum that the claim does not hold
                     was found ("header NAME", "request target"); the string itself is not logged
+    carried_on      [{"name", "surface"}] the same, with the surface each was found on
+    violation_surface
+                    the surface of the placeholder that refused the request, else null
     bytes_out       request body bytes sent upstream
     bytes_in        response body bytes received from upstream
     duration_ms     from the first request byte to the end of the response
@@ -77,6 +80,8 @@ CREDENTIALS = "credentials"
 WOULD_DENY = "would_deny"
 CARRIED = "carried"
 FORGED = "forged"
+CARRIED_ON = "carried_on"
+VIOLATION_SURFACE = "violation_surface"
 BYTES_OUT = "bytes_out"
 BYTES_IN = "bytes_in"
 DURATION_MS = "duration_ms"

@@ -63,6 +63,18 @@ def add_commands(sub: Any, state: argparse.ArgumentParser) -> None:
         p.add_argument("--format", help="injection format, default 'Bearer {value}'")
         p.add_argument("--expires-at", help="ISO 8601 time with zone, e.g. 2026-12-01T00:00:00Z")
         p.add_argument("--max-requests", type=int, help="request budget: refuse the credential after N uses")
+        p.add_argument(
+            "--surface",
+            action="append",
+            dest="surfaces",
+            choices=["header", "basic", "query", "userinfo", "body"],
+            help="where the placeholder is swapped (repeatable; default header and basic)",
+        )
+        p.add_argument(
+            "--on-misplaced",
+            choices=["carry", "block", "terminate"],
+            help="a placeholder where it is not swapped: pass it inert (default), refuse, or close",
+        )
         p.add_argument("--if-match", type=int, help="only if the version is still this")
 
 
@@ -125,4 +137,8 @@ def _request(args: argparse.Namespace) -> tuple[str, str, dict[str, Any] | None,
         body["expires_at"] = args.expires_at
     if args.max_requests is not None:
         body["max_requests"] = args.max_requests  # the API refuses < 1 with a 422 naming the field
+    if args.surfaces:
+        body["surfaces"] = args.surfaces
+    if args.on_misplaced:
+        body["on_misplaced"] = args.on_misplaced
     return args.action.upper(), url, body, headers

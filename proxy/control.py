@@ -244,6 +244,8 @@ class Control:
                 expires_at=body.get("expires_at"),
                 if_match=if_match,
                 max_requests=body.get("max_requests"),
+                surfaces=body.get("surfaces"),
+                on_misplaced=body.get("on_misplaced"),
             )
         except ValueError as e:
             raise ControlError(422, "invalid_request", str(e)) from None

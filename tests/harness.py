@@ -198,3 +198,32 @@ def status_line(data: bytes) -> bytes:
     """The status code of the first response in raw bytes (b"" when there is none)."""
     parts = data.split(b"\r\n", 1)[0].split(b" ")
     return parts[1] if len(parts) > 1 and parts[0].startswith(b"HTTP/") else b""
+
+
+@dataclass
+class Env:
+    upstream: Upstream
+    upstream_ca: Path
+    proxy: ProxyProcess
+    token: str  # claim c1's proxy token
+    token2: str  # claim c2's
+    secret: str  # c1 credential "gh", bound to api.test (substitution)
+    injected: str  # c1 credential "inj", injected as X-Injected toward api.test
+    secret2: str  # c2 credential "gh2", bound to api.test
+    secret_file: Path
+    placeholder: str = "surr_E2eGithubPlaceholder0001"
+    placeholder2: str = "surr_E2eOtherClaimPlaceholder2"
+    inj_placeholder: str = "surr_E2eInjectedPlaceholder03"
+    received: list[bytes] = field(default_factory=list)
+    more_canaries: list[str] = field(default_factory=list)  # values a test rotated in
+
+    @property
+    def canaries(self) -> list[str]:
+        return [self.secret, self.injected, self.secret2, *self.more_canaries]
+
+    def url(self, host: str, path: str) -> str:
+        return f"https://{host}:{self.upstream.port}{path}"
+
+    @property
+    def proxy_url(self) -> str:
+        return self.proxy.url("c1", self.token)

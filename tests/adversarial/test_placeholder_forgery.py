@@ -29,6 +29,7 @@ pytestmark = pytest.mark.e2e
 MINE = placeholders.generate()
 OTHERS = placeholders.generate()
 BUDGETED = placeholders.generate()
+BODY_BUDGETED = placeholders.generate()
 
 
 @dataclass
@@ -90,6 +91,8 @@ def world(tmp_path_factory: pytest.TempPathFactory) -> Iterator[World]:
               - {{name: api, value: file:secret, placeholder: {MINE}, hosts: [api.test]}}
               - {{name: metered, value: file:secret, placeholder: {BUDGETED}, hosts: [api.test],
                   max_requests: 2}}
+              - {{name: metered-body, value: file:secret, placeholder: {BODY_BUDGETED}, hosts: [api.test],
+                  surfaces: [body], max_requests: 1}}
           - id: b
             pool: p
             proxy_token: file:token
@@ -177,6 +180,20 @@ def test_a_spent_budget_refuses_the_credential(world: World) -> None:
     assert event["reason"] == "credential_budget_spent" and event["credentials"] == []
     # another credential of the same claim is not affected
     assert world.curl("a", "-H", f"Authorization: Bearer {MINE}", world.url("/after-budget"))[0] == 200
+
+
+def test_a_budget_counts_swaps_in_a_request_body(world: World) -> None:
+    """Regression: a credential swapped only in a request body was never counted."""
+    data = f"token={BODY_BUDGETED}"
+    first = world.curl("a", "--data-binary", data, world.url("/body-metered/0"))
+    assert first[0] == 200
+    (got,) = [r for r in world.upstream.requests if r.path == "/body-metered/0"]
+    assert got.body_len == len(f"token={world.secret}")
+    status, _ = world.curl("a", "--data-binary", data, world.url("/body-metered/1"))
+    assert status != 200  # the head had left: the connection is closed before the secret
+    assert [r for r in world.upstream.requests if r.path == "/body-metered/1"] == []
+    event = world.proxy.wait_event(path="/body-metered/1")
+    assert event["reason"] == "credential_budget_spent" and event["violation_surface"] == "body"
 
 
 def test_a_control_api_budget_is_kept_in_the_store(world: World) -> None:

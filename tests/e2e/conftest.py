@@ -11,44 +11,14 @@ from __future__ import annotations
 import secrets
 import textwrap
 from collections.abc import Iterator
-from dataclasses import dataclass, field
 from pathlib import Path
 
 import canary
 import pytest
-from harness import ProxyProcess
+from harness import Env, ProxyProcess
 from servers import TestCA, Upstream
 
 NAMES = ["api.test", "other.test", "denied.test", "opaque.test"]
-
-
-@dataclass
-class Env:
-    upstream: Upstream
-    upstream_ca: Path
-    proxy: ProxyProcess
-    token: str  # claim c1's proxy token
-    token2: str  # claim c2's
-    secret: str  # c1 credential "gh", bound to api.test (substitution)
-    injected: str  # c1 credential "inj", injected as X-Injected toward api.test
-    secret2: str  # c2 credential "gh2", bound to api.test
-    secret_file: Path
-    placeholder: str = "surr_E2eGithubPlaceholder0001"
-    placeholder2: str = "surr_E2eOtherClaimPlaceholder2"
-    inj_placeholder: str = "surr_E2eInjectedPlaceholder03"
-    received: list[bytes] = field(default_factory=list)
-    more_canaries: list[str] = field(default_factory=list)  # values a test rotated in
-
-    @property
-    def canaries(self) -> list[str]:
-        return [self.secret, self.injected, self.secret2, *self.more_canaries]
-
-    def url(self, host: str, path: str) -> str:
-        return f"https://{host}:{self.upstream.port}{path}"
-
-    @property
-    def proxy_url(self) -> str:
-        return self.proxy.url("c1", self.token)
 
 
 def write_rules(tmp: Path, port: int) -> Path:

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import httpx
 import pytest
-from conftest import Env
+from harness import Env
 from servers import README_TEXT
 
 pytestmark = pytest.mark.e2e
@@ -290,6 +290,8 @@ def test_audit_event_has_every_documented_field(env: Env) -> None:
         "credentials",
         "carried",
         "forged",
+        "carried_on",
+        "violation_surface",
         "bytes_out",
         "bytes_in",
         "duration_ms",

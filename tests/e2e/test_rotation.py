@@ -7,7 +7,7 @@ import ssl
 import canary
 import httpx
 import pytest
-from conftest import Env
+from harness import Env
 
 pytestmark = pytest.mark.e2e
 

@@ -19,6 +19,7 @@ from proxy.errors import SurrogateError
 from proxy.keyring import DecryptError, KeyRing
 from proxy.store import (
     FILENAME,
+    SCHEMA_VERSION,
     Conflict,
     CredentialStore,
     NotFound,
@@ -66,7 +67,7 @@ def test_open_creates_a_versioned_wal_file_with_mode_0600(tmp_path: Path, store:
     assert stat.S_IMODE((tmp_path / f"{FILENAME}-wal").stat().st_mode) == 0o600
     db = _raw(store.path)
     try:
-        assert db.execute("PRAGMA user_version").fetchone()[0] == 2
+        assert db.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION == 3
         assert db.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
     finally:
         db.close()
@@ -81,9 +82,9 @@ def test_reopening_by_file_path_keeps_the_data(tmp_path: Path, ring: KeyRing, st
 def test_a_newer_schema_is_refused(tmp_path: Path, ring: KeyRing) -> None:
     Store.open(tmp_path, ring).close()
     db = _raw(tmp_path / FILENAME)
-    db.execute("PRAGMA user_version = 3")
+    db.execute(f"PRAGMA user_version = {SCHEMA_VERSION + 1}")
     db.close()
-    with pytest.raises(StoreError, match="schema version 3"):
+    with pytest.raises(StoreError, match=f"schema version {SCHEMA_VERSION + 1}"):
         Store.open(tmp_path, ring)
 
 
@@ -510,14 +511,24 @@ def test_one_of_a_hundred_concurrent_compare_and_sets_wins(
     assert version == v0 + 1 and value.startswith(b"writer ")
 
 
-def test_a_version_1_store_gains_the_budget_columns_and_keeps_its_data(tmp_path: Path, ring: KeyRing) -> None:
+@pytest.mark.parametrize(
+    ("version", "dropped"),
+    [
+        (1, ("requests_used", "max_requests", "surfaces", "on_misplaced")),
+        (2, ("requests_used", "max_requests")),
+    ],
+    ids=["from-1", "from-2"],
+)
+def test_an_older_store_gains_the_budget_columns_and_keeps_its_data(
+    tmp_path: Path, ring: KeyRing, version: int, dropped: tuple[str, ...]
+) -> None:
     with Store.open(tmp_path, ring) as s:
         s.create_claim("c1", "agents")
         s.put_credential("c1", "gh", value=b"v1", hosts=["api.github.com"])
-    db = _raw(tmp_path / FILENAME)  # back to the version-1 layout
-    db.execute("ALTER TABLE credentials DROP COLUMN requests_used")
-    db.execute("ALTER TABLE credentials DROP COLUMN max_requests")
-    db.execute("PRAGMA user_version = 1")
+    db = _raw(tmp_path / FILENAME)  # back to that version's layout
+    for column in dropped:
+        db.execute(f"ALTER TABLE credentials DROP COLUMN {column}")
+    db.execute(f"PRAGMA user_version = {version}")
     db.close()
     with Store.open(tmp_path, ring) as s:
         record = s.get_credential("c1", "gh")
@@ -525,6 +536,11 @@ def test_a_version_1_store_gains_the_budget_columns_and_keeps_its_data(tmp_path:
         assert s.secret("c1", "gh") == (b"v1", 1)
         s.patch_credential("c1", "gh", max_requests=1)
         assert s.spend("c1", "gh") and not s.spend("c1", "gh")
+    db = _raw(tmp_path / FILENAME)
+    try:
+        assert db.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION
+    finally:
+        db.close()
 
 
 @pytest.mark.parametrize(
