@@ -129,13 +129,20 @@ class _Handler(BaseHTTPRequestHandler):
     def _body(self) -> Iterator[bytes]:
         """Yield the request body as it arrives, de-chunking if needed; never buffers it whole."""
         if "chunked" in self.headers.get("Transfer-Encoding", "").lower():
-            while size := int(self.rfile.readline(1024).split(b";")[0].strip(), 16):
+            while size := self._chunk_size():
                 yield from self._read_exact(size)
                 self.rfile.readline(1024)  # CRLF that ends the chunk data
             while self.rfile.readline(1024) not in (b"\r\n", b"\n", b""):
                 pass  # trailers
         else:
             yield from self._read_exact(int(self.headers.get("Content-Length") or 0))
+
+    def _chunk_size(self) -> int:
+        line = self.rfile.readline(1024).split(b";")[0].strip()
+        try:
+            return int(line, 16)
+        except ValueError:  # a body cut short (the proxy aborted it) ends as a closed connection
+            raise ConnectionError("client closed mid-body") from None
 
     def _read_exact(self, n: int) -> Iterator[bytes]:
         while n > 0:
