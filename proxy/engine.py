@@ -34,6 +34,7 @@ from addons.reload import Reload
 from certs import ca
 from proxy.api import make_app
 from proxy.control import Control
+from proxy.dispatch import LeanMaster
 from proxy.state import State
 
 
@@ -68,7 +69,7 @@ def build_master(config: RunConfig, on_ready: Callable[[], None] | None = None) 
     ca.ensure_ca(config.state_dir)
     bundle = ca.write_upstream_bundle(config.state_dir, config.upstream_cas)
     opts = options.Options()
-    master = Master(opts, with_termlog=False)
+    master = LeanMaster(opts)
     chain = addons.chain(config.state)
     if config.rules is not None:
         chain.append(Reload(config.state, config.rules))
