@@ -7,6 +7,7 @@ redacted (keys kept), and header values are not logged at all.
 Fields:
     time            ISO 8601 UTC timestamp of the event
     seq             per-process sequence number, from 1 (every event kind): a gap means a lost line
+    worker          pid of the process that wrote it (``--workers N``: (worker, seq) shows a gap)
     event           "request" (an HTTP request) or "tunnel" (a CONNECT refused or opaque)
     request_id      the id also returned to the sandbox in X-Surrogate-Request-Id
     claim, pool     who sent it (null when identification failed)
@@ -46,6 +47,7 @@ from __future__ import annotations
 import itertools
 import logging
 import logging.handlers
+import os
 import sys
 from collections.abc import MutableMapping
 from pathlib import Path
@@ -56,6 +58,7 @@ import structlog
 
 TIME = "time"
 SEQ = "seq"
+WORKER = "worker"
 EVENT = "event"
 REQUEST_ID = "request_id"
 CLAIM = "claim"
@@ -122,9 +125,11 @@ def configure(path: Path | None = None, max_bytes: int = 0, backups: int = 5) ->
     sink.setLevel(logging.INFO)
     sink.propagate = False  # never mixed into the engine's stderr log
     counter = itertools.count(1)
+    pid = os.getpid()
 
     def sequence(_: Any, __: str, event: MutableMapping[str, Any]) -> MutableMapping[str, Any]:
         event[SEQ] = next(counter)
+        event[WORKER] = pid
         return event
 
     structlog.configure(

@@ -34,6 +34,7 @@ class ProxyProcess:
         upstream_ca: Path | None = None,
         resolve: dict[str, str] | None = None,
         env: dict[str, str] | None = None,
+        workers: int = 1,
     ) -> None:
         self.rules = rules
         self.workdir = workdir
@@ -54,6 +55,8 @@ class ProxyProcess:
             f"127.0.0.1:{self.port}",
             "--audit-file",
             str(self.audit_path),
+            "--workers",
+            str(workers),
         ]
         if upstream_ca is not None:
             self.args += ["--upstream-ca", str(upstream_ca)]
