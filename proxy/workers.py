@@ -109,8 +109,8 @@ def check_free(addresses: Sequence[tuple[str, int]]) -> None:
                 s.bind((host, port))
             except OSError as e:
                 if e.errno == errno.EADDRINUSE:
-                    raise OSError(e.errno, f"{host}:{port} is already in use by another program") from None
-                raise OSError(e.errno, f"cannot listen on {host}:{port}: {e.strerror}") from None
+                    raise OSError(f"{host}:{port} is already in use by another program") from None
+                raise OSError(f"cannot listen on {host}:{port}: {e.strerror}") from None
 
 
 def die_with_parent() -> None:
