@@ -129,7 +129,6 @@ async def supervise(command: Sequence[str], count: int) -> int:
     worker exits; relay each worker's stdout (audit lines) to the audit sink configured in this
     process. Returns the exit status for the supervisor: 0 after a requested stop, 1 when a worker
     died."""
-    sink = logging.getLogger(audit.LOGGER_NAME)
     loop = asyncio.get_running_loop()
     stop = asyncio.Event()
     procs: list[asyncio.subprocess.Process] = []
@@ -142,7 +141,7 @@ async def supervise(command: Sequence[str], count: int) -> int:
     for sig in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(sig, stop.set)
     loop.add_signal_handler(signal.SIGHUP, _signal_all, procs, signal.SIGHUP)
-    relays = [asyncio.create_task(_relay(p, sink)) for p in procs]
+    relays = [asyncio.create_task(_relay(p)) for p in procs]
     exits = {asyncio.create_task(p.wait()): i for i, p in enumerate(procs)}
     stopping = asyncio.create_task(stop.wait())
     done, _ = await asyncio.wait([stopping, *exits], return_when=asyncio.FIRST_COMPLETED)
@@ -179,7 +178,7 @@ async def _stop_all(procs: Sequence[asyncio.subprocess.Process]) -> None:
         await asyncio.gather(*(p.wait() for p in procs))
 
 
-async def _relay(proc: asyncio.subprocess.Process, sink: logging.Logger) -> None:
+async def _relay(proc: asyncio.subprocess.Process) -> None:
     """Copy a worker's audit lines to the sink, one whole line per record (never interleaved)."""
     assert proc.stdout is not None
     while True:
@@ -190,7 +189,7 @@ async def _relay(proc: asyncio.subprocess.Process, sink: logging.Logger) -> None
             continue
         if not line:
             return
-        sink.info(line.decode("utf-8", "replace").rstrip("\n"))
+        audit.write_line(line.decode("utf-8", "replace").rstrip("\n"))
 
 
 def worker_command(argv: Sequence[str]) -> list[str]:
