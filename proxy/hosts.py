@@ -17,6 +17,7 @@ Raises :class:`proxy.errors.HostError` for a name that cannot be canonicalised.
 
 from __future__ import annotations
 
+import functools
 import ipaddress
 from dataclasses import dataclass
 
@@ -27,6 +28,9 @@ from proxy.errors import HostError
 _MAX_NAME = 253
 
 
+# Pure, and called several times per request (hygiene, policy, identify) on the same few names;
+# ipaddress parsing alone showed up in the profile. Bounded, so spraying names only evicts.
+@functools.lru_cache(maxsize=4096)
 def canonical_host(raw: str) -> str:
     """Return the canonical form of ``raw`` (a host name or IP literal, no port).
 
