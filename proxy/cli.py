@@ -353,6 +353,7 @@ def _supervise(args: argparse.Namespace, argv: list[str]) -> int:
     ca.ensure_ca(args.state_dir)
     ca.write_upstream_bundle(args.state_dir, args.upstream_ca)  # names a bad --upstream-ca once
     open_state_store(args.state_dir).close()
+    workers.share_metrics(args.state_dir / "metrics")
     audit.configure(args.audit_file, args.audit_max_bytes, args.audit_backups)
     return asyncio.run(workers.supervise(workers.worker_command(argv), args.workers))
 

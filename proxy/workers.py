@@ -22,9 +22,10 @@ How it is put together (decisions, and why):
   supervisor writes them, whole lines only, to stdout or ``--audit-file``, and is the only process
   that rotates that file (several processes rotating one file lose and duplicate lines). Each
   event names its worker's pid (``worker``); ``seq`` counts per worker.
-- **Metrics.** Each worker counts its own traffic; ``/metrics`` (worker 0's control API) shows
-  worker 0's counters only. Scrape per-worker figures from the audit stream, or run
-  ``--workers 1`` where exact Prometheus totals matter.
+- **Metrics.** Workers run prometheus-client in its multiprocess mode: each writes its values to
+  files in ``<state dir>/metrics`` (emptied at start), and ``/metrics`` (worker 0's control API)
+  sums every worker's counters and histograms; ``surrogate_open_connections`` is the sum over
+  live workers.
 - **Signals.** SIGTERM or SIGINT to the supervisor stops every worker (SIGTERM, then SIGKILL
   after ``STOP_SECONDS``). SIGHUP is passed to every worker (each reloads the rules; each also
   watches the rules file itself, so a reload writes one ``reload`` event per worker). A worker
@@ -47,9 +48,11 @@ import signal
 import socket
 import sys
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Any
 
 from proxy import audit
+from proxy.metrics import MULTIPROC_ENV
 
 STOP_SECONDS = 10.0
 _LINE_LIMIT = 16 * 1024 * 1024  # the longest audit line the supervisor relays whole
@@ -111,6 +114,15 @@ def check_free(addresses: Sequence[tuple[str, int]]) -> None:
                 if e.errno == errno.EADDRINUSE:
                     raise OSError(f"{host}:{port} is already in use by another program") from None
                 raise OSError(f"cannot listen on {host}:{port}: {e.strerror}") from None
+
+
+def share_metrics(folder: Path) -> None:
+    """Have the workers started from now on count into ``folder`` (prometheus-client's
+    multiprocess mode, through the environment they inherit), emptied of a previous run's files."""
+    folder.mkdir(mode=0o700, exist_ok=True)
+    for stale in folder.glob("*.db"):
+        stale.unlink()
+    os.environ[MULTIPROC_ENV] = str(folder)
 
 
 def die_with_parent() -> None:

@@ -129,6 +129,20 @@ def test_the_workers_share_one_port_and_both_serve(world: World) -> None:
     assert {e["worker"] for e in events} == set(workers)
 
 
+def test_metrics_count_every_workers_requests(world: World) -> None:
+    """/metrics is served by worker 0 but sums every worker's counters (multiprocess mode)."""
+    with world.api() as api:
+        text = api.get("/metrics").text
+    counted = sum(
+        float(line.rsplit(" ", 1)[1])
+        for line in text.splitlines()
+        if line.startswith("surrogate_requests_total{")
+    )
+    audited = [e for e in world.proxy.audit_events() if e["event"] in ("request", "tunnel")]
+    assert counted == len(audited) >= NEW_CONNECTIONS
+    assert len({e["worker"] for e in audited}) == WORKERS
+
+
 def test_audit_file_is_one_stream_of_whole_lines_numbered_per_worker(world: World) -> None:
     lines = world.proxy.audit_path.read_text().splitlines()
     events = [json.loads(line) for line in lines]  # a torn or interleaved line would not parse
