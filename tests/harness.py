@@ -34,7 +34,7 @@ class ProxyProcess:
         upstream_ca: Path | None = None,
         resolve: dict[str, str] | None = None,
         env: dict[str, str] | None = None,
-        workers: int = 1,
+        workers: int | None = None,
     ) -> None:
         self.rules = rules
         self.workdir = workdir
@@ -56,7 +56,8 @@ class ProxyProcess:
             "--audit-file",
             str(self.audit_path),
             "--workers",
-            str(workers),
+            # one process unless a test asks for more; SURROGATE_E2E_WORKERS=N runs a suite with N
+            str(workers or int(os.environ.get("SURROGATE_E2E_WORKERS", "1"))),
         ]
         if upstream_ca is not None:
             self.args += ["--upstream-ca", str(upstream_ca)]
