@@ -363,7 +363,7 @@ def _run(args: argparse.Namespace) -> int:
 
     worker = args.worker_index
     if worker is not None:
-        workers.die_with_parent()
+        workers.become_worker()
     policy = load_rules(args.rules)
     if not worker:
         for warning in policy.warnings:

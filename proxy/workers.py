@@ -125,9 +125,11 @@ def share_metrics(folder: Path) -> None:
     os.environ[MULTIPROC_ENV] = str(folder)
 
 
-def die_with_parent() -> None:
-    """Have the kernel send SIGTERM to this worker when its supervisor dies (Linux; elsewhere a
-    no-op), so a killed supervisor leaves no worker serving on its own."""
+def become_worker() -> None:
+    """Set up this process as a worker: the kernel sends it SIGTERM when its supervisor dies
+    (Linux; elsewhere a no-op), so a killed supervisor leaves no worker serving on its own; and a
+    SIGHUP before the engine installs its reload handler is ignored instead of killing it."""
+    signal.signal(signal.SIGHUP, signal.SIG_IGN)
     with contextlib.suppress(OSError, AttributeError):
         libc = ctypes.CDLL(None, use_errno=True)
         pr_set_pdeathsig = 1
@@ -144,21 +146,22 @@ async def supervise(command: Sequence[str], count: int) -> int:
     loop = asyncio.get_running_loop()
     stop = asyncio.Event()
     procs: list[asyncio.subprocess.Process] = []
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(sig, stop.set)
+    loop.add_signal_handler(signal.SIGHUP, _signal_all, procs, signal.SIGHUP)
     for i in range(count):
         procs.append(
             await asyncio.create_subprocess_exec(
                 *command, "--worker-index", str(i), stdout=asyncio.subprocess.PIPE, limit=_LINE_LIMIT
             )
         )
-    for sig in (signal.SIGINT, signal.SIGTERM):
-        loop.add_signal_handler(sig, stop.set)
-    loop.add_signal_handler(signal.SIGHUP, _signal_all, procs, signal.SIGHUP)
     relays = [asyncio.create_task(_relay(p)) for p in procs]
     exits = {asyncio.create_task(p.wait()): i for i, p in enumerate(procs)}
     stopping = asyncio.create_task(stop.wait())
     done, _ = await asyncio.wait([stopping, *exits], return_when=asyncio.FIRST_COMPLETED)
     status = 0
-    if stopping not in done:
+    await asyncio.sleep(0.1)  # Ctrl-C reaches the workers too: their exit may beat our own SIGINT
+    if not stop.is_set():
         for task in done:
             i = exits[task]
             print(
