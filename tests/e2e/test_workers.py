@@ -13,6 +13,7 @@ import os
 import signal
 import ssl
 import subprocess
+import sys
 import textwrap
 import time
 from collections.abc import Iterator
@@ -20,7 +21,7 @@ from pathlib import Path
 
 import httpx
 import pytest
-from harness import ProxyProcess
+from harness import ROOT, ProxyProcess
 from servers import TestCA, Upstream
 
 pytestmark = pytest.mark.e2e
@@ -264,3 +265,18 @@ def test_a_dead_worker_is_reported_and_stops_the_proxy(tmp_path: Path) -> None:
         proxy.stop()
     assert f"worker 1 (pid {second}) exited with status -9; stopping the other workers" in proxy.stderr()
     assert not alive(first)
+
+
+@pytest.mark.parametrize("value", ["0", "-1", "two"])
+def test_a_bad_worker_count_is_a_usage_error(tmp_path: Path, value: str) -> None:
+    (tmp_path / "rules.yaml").write_text("version: 1\npools: {}\n")
+    done = subprocess.run(
+        [sys.executable, "-m", "proxy", "run", "--rules", str(tmp_path / "rules.yaml"), "--workers", value],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+        cwd=ROOT,
+    )
+    assert done.returncode == 2
+    assert f"--workers: {value!r} is not a positive whole number" in done.stderr
