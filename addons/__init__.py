@@ -4,9 +4,12 @@ Each addon handles one concern and talks to the others only through ``flow.metad
 :mod:`addons.facts`). mitmproxy calls addons in list order for every hook, so:
 
 1. identify   — who is this (claim), from Proxy-Authorization; strips Proxy-* headers
+   limits     — the claim's open connections and request rate (429 before any other work), and
+                the request-head deadline; right after identify because it needs the claim
    hygiene    — refuse ambiguous request heads (duplicate Host, control characters, oversize,
                 TRACE toward credentials); drop hop-by-hop headers
 2. policy     — egress rules decide; deny before any upstream TCP/TLS; authority agreement
+   forgery    — a placeholder with surrogate's checksum that this claim does not hold: refused
 3. substitute — placeholders → secrets, injections, violations
 4. stream     — forward every body read as it arrives (SSE), count bytes
    scrub      — secrets → placeholders in responses, on the stream stream set up
@@ -26,8 +29,10 @@ from typing import Any
 from mitmproxy.addons import errorcheck, next_layer, proxyserver, tlsconfig
 
 from addons.audit import Audit
+from addons.forgery import Forgery
 from addons.hygiene import Hygiene
 from addons.identify import Identify
+from addons.limits import Limiter
 from addons.metrics import Metrics
 from addons.policy import Policy
 from addons.resolve import Resolve
@@ -41,8 +46,10 @@ def chain(state: State) -> list[Any]:
     """The full, ordered addon list for a proxy serving ``state``."""
     return [
         Identify(state),
+        Limiter(state),
         Hygiene(),
         Policy(state),
+        Forgery(),
         Substitute(state),
         Stream(),
         Scrub(),

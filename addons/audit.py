@@ -66,6 +66,7 @@ def _event(flow: http.HTTPFlow, kind: str) -> dict[str, Any]:
         a.WOULD_DENY: decision.would_deny.value if decision and decision.would_deny else None,
         a.CREDENTIALS: [{"name": n, "version": v} for n, v in used.items()],
         a.CARRIED: flow.metadata.get(facts.CARRIED, []),
+        a.FORGED: flow.metadata.get(facts.FORGED, []),
         a.BYTES_OUT: counts[0],
         a.BYTES_IN: counts[1],
         a.DURATION_MS: round((end - req.timestamp_start) * 1000, 3),

@@ -13,6 +13,7 @@ import time
 from mitmproxy import http
 
 from addons import facts
+from proxy.decide import Reason, deny
 from proxy.state import State
 from proxy.substitute import substitute_request
 
@@ -44,6 +45,10 @@ class Substitute:
                 flow.metadata[facts.VIOLATED] = outcome.violated
             # keep the rule that allowed the host in the audit event
             facts.refuse(flow, dataclasses.replace(outcome.refusal, rule=allowed.rule))
+            return
+        if outcome.used and (spent := self.state.registry.spend(claim, list(outcome.used))):
+            message = f"credential {spent!r} has used up its request budget (max_requests); nothing was sent"
+            facts.refuse(flow, deny(Reason.CREDENTIAL_BUDGET_SPENT, message, rule=allowed.rule))
             return
         if outcome.fields is not None:
             req.headers.fields = tuple(outcome.fields)

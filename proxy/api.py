@@ -75,6 +75,7 @@ class CredentialPut(_In):
     placeholder: str | None = Field(None, pattern=PLACEHOLDER_PATTERN, description="generated when absent")
     inject: InjectIn | None = None
     expires_at: AwareDatetime | None = None
+    max_requests: int | None = Field(None, ge=1, description="request budget; absent: none")
 
 
 class CredentialPatch(_In):
@@ -83,6 +84,7 @@ class CredentialPatch(_In):
     placeholder: str | None = Field(None, pattern=PLACEHOLDER_PATTERN)
     inject: InjectIn | None = None
     expires_at: AwareDatetime | None = None
+    max_requests: int | None = Field(None, ge=1, description="request budget; null removes it")
 
 
 class ClaimOut(BaseModel):
@@ -120,6 +122,8 @@ class CredentialOut(BaseModel):
     updated_at: datetime
     expires_at: datetime | None
     last_used_at: datetime | None
+    max_requests: int | None
+    requests_used: int
 
 
 class CredentialWritten(CredentialOut):
@@ -159,6 +163,8 @@ def _cred_out(r: CredentialRecord, cov: list[Coverage] | None = None) -> dict[st
         "updated_at": _ts(r.updated_at),
         "expires_at": _ts(r.expires_at),
         "last_used_at": _ts(r.last_used_at),
+        "max_requests": r.max_requests,
+        "requests_used": r.requests_used,
     }
     if cov is not None:
         out["coverage"] = [{"host": c.host, "rule": c.rule, "header": c.header} for c in cov]
@@ -361,6 +367,7 @@ def make_app(control: Control, operator_token: str | None = None) -> FastAPI:
             "inject_header": body.inject.set_header if body.inject else None,
             "inject_format": body.inject.format if body.inject else None,
             "expires_at": body.expires_at.timestamp() if body.expires_at else None,
+            "max_requests": body.max_requests,
         }
         record, cov, created = control.put_credential(who, claim, name, fields, version)
         response.status_code = 201 if created else 200
@@ -384,6 +391,8 @@ def make_app(control: Control, operator_token: str | None = None) -> FastAPI:
                 changes["inject_format"] = value.format if value else None
             elif key == "expires_at":
                 changes["expires_at"] = value.timestamp() if value else None
+            elif key == "max_requests":
+                changes["max_requests"] = value
             elif value is None:
                 raise ControlError(422, "invalid_request", f"{key} cannot be null", key)
             else:

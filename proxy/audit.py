@@ -22,6 +22,8 @@ Fields:
     would_deny      report mode: the reason code the rules would have refused with, else null
     credentials     [{"name", "version"}] swapped or injected into this request
     carried         names of credentials whose placeholder passed unchanged
+    forged          where a placeholder with surrogate's checksum that the claim does not hold
+                    was found ("header NAME", "request target"); the string itself is not logged
     bytes_out       request body bytes sent upstream
     bytes_in        response body bytes received from upstream
     duration_ms     from the first request byte to the end of the response
@@ -78,6 +80,7 @@ MESSAGE = "message"
 CREDENTIALS = "credentials"
 WOULD_DENY = "would_deny"
 CARRIED = "carried"
+FORGED = "forged"
 BYTES_OUT = "bytes_out"
 BYTES_IN = "bytes_in"
 DURATION_MS = "duration_ms"

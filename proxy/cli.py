@@ -170,6 +170,7 @@ def _parser() -> argparse.ArgumentParser:
     )
     run.add_argument("--worker-index", type=int, help=argparse.SUPPRESS)  # set by the supervisor
     _control_args(run)
+    _limit_args(run)
 
     control = sub.add_parser("control", parents=[state], help="serve only the control API (sidecar)")
     control.add_argument("--rules", type=Path, required=True, help="the rules file the proxy uses")
@@ -340,6 +341,35 @@ def _demo_init(state_dir: Path) -> int:
     return 0
 
 
+def _seconds(text: str) -> int:
+    if not (text.isascii() and text.isdigit()) or not 1 <= int(text) <= 86400:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number of seconds in 1..86400")
+    return int(text)
+
+
+def _limit_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--header-timeout",
+        type=_seconds,
+        default=60,
+        metavar="S",
+        help="close a client connection that has not sent a complete request head within S seconds "
+        "of opening, of its CONNECT, or of its previous response (default %(default)s)",
+    )
+    p.add_argument(
+        "--idle-timeout",
+        type=_seconds,
+        default=600,
+        metavar="S",
+        help="close a connection on which no byte moved either way for S seconds (default %(default)s)",
+    )
+    p.add_argument(
+        "--no-http2",
+        action="store_true",
+        help="speak only HTTP/1.1 to the sandbox (and upstream): no ALPN h2 is offered",
+    )
+
+
 def _supervise(args: argparse.Namespace, argv: list[str]) -> int:
     """``run --workers N`` (N > 1): check everything a worker would refuse, create the CA and the
     store once, then run N workers (proxy/workers.py) and relay their audit lines."""
@@ -385,6 +415,9 @@ def _run(args: argparse.Namespace) -> int:
             rules=args.rules,
             control=control,
             transparent=args.transparent,
+            header_timeout=args.header_timeout,
+            idle_timeout=args.idle_timeout,
+            http2=not args.no_http2,
             shared_ports=worker is not None,
             serve_control=not worker,
         )

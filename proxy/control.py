@@ -243,6 +243,7 @@ class Control:
                 placeholder=placeholder,
                 expires_at=body.get("expires_at"),
                 if_match=if_match,
+                max_requests=body.get("max_requests"),
             )
         except ValueError as e:
             raise ControlError(422, "invalid_request", str(e)) from None

@@ -50,6 +50,10 @@ class Reason(StrEnum):
     SPECIAL_ADDRESS = "special_address"
     BAD_REQUEST_HEAD = "bad_request_head"
     UNRESOLVABLE = "unresolvable"
+    TOO_MANY_CONNECTIONS = "too_many_connections"
+    RATE_LIMITED = "rate_limited"
+    FORGED_PLACEHOLDER = "forged_placeholder"
+    CREDENTIAL_BUDGET_SPENT = "credential_budget_spent"
 
 
 @dataclass(frozen=True, slots=True)
@@ -78,7 +82,9 @@ def deny(reason: Reason, message: str, status: int = 403, rule: EgressRule | Non
     return Decision(action, reason, message, rule, status)
 
 
-_VIOLATIONS = frozenset({Reason.PLACEHOLDER_VIOLATION, Reason.CLEARTEXT_CREDENTIAL})
+_VIOLATIONS = frozenset(
+    {Reason.PLACEHOLDER_VIOLATION, Reason.CLEARTEXT_CREDENTIAL, Reason.FORGED_PLACEHOLDER}
+)
 
 
 # A dot segment, possibly with ;params (servlet containers read "/..;x/" as "/../"), an encoded

@@ -15,6 +15,7 @@ from typing import Protocol
 
 from proxy.errors import Problem, SecretUnavailable
 from proxy.hosts import HostPattern
+from proxy.limits import Limits
 from proxy.secrets import Secret, ValueSource
 
 Network = ipaddress.IPv4Network | ipaddress.IPv6Network
@@ -70,6 +71,7 @@ class Pool:
     allow_reroute: bool = False  # transparent mode: may the Host/SNI name another address?
     allow_cidrs: tuple[Network, ...] = ()  # special-purpose networks this pool may still reach
     report: bool = False  # report mode for the whole pool
+    limits: Limits = Limits()  # per-claim connections and request rate (proxy/limits.py)
 
 
 @dataclass(frozen=True, slots=True)
@@ -88,6 +90,7 @@ class Credential:
     source: SecretSource = field(repr=False)
     inject: Injection | None = None
     expires_at: float | None = None  # unix seconds; None: never
+    max_requests: int | None = None  # request budget (counted by the registry); None: none
 
     def expired(self, now: float) -> bool:
         return self.expires_at is not None and now >= self.expires_at

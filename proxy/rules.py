@@ -30,6 +30,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from proxy import placeholders
 from proxy.errors import HostError, Problem, RulesError, SecretUnavailable
 from proxy.hosts import HostPattern
+from proxy.limits import DEFAULT_BURST, DEFAULT_CONNECTIONS, DEFAULT_RATE, Limits
 from proxy.policy import Claim, Credential, EgressRule, Injection, Network, Policy, Pool, SourceToken
 from proxy.secrets import ValueSource
 
@@ -50,11 +51,18 @@ class RuleModel(_Model):
     report: bool = False
 
 
+class LimitsModel(_Model):
+    connections: int = DEFAULT_CONNECTIONS
+    requests_per_second: float = DEFAULT_RATE
+    burst: int = DEFAULT_BURST
+
+
 class PoolModel(_Model):
     egress: list[RuleModel] = Field(default_factory=list)
     allow_reroute: bool = False
     allow_cidrs: list[str] = Field(default_factory=list)
     report: bool = False
+    limits: LimitsModel = Field(default_factory=LimitsModel)
 
 
 class InjectModel(_Model):
@@ -68,6 +76,7 @@ class CredentialModel(_Model):
     placeholder: str
     hosts: list[str] = Field(min_length=1)
     inject: InjectModel | None = None
+    max_requests: int | None = None
 
 
 class ClaimModel(_Model):
@@ -241,7 +250,8 @@ def _build(model: RulesModel, base_dir: Path, marks: _Marks) -> Policy:
             else:
                 broken.add(pname)
         allow = _networks(pm.allow_cidrs, ("pools", pname, "allow_cidrs"), marks, {}, pname)
-        pools[pname] = Pool(pname, tuple(rules), pm.allow_reroute, allow, pm.report)
+        limits = _limits(pm.limits, ("pools", pname, "limits"), marks)
+        pools[pname] = Pool(pname, tuple(rules), pm.allow_reroute, allow, pm.report, limits)
 
     claims: dict[str, Claim] = {}
     seen_placeholders: dict[str, str] = {}
@@ -303,6 +313,19 @@ def _rule(pool: str, i: int, rm: RuleModel, loc: Loc, marks: _Marks) -> EgressRu
         rm.intercept,
         rm.report,
     )
+
+
+def _limits(lm: LimitsModel, loc: Loc, marks: _Marks) -> Limits:
+    if lm.connections < 1:
+        marks.add(loc + ("connections",), f"connections {lm.connections} must be at least 1")
+    if not lm.requests_per_second > 0 or lm.requests_per_second == float("inf"):
+        marks.add(
+            loc + ("requests_per_second",),
+            f"requests_per_second {lm.requests_per_second} must be a positive number, e.g. 50 or 0.5",
+        )
+    if lm.burst < 1:
+        marks.add(loc + ("burst",), f"burst {lm.burst} must be at least 1")
+    return Limits(lm.connections, lm.requests_per_second, lm.burst)
 
 
 def _networks(
@@ -463,7 +486,12 @@ def _credential(
         elif "{value}" not in km.inject.format:
             marks.add(loc + ("inject", "format"), "format must contain '{value}', e.g. 'Bearer {value}'")
         inject = Injection(header, km.inject.format)
+    if km.max_requests is not None and km.max_requests < 1:
+        marks.add(
+            loc + ("max_requests",),
+            f"max_requests {km.max_requests} must be at least 1 (omit it for no budget)",
+        )
     source = _source(km.value, base_dir, loc + ("value",), marks)
     if source is None or len(marks.problems) != before:
         return None
-    return Credential(km.name, km.placeholder, tuple(hosts), source, inject)
+    return Credential(km.name, km.placeholder, tuple(hosts), source, inject, max_requests=km.max_requests)

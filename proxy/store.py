@@ -3,14 +3,17 @@
 The file is ``<state dir>/store.sqlite3``, mode 0600 (SQLite gives its WAL and shm the same mode);
 the keys live apart, in :mod:`proxy.keyring`'s key file.
 
-Schema (``PRAGMA user_version = 1``; created when absent)::
+Schema (``PRAGMA user_version = 2``; created when absent, a version-1 file gains the budget
+columns in place)::
 
     claims(id TEXT PK, pool, sources JSON, token_hash BLOB  -- sha256 of the token, never the token
            version, created_at, updated_at)
     credentials(claim_id -> claims.id ON DELETE CASCADE, name, PK (claim_id, name),
                 hosts JSON, inject_header, inject_format, placeholder UNIQUE,
                 key_id, value BLOB  -- nonce + AES-256-GCM ciphertext, see proxy.keyring
-                version, created_at, updated_at, expires_at, last_used_at)
+                version, created_at, updated_at, expires_at, last_used_at,
+                max_requests  -- the request budget, NULL: none
+                requests_used -- requests that carried the secret; reset by a PUT, kept by a PATCH)
 
 A value is encrypted with associated data ``claim_id NUL name NUL version``, so a ciphertext
 copied to another row or version fails to decrypt; a metadata change bumps the version and so
@@ -62,7 +65,7 @@ from proxy.errors import SurrogateError
 from proxy.keyring import DecryptError, KeyRing
 
 FILENAME = "store.sqlite3"
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
 _SCHEMA = (
     """CREATE TABLE claims (
       id TEXT PRIMARY KEY, pool TEXT NOT NULL, sources TEXT NOT NULL, token_hash BLOB NOT NULL,
@@ -71,23 +74,33 @@ _SCHEMA = (
       claim_id TEXT NOT NULL REFERENCES claims(id) ON DELETE CASCADE, name TEXT NOT NULL,
       hosts TEXT NOT NULL, inject_header TEXT, inject_format TEXT, placeholder TEXT NOT NULL UNIQUE,
       version INTEGER NOT NULL, created_at REAL NOT NULL, updated_at REAL NOT NULL, expires_at REAL,
-      last_used_at REAL, key_id TEXT NOT NULL, value BLOB NOT NULL, PRIMARY KEY (claim_id, name)) STRICT""",
+      last_used_at REAL, key_id TEXT NOT NULL, value BLOB NOT NULL, max_requests INTEGER,
+      requests_used INTEGER NOT NULL DEFAULT 0, PRIMARY KEY (claim_id, name)) STRICT""",
     "CREATE INDEX credentials_key_id ON credentials(key_id)",
+)
+# Version 1 -> 2: the request budget (ADD COLUMN appends, matching the order of _SCHEMA).
+_MIGRATE_1 = (
+    "ALTER TABLE credentials ADD COLUMN max_requests INTEGER",
+    "ALTER TABLE credentials ADD COLUMN requests_used INTEGER NOT NULL DEFAULT 0",
 )
 # Whole statements, never built from strings: the column lists are spelled out in each.
 _CLAIMS = "SELECT id, pool, sources, version, created_at, updated_at FROM claims"
 _CLAIM = "SELECT id, pool, sources, version, created_at, updated_at FROM claims WHERE id = ?"
 _CREDS = """SELECT claim_id, name, hosts, inject_header, inject_format, placeholder, version, created_at,
-    updated_at, expires_at, last_used_at FROM credentials"""
+    updated_at, expires_at, last_used_at, max_requests, requests_used FROM credentials"""
 _CRED = _CREDS + " WHERE claim_id = ? AND name = ?"
 _CREDS_OF = _CREDS + " WHERE claim_id = ? ORDER BY name"
 _SEALED = "SELECT key_id, value, version FROM credentials WHERE claim_id = ? AND name = ?"
 _UPSERT = """INSERT INTO credentials VALUES (:claim_id, :name, :hosts, :inject_header, :inject_format,
-    :placeholder, :version, :created_at, :updated_at, :expires_at, :last_used_at, :key_id, :value)
+    :placeholder, :version, :created_at, :updated_at, :expires_at, :last_used_at, :key_id, :value,
+    :max_requests, :requests_used)
     ON CONFLICT (claim_id, name) DO UPDATE SET hosts = :hosts, inject_header = :inject_header,
     inject_format = :inject_format, placeholder = :placeholder, version = :version,
-    updated_at = :updated_at, expires_at = :expires_at, key_id = :key_id, value = :value"""
-_PATCHABLE = frozenset({"value", "hosts", "inject_header", "inject_format", "expires_at", "placeholder"})
+    updated_at = :updated_at, expires_at = :expires_at, key_id = :key_id, value = :value,
+    max_requests = :max_requests, requests_used = :requests_used"""
+_PATCHABLE = frozenset(
+    {"value", "hosts", "inject_header", "inject_format", "expires_at", "placeholder", "max_requests"}
+)
 _TOUCH_EVERY = 1.0  # seconds: last_used_at is a hint, not worth an fsync per request
 _BUSY_MS = 5000
 
@@ -135,6 +148,8 @@ class CredentialRecord:
     updated_at: float
     expires_at: float | None  # stored, not enforced here: the proxy decides what expiry means
     last_used_at: float | None
+    max_requests: int | None = None  # the request budget; None: none
+    requests_used: int = 0  # requests that carried the secret (see spend())
 
 
 class CredentialStore(Protocol):
@@ -153,6 +168,7 @@ class CredentialStore(Protocol):
         self, claim_id: str, name: str, *, value: bytes, hosts: Sequence[str],
         inject_header: str | None = None, inject_format: str | None = None,
         placeholder: str | None = None, expires_at: float | None = None, if_match: int | None = None,
+        max_requests: int | None = None,
     ) -> CredentialRecord: ...  # fmt: skip
     def patch_credential(
         self, claim_id: str, name: str, *, if_match: int | None = None, **changes: Any
@@ -162,6 +178,7 @@ class CredentialStore(Protocol):
     def delete_credential(self, claim_id: str, name: str, if_match: int | None = None) -> bool: ...
     def secret(self, claim_id: str, name: str) -> tuple[bytes, int]: ...
     def touch_used(self, claim_id: str, name: str, at: float) -> None: ...
+    def spend(self, claim_id: str, name: str) -> bool: ...
     def data_version(self) -> int: ...
     def snapshot(self) -> tuple[list[ClaimRecord], list[CredentialRecord]]: ...
     def rotate_keys(self, new_key: bool = True) -> int: ...
@@ -262,9 +279,10 @@ class Store:
             if db.execute("PRAGMA user_version").fetchone()[0] != SCHEMA_VERSION:
                 with store._write():
                     found = db.execute("PRAGMA user_version").fetchone()[0]
-                    if found not in (0, SCHEMA_VERSION):
-                        raise StoreError(f"store {path} has schema version {found}; this surrogate reads 1")
-                    for statement in _SCHEMA if found == 0 else ():
+                    if found not in (0, 1, SCHEMA_VERSION):
+                        why = f"this surrogate reads 1 to {SCHEMA_VERSION}"
+                        raise StoreError(f"store {path} has schema version {found}; {why}")
+                    for statement in _SCHEMA if found == 0 else _MIGRATE_1 if found == 1 else ():
                         db.execute(statement)
                     db.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
         except sqlite3.DatabaseError as e:
@@ -357,13 +375,16 @@ class Store:
         self, claim_id: str, name: str, *, value: bytes, hosts: Sequence[str],
         inject_header: str | None = None, inject_format: str | None = None,
         placeholder: str | None = None, expires_at: float | None = None, if_match: int | None = None,
+        max_requests: int | None = None,
     ) -> CredentialRecord:  # fmt: skip
-        """Create or replace a credential; ``if_match`` makes it a compare-and-set on the version."""
+        """Create or replace a credential; ``if_match`` makes it a compare-and-set on the version.
+        A replaced credential's request count starts again at 0 (a PATCH keeps it)."""
         _check_ids(claim_id, name)
         if not isinstance(value, bytes):
             raise TypeError("value must be bytes")
         fields: dict[str, Any] = {"value": value, "hosts": hosts, "inject_header": inject_header,
-                                  "inject_format": inject_format, "expires_at": expires_at}  # fmt: skip
+                                  "inject_format": inject_format, "expires_at": expires_at,
+                                  "max_requests": max_requests, "requests_used": 0}  # fmt: skip
         if placeholder is not None:
             fields["placeholder"] = placeholder
         with self._write() as db:
@@ -440,6 +461,31 @@ class Store:
                 pass  # another process is writing: a later use records it
             finally:
                 self._db.execute(f"PRAGMA busy_timeout = {_BUSY_MS}")
+
+    def spend(self, claim_id: str, name: str) -> bool:
+        """Count one request that carries this credential's secret. False (nothing counted) when
+        its budget is spent or the credential is gone; True when it had room, or has no budget
+        (nothing is written then).
+
+        One committed (fsynced) write per request of a metered credential, so the count survives
+        ``kill -9``; like :meth:`touch_used` it does not move this process's :meth:`data_version`.
+        Raises StoreError when the write fails (the caller refuses the request).
+        """
+        with self._lock:
+            try:
+                cur = self._db.execute(
+                    "UPDATE credentials SET requests_used = requests_used + 1 WHERE claim_id = ? "
+                    "AND name = ? AND max_requests IS NOT NULL AND requests_used < max_requests",
+                    (claim_id, name),
+                )
+                if cur.rowcount:
+                    return True
+                row = self._db.execute(
+                    "SELECT max_requests FROM credentials WHERE claim_id = ? AND name = ?", (claim_id, name)
+                ).fetchone()
+            except sqlite3.Error as e:
+                raise StoreError(f"cannot count a use of credential {name!r}: {e}") from None
+        return row is not None and row[0] is None
 
     # --- change detection and key rotation ----------------------------------------------------
 

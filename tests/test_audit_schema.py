@@ -178,6 +178,7 @@ GOOD_REQUEST: Event = {
     "would_deny": None,
     "credentials": [{"name": "github", "version": 1}],
     "carried": [],
+    "forged": [],
     "bytes_out": 0,
     "bytes_in": 12,
     "duration_ms": 3.5,

@@ -175,8 +175,11 @@ def test_one_claim_cannot_use_another_claims_placeholder(world: World) -> None:
         ]
         mallory = api.post("/v1/claims", json={"id": "mallory", "pool": "p"}).json()["proxy_token"]
     with world.client("mallory", mallory) as client:
-        assert client.get(world.url("/cross"), headers={"X-Key": ph}).status_code == 200
-    assert world.sent("/cross", "X-Key") == [ph]
+        refused = client.get(world.url("/cross"), headers={"X-Key": ph})
+    # alice's placeholder carries surrogate's checksum: from mallory it is refused as forged, and
+    # neither alice's secret nor her placeholder reaches the upstream
+    assert (refused.status_code, refused.json()["error"]) == (403, "forged_placeholder")
+    assert world.sent("/cross", "X-Key") == []
 
 
 def test_parallel_if_match_patches_have_exactly_one_winner(world: World) -> None:

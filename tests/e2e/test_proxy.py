@@ -290,6 +290,7 @@ def test_audit_event_has_every_documented_field(env: Env) -> None:
         "would_deny",
         "credentials",
         "carried",
+        "forged",
         "bytes_out",
         "bytes_in",
         "duration_ms",

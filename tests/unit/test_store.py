@@ -65,7 +65,7 @@ def test_open_creates_a_versioned_wal_file_with_mode_0600(tmp_path: Path, store:
     assert stat.S_IMODE((tmp_path / f"{FILENAME}-wal").stat().st_mode) == 0o600
     db = _raw(store.path)
     try:
-        assert db.execute("PRAGMA user_version").fetchone()[0] == 1
+        assert db.execute("PRAGMA user_version").fetchone()[0] == 2
         assert db.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
     finally:
         db.close()
@@ -80,9 +80,9 @@ def test_reopening_by_file_path_keeps_the_data(tmp_path: Path, ring: KeyRing, st
 def test_a_newer_schema_is_refused(tmp_path: Path, ring: KeyRing) -> None:
     Store.open(tmp_path, ring).close()
     db = _raw(tmp_path / FILENAME)
-    db.execute("PRAGMA user_version = 2")
+    db.execute("PRAGMA user_version = 3")
     db.close()
-    with pytest.raises(StoreError, match="schema version 2"):
+    with pytest.raises(StoreError, match="schema version 3"):
         Store.open(tmp_path, ring)
 
 
@@ -507,3 +507,49 @@ def test_one_of_a_hundred_concurrent_compare_and_sets_wins(
     assert sorted(outcomes) == ["ok"] + [f"stale {v0 + 1}"] * 99
     value, version = store.secret("c1", "gh")
     assert version == v0 + 1 and value.startswith(b"writer ")
+
+
+def test_a_version_1_store_gains_the_budget_columns_and_keeps_its_data(tmp_path: Path, ring: KeyRing) -> None:
+    with Store.open(tmp_path, ring) as s:
+        s.create_claim("c1", "agents")
+        s.put_credential("c1", "gh", value=b"v1", hosts=["api.github.com"])
+    db = _raw(tmp_path / FILENAME)  # back to the version-1 layout
+    db.execute("ALTER TABLE credentials DROP COLUMN requests_used")
+    db.execute("ALTER TABLE credentials DROP COLUMN max_requests")
+    db.execute("PRAGMA user_version = 1")
+    db.close()
+    with Store.open(tmp_path, ring) as s:
+        record = s.get_credential("c1", "gh")
+        assert record is not None and (record.max_requests, record.requests_used) == (None, 0)
+        assert s.secret("c1", "gh") == (b"v1", 1)
+        s.patch_credential("c1", "gh", max_requests=1)
+        assert s.spend("c1", "gh") and not s.spend("c1", "gh")
+
+
+@pytest.mark.parametrize(
+    ("budget", "spends", "expected"),
+    [(None, 3, [True, True, True]), (2, 3, [True, True, False]), (1, 2, [True, False])],
+    ids=["no-budget", "two", "one"],
+)
+def test_spend_counts_up_to_the_budget(
+    store: Store, budget: int | None, spends: int, expected: list[bool]
+) -> None:
+    _put(store, max_requests=budget)
+    assert [store.spend("c1", "gh") for _ in range(spends)] == expected
+    record = store.get_credential("c1", "gh")
+    assert record is not None and record.requests_used == (0 if budget is None else budget)
+
+
+def test_patch_keeps_the_count_and_put_restarts_it(store: Store) -> None:
+    _put(store, max_requests=1)
+    assert store.spend("c1", "gh") and not store.spend("c1", "gh")
+    store.patch_credential("c1", "gh", value=b"v2")
+    assert not store.spend("c1", "gh")  # a rotated value does not refill the budget
+    store.patch_credential("c1", "gh", max_requests=2)
+    assert store.spend("c1", "gh") and not store.spend("c1", "gh")
+    _put(store, max_requests=1)  # a PUT replaces the credential: a fresh count
+    assert store.spend("c1", "gh")
+
+
+def test_spend_of_an_unknown_credential_is_refused(store: Store) -> None:
+    assert store.spend("c1", "nothing") is False
