@@ -84,6 +84,8 @@ def write_rules(tmp: Path, ports: list[int]) -> Path:
         version: 1
         pools:
           p:
+            # the bench measures the proxy, not a claim's allowance (defaults: 100 req/s, burst 200)
+            limits: {{connections: 100000, requests_per_second: 1000000, burst: 1000000}}
             egress:
               - host: {UPSTREAM_HOST}
                 ports: {sorted(ports)}
