@@ -80,7 +80,7 @@ _DONE = "surrogate.audited"
 
 class Audit:
     def __init__(self) -> None:
-        self.log = a.logger()
+        self.log = a.logger().bind()  # resolved once: a lazy proxy rebuilt it per event
 
     def _emit(self, flow: http.HTTPFlow, kind: str) -> None:
         # A flow can see both `response` and a late `error`; it is still one event.

@@ -3,6 +3,8 @@ audit addon writes its event, from the same facts. Label values are bounded."""
 
 from __future__ import annotations
 
+from typing import Any
+
 from mitmproxy import connection, http
 
 from addons import facts
@@ -15,6 +17,16 @@ _DONE = "surrogate.counted"
 class Metrics:
     def __init__(self, state: State) -> None:
         self.m = state.metrics
+        # Label children resolved once each (prometheus-client's .labels() costs ~2 µs a call;
+        # the label sets are bounded, see proxy/metrics.py).
+        self._requests: dict[tuple[str, ...], Any] = {}
+        self._substitutions: dict[str, Any] = {}
+
+    def _request(self, *labels: str) -> Any:
+        child = self._requests.get(labels)
+        if child is None:
+            child = self._requests[labels] = self.m.requests.labels(*labels)
+        return child
 
     def _count(self, flow: http.HTTPFlow) -> None:
         if flow.metadata.get(_DONE):
@@ -23,15 +35,16 @@ class Metrics:
         decision: Decision | None = flow.metadata.get(facts.DECISION)
         status = flow.response.status_code if flow.response else 0
         if flow.error and (decision is None or decision.allowed):
-            self.m.requests.labels(
-                "error", "upstream_or_client", "none" if not status else f"{status // 100}xx"
-            ).inc()
+            self._request("error", "upstream_or_client", "none" if not status else f"{status // 100}xx").inc()
         else:
             action = decision.action.value if decision else "none"
             reason = decision.reason.value if decision else "none"
-            self.m.requests.labels(action, reason, f"{status // 100}xx" if status else "none").inc()
+            self._request(action, reason, f"{status // 100}xx" if status else "none").inc()
         for name in flow.metadata.get(facts.USED, {}):
-            self.m.substitutions.labels(name).inc()
+            child = self._substitutions.get(name)
+            if child is None:
+                child = self._substitutions[name] = self.m.substitutions.labels(name)
+            child.inc()
         if violated := flow.metadata.get(facts.VIOLATED):
             self.m.violations.labels(violated).inc()
         if decision is not None and decision.allowed and flow.response and flow.response.timestamp_end:

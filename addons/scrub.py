@@ -34,18 +34,49 @@ from mitmproxy import flow as mflow
 from addons import facts
 from proxy.errors import SecretUnavailable
 from proxy.policy import Claim
-from proxy.scrub import Scrubber
+from proxy.registry import StoreValue
+from proxy.scrub import Scrubber, ScrubTable
+
+_TABLES_KEPT = 256
 
 
-def _pairs(claim: Claim) -> list[tuple[bytes, bytes]]:
-    pairs = []
-    for c in claim.credentials:
-        try:
-            secret, _ = c.secret()
-        except SecretUnavailable:
-            continue  # nothing read, nothing to hide
-        pairs.append((secret.reveal().encode(), c.placeholder.encode()))
-    return pairs
+class _Tables:
+    """The compiled scrub table of each claim, built once per claim and set of values.
+
+    A store claim's values are fixed for the life of its Claim object (the registry builds a new
+    one when the store changes), so the claim's identity is the key. A rules-file value (``file:``
+    re-read on change, ``env:``) may change under the same Claim: those credentials' current
+    Secret objects are compared by identity on every use (a changed value is a new object). A
+    table is not kept while some value cannot be read: the next response tries again.
+    """
+
+    def __init__(self) -> None:
+        self._kept: dict[int, tuple[Claim, tuple[tuple[Any, Any], ...], ScrubTable]] = {}
+
+    def get(self, claim: Claim) -> ScrubTable:
+        entry = self._kept.get(id(claim))
+        if entry is not None and entry[0] is claim:
+            try:
+                if all(c.secret()[0] is s for c, s in entry[1]):
+                    return entry[2]
+            except SecretUnavailable:
+                pass
+        pairs, volatile, complete = [], [], True
+        for c in claim.credentials:
+            try:
+                secret, _ = c.secret()
+            except SecretUnavailable:
+                complete = False
+                continue  # nothing read, nothing to hide
+            pairs.append((secret.reveal().encode(), c.placeholder.encode()))
+            if not isinstance(c.source, StoreValue):
+                volatile.append((c, secret))
+        table = ScrubTable(pairs)
+        if complete:
+            if len(self._kept) >= _TABLES_KEPT:
+                self._kept.clear()
+            self._kept[id(claim)] = (claim, tuple(volatile), table)
+        return table
 
 
 def _decoder(encoding: str) -> Callable[[bytes], bytes] | None:
@@ -61,6 +92,9 @@ def _decoder(encoding: str) -> Callable[[bytes], bytes] | None:
 
 
 class Scrub:
+    def __init__(self) -> None:
+        self.tables = _Tables()
+
     @facts.fail_closed
     def requestheaders(self, flow: http.HTTPFlow) -> None:
         if flow.response or flow.error:
@@ -75,7 +109,7 @@ class Scrub:
         claim = flow.metadata.get(facts.CLAIM)
         if response is None or claim is None or not claim.credentials or response.status_code == 101:
             return
-        scrubber = Scrubber(_pairs(claim))
+        scrubber = Scrubber(self.tables.get(claim))
         if not scrubber.active:
             return
         response.headers.fields = tuple((n, scrubber.scrub(v)) for n, v in response.headers.fields)
@@ -113,7 +147,7 @@ class Scrub:
         try:
             message = flow.error.msg.encode("utf-8", "surrogateescape")
             quoted = any(
-                secret in message or repr(secret)[2:-1].encode() in message for secret, _ in _pairs(claim)
+                secret in message or repr(secret)[2:-1].encode() in message for secret in _secrets(claim)
             )
         except Exception as e:  # fail closed: an error we cannot check is withheld
             facts.log.error("scrub.error failed with %s; error message withheld", type(e).__name__)
@@ -122,6 +156,18 @@ class Scrub:
             facts.log.warning("an upstream error message quoted a credential; withheld, connection closed")
             flow.error = mflow.Error(mflow.Error.KILLED_MESSAGE)
             _close_client(flow)
+
+
+def _secrets(claim: Claim) -> list[bytes]:
+    """The claim's current secret values (those that can be read now)."""
+    out = []
+    for c in claim.credentials:
+        try:
+            secret, _ = c.secret()
+        except SecretUnavailable:
+            continue
+        out.append(secret.reveal().encode())
+    return out
 
 
 def _close_client(flow: http.HTTPFlow) -> None:

@@ -80,7 +80,7 @@ _ERROR = re.compile(r"^\s*\[(\d+)\]\t", re.M)
 
 
 def hey(
-    target: Target, url: str, concurrency: int, seconds: float, headers: list[str], cpu: int | None
+    target: Target, url: str, concurrency: int, seconds: float, headers: list[str], cpu: int | str | None
 ) -> HeyResult:
     cmd = ["hey", "-z", f"{seconds}s", "-c", str(concurrency), "-disable-compression"]
     if target.proxy_url:

@@ -3,9 +3,10 @@
 - bare ``mitmdump``: every default addon, flow output off, bodies streamed, lazy upstream
   connections, upstream TLS verified against the bench CA; no proxy authentication (the
   ``Proxy-Authorization`` hey sends is simply dropped);
-- surrogate: ``python -m proxy run`` through tests/harness.ProxyProcess, with the full addon
-  chain, a rules file with one claim and one credential (swapped on every request), ``--resolve``
-  pins for the upstream name and ``--upstream-ca`` for the bench CA.
+- surrogate: ``python -m proxy run --workers 1`` through tests/harness.ProxyProcess (the lean
+  engine: only our chain, cached addon dispatch), a rules file with one claim and one credential
+  (swapped on every request), ``--resolve`` pins for the upstream name and ``--upstream-ca`` for
+  the bench CA; for the workers comparison, ``--workers 1`` and ``--workers 2``, unpinned.
 """
 
 from __future__ import annotations
@@ -83,6 +84,8 @@ def write_rules(tmp: Path, ports: list[int]) -> Path:
         version: 1
         pools:
           p:
+            # the bench measures the proxy, not a claim's allowance (defaults: 100 req/s, burst 200)
+            limits: {{connections: 100000, requests_per_second: 1000000, burst: 1000000}}
             egress:
               - host: {UPSTREAM_HOST}
                 ports: {sorted(ports)}
@@ -101,11 +104,19 @@ def write_rules(tmp: Path, ports: list[int]) -> Path:
 
 
 class Surrogate:
-    def __init__(self, name: str, workdir: Path, rules: Path, upstream_ca: Path, cpu: int | None) -> None:
+    def __init__(
+        self,
+        name: str,
+        workdir: Path,
+        rules: Path,
+        upstream_ca: Path,
+        cpu: int | str | None,
+        workers: int = 1,
+    ) -> None:
         self.name = name
         workdir.mkdir(parents=True, exist_ok=True)
         self.process = ProxyProcess(
-            rules, workdir, upstream_ca=upstream_ca, resolve={UPSTREAM_HOST: "127.0.0.1"}
+            rules, workdir, upstream_ca=upstream_ca, resolve={UPSTREAM_HOST: "127.0.0.1"}, workers=workers
         )
         self.process.args = pinned(self.process.args, cpu)
 

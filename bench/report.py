@@ -28,6 +28,7 @@ class Results:
     control: WriteThenRequest | None = None
     control_sized: WriteThenRequest | None = None  # on the instance holding the large claim
     registered: Registered | None = None
+    workers: dict[int, list[HeyResult]] = field(default_factory=dict)  # --workers N at c=64, ABBA runs
 
 
 def _median(values: Sequence[float | None]) -> float | None:
@@ -211,9 +212,26 @@ def _control_rows(table: Table, r: Results) -> None:
         table.note(f"control-API writes per second (sequential PATCH){where}", f"{w.writes_per_s:.0f}/s")
 
 
+def _workers_rows(table: Table, r: Results) -> None:
+    if len(r.workers) != 2:
+        return
+    (one, ones), (two, twos) = sorted(r.workers.items())
+    one_rps, two_rps = _median([h.rps for h in ones]), _median([h.rps for h in twos])
+    table.note(f"surrogate --workers {one}, c=64, sharing every core with hey", f"{_fmt(one_rps)} req/s")
+    ratio = (two_rps or 0) / (one_rps or 1)
+    rounds = _per_round(twos, ones, lambda h: h.rps)
+    table.note(
+        f"surrogate --workers {two}, c=64, sharing every core with hey",
+        f"{_fmt(two_rps)} req/s",
+        f"{ratio:.2f}× --workers {one} (runs {rounds.removeprefix('rounds ')}); want ≥ 1.6×",
+        _status(ratio >= 1.6),
+    )
+
+
 def render(r: Results, downloads: int) -> str:
     table = Table()
     _load_rows(table, r)
+    _workers_rows(table, r)
     _download_rows(table, r, downloads)
     _sse_rows(table, r)
     _placeholder_rows(table, r)

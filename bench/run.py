@@ -16,7 +16,9 @@ Measured in interleaved rounds (target order rotated each round), medians report
 4. surrogate req/s at c=16 with a 1-credential vs a 10,000-credential claim (ABBA, half-length
    runs), the header scan's in-process cost with 1 vs 10,000 registered, and the registration;
 5. a control-API write, then the next request on an open tunnel carries it; writes per second
-   (on the plain surrogate, and again on the one holding 10,000 credentials).
+   (on the plain surrogate, and again on the one holding 10,000 credentials);
+6. ``--workers 2`` against ``--workers 1`` at c=64 (ABBA runs), both unpinned and sharing every
+   core with hey, as a proxy would share a machine with its load.
 
 Run: ``make bench`` (about 5 minutes), or ``.venv/bin/python bench/run.py --quick`` (~1 minute,
 fewer placeholders and shorter runs: a smoke test, not numbers to quote).
@@ -48,6 +50,8 @@ from servers import Upstream  # noqa: E402
 from upstreams import BIG_BYTES, SSE_EVENTS, SSE_PERIOD_S, BenchCA, Nginx, SSEServer  # noqa: E402
 
 CONCURRENCY = (1, 16, 64)
+WORKERS = (1, 2)  # `surrogate run --workers N` compared at WORKERS_C
+WORKERS_C = 64
 
 
 def _cores() -> tuple[int | None, int | None]:
@@ -96,16 +100,18 @@ class Bench:
     big: dict[str, str]  # target name -> the 50 MB URL
     by_count: dict[int, tuple[Target, str]]  # placeholders in the claim -> (its target, a placeholder)
     load_cpu: int | None
+    by_workers: dict[int, Target]  # --workers N -> its (unpinned) surrogate
+    every_cpu: str  # taskset list of every CPU: the workers comparison shares them all
 
 
 def _start(
     stack: ExitStack,
     tmp: Path,
-    cpus: tuple[int | None, int | None],
+    cpus: tuple[int | None, int | None, str],
     args: argparse.Namespace,
     results: Results,
 ) -> Bench:
-    proxy_cpu, load_cpu = cpus
+    proxy_cpu, load_cpu, every_cpu = cpus
     ca = BenchCA(tmp)
     nginx = stack.enter_context(_stopping(Nginx(tmp, ca, load_cpu).start()))
     sse_server = stack.enter_context(_stopping(SSEServer(tmp, ca, load_cpu).start()))
@@ -116,6 +122,10 @@ def _start(
     surrogate = stack.enter_context(_stopping(surrogate.start()))
     sized = Surrogate("surrogate-sized", tmp / "sized", rules, ca.ca_pem, proxy_cpu)
     sized = stack.enter_context(_stopping(sized.start()))
+    by_workers = {}
+    for n in WORKERS:
+        w = Surrogate(f"surrogate-{n}w", tmp / f"workers{n}", rules, ca.ca_pem, every_cpu, workers=n)
+        by_workers[n] = stack.enter_context(_stopping(w.start())).target()
 
     print(f"registering {args.placeholders:,} credentials through the control API…", file=sys.stderr)
     one = register_claim(sized, "one", 1)
@@ -138,6 +148,8 @@ def _start(
             args.placeholders: (sized.target("many", many.token), many.placeholder),
         },
         load_cpu=load_cpu,
+        by_workers=by_workers,
+        every_cpu=every_cpu,
     )
 
 
@@ -165,6 +177,8 @@ def _warm_up(b: Bench) -> None:
         sse(t, b.sse_port, 1, SSE_PERIOD_S)
     for target, placeholder in b.by_count.values():
         hey(target, b.small[SURROGATE], 16, 1, _bearer(placeholder), b.load_cpu)
+    for target in b.by_workers.values():
+        hey(target, b.small[SURROGATE], WORKERS_C, 1, _bearer(PLACEHOLDER), b.every_cpu)
 
 
 def _round(b: Bench, rnd: int, args: argparse.Namespace, results: Results) -> None:
@@ -178,6 +192,12 @@ def _round(b: Bench, rnd: int, args: argparse.Namespace, results: Results) -> No
         target, placeholder = b.by_count[n]
         run = hey(target, b.small[SURROGATE], 16, args.seconds / 2, _bearer(placeholder), b.load_cpu)
         results.by_count.setdefault(n, []).append(run)
+    one, two = WORKERS
+    for n in (one, two, two, one) if rnd % 2 == 0 else (two, one, one, two):  # ABBA, alternating
+        run = hey(
+            b.by_workers[n], b.small[SURROGATE], WORKERS_C, args.seconds, _bearer(PLACEHOLDER), b.every_cpu
+        )
+        results.workers.setdefault(n, []).append(run)
     for t in order:
         got = download(t, b.big[t.name], args.downloads, BIG_BYTES, b.load_cpu)
         results.downloads.setdefault(t.name, []).append(got)
@@ -192,6 +212,7 @@ def main() -> int:
             print(f"error: {tool} is not installed (make bench installs nginx and hey)", file=sys.stderr)
             return 1
     t_start, load_before = time.monotonic(), os.getloadavg()[0]
+    every_cpu = ",".join(str(c) for c in sorted(os.sched_getaffinity(0)))
     results = Results(CONCURRENCY, placeholders=args.placeholders)
     proxy_cpu, load_cpu = _cores()
     if load_cpu is not None:  # before any thread starts: the SSE client, API calls, recorder upstream
@@ -199,7 +220,7 @@ def main() -> int:
     with ExitStack() as stack:
         tmp = Path(tempfile.mkdtemp(prefix="surrogate-bench-"))
         stack.callback(shutil.rmtree, tmp, ignore_errors=True)
-        bench = _start(stack, tmp, (proxy_cpu, load_cpu), args, results)
+        bench = _start(stack, tmp, (proxy_cpu, load_cpu, every_cpu), args, results)
         print("warming up…", file=sys.stderr)
         _warm_up(bench)
         for rnd in range(args.rounds):
@@ -210,7 +231,10 @@ def main() -> int:
         results.control_sized = write_then_request(bench.sized, bench.recorder, 30)
     results.scan_us = {1: scan_cost_us(1), args.placeholders: scan_cost_us(args.placeholders)}
 
-    pinning = f"proxies on CPU {proxy_cpu}, hey/curl/nginx/SSE server/this script on CPU {load_cpu}"
+    pinning = (
+        f"proxies on CPU {proxy_cpu}, hey/curl/nginx/SSE server/this script on CPU {load_cpu} "
+        f"(the --workers comparison: proxies and hey on CPUs {every_cpu})"
+    )
     print(
         f"\nsurrogate bench: {args.rounds} interleaved rounds, medians; hey {args.seconds:g} s per run "
         f"(keep-alive, one connection per worker, TLS not verified by hey); {pinning}; "

@@ -35,8 +35,9 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
-def pinned(cmd: list[str], cpu: int | None) -> list[str]:
-    """``cmd`` run under ``taskset -c CPU`` (taskset execs it: the PID stays the command's)."""
+def pinned(cmd: list[str], cpu: int | str | None) -> list[str]:
+    """``cmd`` run under ``taskset -c CPU`` (taskset execs it: the PID stays the command's); ``cpu``
+    is one CPU or a taskset list such as ``"0,1"``."""
     return cmd if cpu is None else ["taskset", "-c", str(cpu), *cmd]
 
 

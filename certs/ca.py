@@ -68,5 +68,8 @@ def write_upstream_bundle(state_dir: Path, extra: list[Path]) -> Path:
             raise ValueError(f"{pem}: no PEM certificate found (expected '-----BEGIN CERTIFICATE-----')")
         parts.append(text)
     out = state_dir / "upstream-trust.pem"
-    out.write_text("\n".join(parts), encoding="ascii")
+    # Written aside and renamed: with --workers N, every worker writes it while others read it.
+    tmp = out.with_name(f".{out.name}.{os.getpid()}")
+    tmp.write_text("\n".join(parts), encoding="ascii")
+    os.replace(tmp, out)
     return out

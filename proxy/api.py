@@ -333,7 +333,7 @@ def make_app(control: Control, operator_token: str | None = None) -> FastAPI:
 
     @app.get("/metrics", response_class=Response)
     async def metrics_text() -> Response:
-        return Response(generate_latest(control.metrics.registry), media_type=CONTENT_TYPE_LATEST)
+        return Response(generate_latest(control.metrics.exposition()), media_type=CONTENT_TYPE_LATEST)
 
     @app.post("/v1/claims", status_code=201, response_model=ClaimCreated, responses=errors)
     async def create_claim(body: ClaimIn) -> dict[str, Any]:

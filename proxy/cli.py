@@ -1,7 +1,7 @@
 """The ``surrogate`` command line (also ``python -m proxy``).
 
     surrogate run --rules FILE [--state-dir DIR] [--listen HOST:PORT] [--upstream-ca PEM]...
-                  [--resolve NAME:ADDR]... [--audit-file PATH] [control listener options]
+                  [--resolve NAME:ADDR]... [--audit-file PATH] [--workers N] [control listener options]
     surrogate control --rules FILE [--state-dir DIR] [control listener options]
     surrogate claims create|list|get|delete|rotate-token ...
     surrogate creds put|patch|get|list|delete ...
@@ -32,7 +32,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from certs import ca
-from proxy import audit, client, hardening
+from proxy import audit, client, hardening, workers
 from proxy.errors import HostError, SurrogateError
 from proxy.explain import main_explain, main_why
 from proxy.hosts import canonical_host
@@ -58,6 +58,12 @@ def _listen(value: str) -> tuple[str, int]:
     if not sep or not port.isdigit() or not 0 < int(port) < 65536:
         raise argparse.ArgumentTypeError(f"{value!r} is not HOST:PORT (e.g. 127.0.0.1:8080)")
     return host.strip("[]") or "127.0.0.1", int(port)
+
+
+def _positive(value: str) -> int:
+    if not value.isdigit() or int(value) < 1:
+        raise argparse.ArgumentTypeError(f"{value!r} is not a positive whole number")
+    return int(value)
 
 
 def _resolve(value: str) -> tuple[str, str]:
@@ -156,6 +162,13 @@ def _parser() -> argparse.ArgumentParser:
         metavar="HOST:PORT",
         help="also listen for kernel-redirected (iptables/nft REDIRECT) traffic; claims by source address",
     )
+    run.add_argument(
+        "--workers",
+        type=_positive,
+        default=workers.default_count(),
+        help="proxy processes sharing the ports (default: one per core, %(default)s here; 1: one process)",
+    )
+    run.add_argument("--worker-index", type=int, help=argparse.SUPPRESS)  # set by the supervisor
     _control_args(run)
     _limit_args(run)
 
@@ -244,11 +257,14 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
     args = _parser().parse_args(argv)
     if args.command in ("run", "control"):  # before any secret is read: no core dump can hold one
         for problem in hardening.harden():
             print(f"surrogate: warning: {problem}", file=sys.stderr)
     try:
+        if args.command == "run" and args.worker_index is None and args.workers > 1:
+            return _supervise(args, argv)
         if args.command == "run":
             return _run(args)
         if args.command == "ca" and args.ca_command == "bundle":
@@ -357,15 +373,40 @@ def _limit_args(p: argparse.ArgumentParser) -> None:
     )
 
 
-def _run(args: argparse.Namespace) -> int:
-    from proxy.engine import RunConfig, serve  # mitmproxy is imported only to serve
-
+def _supervise(args: argparse.Namespace, argv: list[str]) -> int:
+    """``run --workers N`` (N > 1): check everything a worker would refuse, create the CA and the
+    store once, then run N workers (proxy/workers.py) and relay their audit lines."""
     policy = load_rules(args.rules)
     for warning in policy.warnings:
         print(warning, file=sys.stderr)
     control = _control_config(args)
     args.state_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
+    ports = [args.listen, *([args.transparent] if args.transparent else [])]
+    workers.check_free(ports + ([control.tcp] if control.tcp else []))
+    ca.ensure_ca(args.state_dir)
+    ca.write_upstream_bundle(args.state_dir, args.upstream_ca)  # names a bad --upstream-ca once
+    open_state_store(args.state_dir).close()
+    workers.share_metrics(args.state_dir / "metrics")
     audit.configure(args.audit_file, args.audit_max_bytes, args.audit_backups)
+    return asyncio.run(workers.supervise(workers.worker_command(argv), args.workers))
+
+
+def _run(args: argparse.Namespace) -> int:
+    from proxy.engine import RunConfig, serve  # mitmproxy is imported only to serve
+
+    worker = args.worker_index
+    if worker is not None:
+        workers.become_worker()
+    policy = load_rules(args.rules)
+    if not worker:
+        for warning in policy.warnings:
+            print(warning, file=sys.stderr)
+    control = _control_config(args)
+    args.state_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
+    if worker is None:
+        audit.configure(args.audit_file, args.audit_max_bytes, args.audit_backups)
+    else:
+        audit.configure(None)  # a pipe to the supervisor, which writes the one audit stream
     host, port = args.listen
     with open_state_store(args.state_dir) as store:
         config = RunConfig(
@@ -380,8 +421,12 @@ def _run(args: argparse.Namespace) -> int:
             header_timeout=args.header_timeout,
             idle_timeout=args.idle_timeout,
             http2=not args.no_http2,
+            shared_ports=worker is not None,
+            serve_control=not worker,
         )
-        asyncio.run(serve(config, lambda: _banner(policy, args, host, port, control)))
+        ready = (lambda: _banner(policy, args, host, port, control)) if not worker else None
+        prefix = f"[worker {worker}] " if worker is not None else ""
+        asyncio.run(serve(config, ready, prefix))
     return 0
 
 
@@ -434,7 +479,8 @@ def _banner(policy: Policy, args: argparse.Namespace, host: str, port: int, cont
     hostport = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
     cert = ca.ca_cert_path(args.state_dir).resolve()
     lines = [
-        f"surrogate: explicit proxy on {hostport}, rules {args.rules}",
+        f"surrogate: explicit proxy on {hostport}, rules {args.rules}"
+        + (f", {args.workers} workers" if args.worker_index is not None else ""),
         f"  trust this CA in the sandbox: {cert}",
     ]
     if control.socket_path is not None:

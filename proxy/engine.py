@@ -37,7 +37,9 @@ from addons.reload import Reload
 from certs import ca
 from proxy.api import make_app
 from proxy.control import Control
+from proxy.dispatch import LeanMaster
 from proxy.state import State
+from proxy.workers import SharedListeners
 
 
 @dataclass(slots=True)
@@ -60,6 +62,8 @@ class RunConfig:
     header_timeout: int = 60  # seconds to a complete request head (addons/limits.py)
     idle_timeout: int = 600  # seconds without a byte either way: mitmproxy's tcp_timeout
     http2: bool = True  # False: HTTP/1.1 only (mitmproxy's http2 option), see docs
+    shared_ports: bool = False  # a --workers N worker: listen with SO_REUSEPORT (proxy/workers.py)
+    serve_control: bool = True  # False: the control API is another worker's (its port stays "own")
 
 
 def build_master(config: RunConfig, on_ready: Callable[[], None] | None = None) -> Master:
@@ -74,15 +78,17 @@ def build_master(config: RunConfig, on_ready: Callable[[], None] | None = None) 
     ca.ensure_ca(config.state_dir)
     bundle = ca.write_upstream_bundle(config.state_dir, config.upstream_cas)
     opts = options.Options()
-    master = Master(opts, with_termlog=False)
+    master = LeanMaster(opts)
     chain = addons.chain(config.state)
     if config.rules is not None:
         chain.append(Reload(config.state, config.rules))
+    if config.shared_ports:
+        chain.append(SharedListeners(modes))
     if on_ready is not None:
         chain.append(_Ready(on_ready))
     master.addons.add(*chain)
     opts.update(
-        mode=modes,
+        mode=[] if config.shared_ports else modes,
         connection_strategy="lazy",
         confdir=str(ca.ca_dir(config.state_dir)),
         ssl_verify_upstream_trusted_ca=str(bundle),
@@ -150,9 +156,9 @@ def control_servers(
     return servers
 
 
-async def serve(config: RunConfig, on_ready: Callable[[], None] | None = None) -> None:
+async def serve(config: RunConfig, on_ready: Callable[[], None] | None = None, log_prefix: str = "") -> None:
     """Run the proxy (and the control API, when configured) until SIGINT or SIGTERM."""
-    _log_to_stderr()
+    _log_to_stderr(log_prefix)
     master = build_master(config, on_ready)
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):
@@ -162,7 +168,7 @@ async def serve(config: RunConfig, on_ready: Callable[[], None] | None = None) -
         loop.add_signal_handler(signal.SIGHUP, reloader.reload, "sighup")
     registry = config.state.registry
     apis = []
-    if config.control is not None and registry.store is not None:
+    if config.control is not None and config.serve_control and registry.store is not None:
         apis = control_servers(Control(registry, registry.store, config.state.metrics), config.control)
     tasks = [asyncio.create_task(s.serve(sockets=socks)) for s, socks in apis]
     try:
@@ -188,11 +194,11 @@ async def serve_control_only(control: Control, config: ControlConfig) -> None:
     await asyncio.gather(*tasks, return_exceptions=True)
 
 
-def _log_to_stderr() -> None:
+def _log_to_stderr(prefix: str = "") -> None:
     # mitmproxy and uvicorn log through `logging`; warnings and errors go to stderr as plain
     # lines. Header values and request bodies are never logged at these levels.
     handler = logging.StreamHandler(sys.stderr)
-    handler.setFormatter(logging.Formatter("%(levelname)s %(name)s: %(message)s"))
+    handler.setFormatter(logging.Formatter(prefix + "%(levelname)s %(name)s: %(message)s"))
     root = logging.getLogger()
     root.addHandler(handler)
     root.setLevel(logging.WARNING)

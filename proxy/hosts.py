@@ -22,6 +22,7 @@ Raises :class:`proxy.errors.HostError` for a name that cannot be canonicalised.
 
 from __future__ import annotations
 
+import functools
 import ipaddress
 import re
 from dataclasses import dataclass
@@ -52,6 +53,9 @@ def _numeric_ipv4(host: str, raw: str) -> str | None:
     return str(ipaddress.IPv4Address(value))
 
 
+# Pure, and called several times per request (hygiene, policy, identify) on the same few names;
+# ipaddress parsing alone showed up in the profile. Bounded, so spraying names only evicts.
+@functools.lru_cache(maxsize=4096)
 def canonical_host(raw: str) -> str:
     """Return the canonical form of ``raw`` (a host name or IP literal, no port).
 

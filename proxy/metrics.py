@@ -1,7 +1,9 @@
 """Prometheus metrics, served by the control API at ``/metrics``.
 
-One registry per process. Label values are bounded: decisions, reason codes and status classes
-are fixed sets, credential names come from the operator's rules or the control API — never a
+One registry per process; with ``--workers N`` the workers share their values through
+prometheus-client's multiprocess mode, so ``/metrics`` (served by worker 0) counts every worker.
+Label values are bounded: decisions, reason codes and status classes are fixed sets, credential
+names come from the operator's rules or the control API — never a
 host, path or anything else the sandbox chooses.
 
     surrogate_requests_total{decision, reason, status_class}   one per audited request/tunnel
@@ -17,9 +19,14 @@ host, path or anything else the sandbox chooses.
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass, field
 
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, multiprocess
+
+# Set by ``surrogate run --workers N`` for its workers (prometheus-client's multiprocess mode:
+# each worker writes its values to files there; /metrics sums them).
+MULTIPROC_ENV = "PROMETHEUS_MULTIPROC_DIR"
 
 
 @dataclass
@@ -46,7 +53,12 @@ class Metrics:
             buckets=(0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30),
             registry=r,
         )
-        self.open_connections = Gauge("surrogate_open_connections", "client connections open now", registry=r)
+        self.open_connections = Gauge(
+            "surrogate_open_connections",
+            "client connections open now",
+            registry=r,
+            multiprocess_mode="livesum",  # with --workers: the sum over live workers
+        )
         self.store_operations = Counter(
             "surrogate_store_operations", "control-API store writes", ["operation", "outcome"], registry=r
         )
@@ -57,3 +69,12 @@ class Metrics:
         self.control_requests = Counter(
             "surrogate_control_requests", "control API requests", ["method", "status_class"], registry=r
         )
+
+    def exposition(self) -> CollectorRegistry:
+        """The registry ``/metrics`` serves: this process's, or under ``--workers N`` one that
+        sums every worker's values (read from ``$PROMETHEUS_MULTIPROC_DIR``)."""
+        if not os.environ.get(MULTIPROC_ENV):
+            return self.registry
+        registry = CollectorRegistry()
+        multiprocess.MultiProcessCollector(registry)  # type: ignore[no-untyped-call]
+        return registry

@@ -16,17 +16,32 @@ import re
 from collections.abc import Iterable
 
 
-class Scrubber:
-    """``pairs``: (secret, placeholder) byte strings; secrets must be non-empty."""
+class ScrubTable:
+    """The compiled form of a set of (secret, placeholder) byte pairs; secrets must be non-empty.
+    Immutable: build it once per set of secrets and share it between streams (building one is
+    O(total secret length); a claim with 1,000 credentials spent 70% of the proxy's CPU doing it
+    per response)."""
 
     def __init__(self, pairs: Iterable[tuple[bytes, bytes]]) -> None:
         table = {s: p for s, p in pairs if s}
-        self._table = table
+        self.table = table
         # longest first, so that a secret that contains another is replaced whole
         ordered = sorted(table, key=len, reverse=True)
-        self._pattern = re.compile(b"|".join(re.escape(s) for s in ordered)) if ordered else None
-        self._prefixes = {s[:i] for s in table for i in range(1, len(s))}
-        self._longest = max((len(s) for s in table), default=0)
+        self.pattern = re.compile(b"|".join(re.escape(s) for s in ordered)) if ordered else None
+        self.prefixes = frozenset(s[:i] for s in table for i in range(1, len(s)))
+        self.longest = max((len(s) for s in table), default=0)
+
+
+class Scrubber:
+    """One stream's scrubber: ``pairs`` are (secret, placeholder) byte strings, or a prebuilt
+    :class:`ScrubTable`."""
+
+    def __init__(self, pairs: Iterable[tuple[bytes, bytes]] | ScrubTable) -> None:
+        t = pairs if isinstance(pairs, ScrubTable) else ScrubTable(pairs)
+        self._table = t.table
+        self._pattern = t.pattern
+        self._prefixes = t.prefixes
+        self._longest = t.longest
         self._carry = b""
 
     @property

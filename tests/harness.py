@@ -39,6 +39,7 @@ class ProxyProcess:
         upstream_ca: Path | None = None,
         resolve: dict[str, str] | None = None,
         env: dict[str, str] | None = None,
+        workers: int | None = None,
     ) -> None:
         self.rules = rules
         self.workdir = workdir
@@ -59,6 +60,9 @@ class ProxyProcess:
             f"127.0.0.1:{self.port}",
             "--audit-file",
             str(self.audit_path),
+            "--workers",
+            # one process unless a test asks for more; SURROGATE_E2E_WORKERS=N runs a suite with N
+            str(workers or int(os.environ.get("SURROGATE_E2E_WORKERS", "1"))),
         ]
         if upstream_ca is not None:
             self.args += ["--upstream-ca", str(upstream_ca)]

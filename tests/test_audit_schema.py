@@ -68,8 +68,9 @@ def constants_used(source: Path) -> set[str]:
         for node in ast.walk(tree)
         if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) and node.value.id in aliases
     }
-    # `time` and `seq` are added by processors in proxy.audit.configure, `event` is structlog's event name.
-    return {fields[n] for n in names if n in fields} | {audit.TIME, audit.EVENT, audit.SEQ}
+    # `time`, `seq` and `worker` are added by processors in proxy.audit.configure, `event` is structlog's
+    # event name.
+    return {fields[n] for n in names if n in fields} | {audit.TIME, audit.EVENT, audit.SEQ, audit.WORKER}
 
 
 # -- the schema against the code -------------------------------------------------------------
@@ -101,6 +102,7 @@ def test_date_time_format_is_really_checked() -> None:
             "old_version": None,
             "new_version": 1,
             "seq": 1,
+            "worker": 4242,
         }
     )
 
@@ -172,6 +174,7 @@ GOOD_REQUEST: Event = {
     "rule": "demo.egress[0] api.github.com",
     "message": None,
     "seq": 7,
+    "worker": 4242,
     "would_deny": None,
     "credentials": [{"name": "github", "version": 1}],
     "carried": [],

@@ -271,6 +271,7 @@ def test_audit_event_has_every_documented_field(env: Env) -> None:
     assert set(event) == {
         "time",
         "seq",
+        "worker",
         "event",
         "request_id",
         "claim",
