@@ -33,6 +33,7 @@ from mitmproxy import options
 from mitmproxy.master import Master
 
 import addons
+from addons import headlimit
 from addons.reload import Reload
 from certs import ca
 from proxy.api import make_app
@@ -75,6 +76,7 @@ def build_master(config: RunConfig, on_ready: Callable[[], None] | None = None) 
         modes.append(f"transparent@{_hostport(*config.transparent)}")
     if config.control is not None and config.control.tcp is not None:
         config.state.own_ports.add(config.control.tcp[1])
+    headlimit.install()
     ca.ensure_ca(config.state_dir)
     bundle = ca.write_upstream_bundle(config.state_dir, config.upstream_cas)
     opts = options.Options()
