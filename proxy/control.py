@@ -52,6 +52,15 @@ def coverage(pool: Pool, hosts: list[str], inject_header: str | None) -> list[Co
 
     Raises ControlError(422) naming the first host that does not parse or is not covered.
     """
+    wide = pool.any_host_rule()
+    if wide is not None:
+        raise ControlError(
+            422,
+            "any_host_pool",
+            f"pool {pool.name!r} allows any host ({wide.label()}); credentials are refused there unless "
+            "the rules file sets 'unsafe_any_host: true' on the pool",
+            "hosts",
+        )
     out = []
     for i, raw in enumerate(hosts):
         try:

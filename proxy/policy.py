@@ -73,6 +73,13 @@ class Pool:
     allow_cidrs: tuple[Network, ...] = ()  # special-purpose networks this pool may still reach
     report: bool = False  # report mode for the whole pool
     limits: Limits = Limits()  # per-claim connections and request rate (proxy/limits.py)
+    unsafe_any_host: bool = False  # a '*' egress rule may stand beside credentials
+
+    def any_host_rule(self) -> EgressRule | None:
+        """The first '*' egress rule, when credentials may not live beside it (else None)."""
+        if self.unsafe_any_host:
+            return None
+        return next((r for r in self.egress if r.host.any_host), None)
 
 
 @dataclass(frozen=True, slots=True)

@@ -76,6 +76,7 @@ class PoolModel(_Model):
     allow_cidrs: list[str] = Field(default_factory=list)
     report: bool = False
     limits: LimitsModel = Field(default_factory=LimitsModel)
+    unsafe_any_host: bool = False  # allow a '*' egress rule although the pool's claims hold credentials
 
 
 class InjectModel(_Model):
@@ -266,7 +267,9 @@ def _build(model: RulesModel, base_dir: Path, marks: _Marks) -> Policy:
                 broken.add(pname)
         allow = _networks(pm.allow_cidrs, ("pools", pname, "allow_cidrs"), marks, {}, pname)
         limits = _limits(pm.limits, ("pools", pname, "limits"), marks)
-        pools[pname] = Pool(pname, tuple(rules), pm.allow_reroute, allow, pm.report, limits)
+        pools[pname] = Pool(
+            pname, tuple(rules), pm.allow_reroute, allow, pm.report, limits, pm.unsafe_any_host
+        )
 
     claims: dict[str, Claim] = {}
     seen_placeholders: dict[str, str] = {}
@@ -294,6 +297,16 @@ def _build(model: RulesModel, base_dir: Path, marks: _Marks) -> Policy:
         if token is not None:
             sources = _networks(cm.sources, loc + ("sources",), marks, owners, cm.id)
             claims[cm.id] = Claim.build(cm.id, cm.pool, SourceToken(token), tuple(creds), "rules", sources)
+    for pname, pool in pools.items():
+        holder = next((c.id for c in claims.values() if c.pool == pname and c.credentials), None)
+        wide = pool.any_host_rule()
+        if holder is not None and wide is not None:
+            i = pool.egress.index(wide)
+            marks.add(
+                ("pools", pname, "egress", i, "host"),
+                f"'*' allows any host, and claim {holder!r} of this pool holds credentials: list the "
+                "hosts the pool may reach, or set 'unsafe_any_host: true' on the pool",
+            )
     warnings = _warnings(model, pools, claims, marks)
     return Policy(marks.file, pools, claims, tuple(warnings))
 
@@ -402,10 +415,9 @@ def _warnings(
     for name, pool in pools.items():
         for i, rule in enumerate(pool.egress):
             loc: Loc = ("pools", name, "egress", i, "host")
-            if rule.host.any_host and name in credentialed:
-                marks.add(
-                    loc, "'*' allows any host in a pool whose claims hold credentials; list the hosts instead"
-                )
+            if rule.host.any_host and name in credentialed and pool.unsafe_any_host:
+                message = "'*' allows any host in a pool whose claims hold credentials (unsafe_any_host)"
+                marks.add(loc, message)
             suffix = (rule.host.suffix or "").lstrip(".")
             if suffix in SHARED_SUFFIXES or any(suffix.endswith("." + s) for s in SHARED_SUFFIXES):
                 marks.add(loc, f"*.{suffix} is a shared-hosting suffix: anyone can get a name under it")

@@ -30,6 +30,15 @@ pools:
       - host: "*.github.test"
       - host: opaque.test
         intercept: false
+  wide:
+    egress:
+      - host: api.test
+      - host: "*"
+  wide-ok:
+    unsafe_any_host: true
+    egress:
+      - host: api.test
+      - host: "*"
 claims:
   - id: static
     pool: p
@@ -283,6 +292,13 @@ async def test_patch_credential(api: httpx.AsyncClient) -> None:
         "host_not_covered",
     )
     problem(await api.patch("/v1/claims/c1/credentials/nope", json={"value": "x"}), 404, "not_found")
+
+
+async def test_a_pool_that_allows_any_host_takes_no_credentials(api: httpx.AsyncClient) -> None:
+    for cid, pool in (("w1", "wide"), ("w2", "wide-ok")):
+        assert (await api.post("/v1/claims", json={"id": cid, "pool": pool})).status_code == 201
+    problem(await cred(api, cid="w1"), 422, "any_host_pool")
+    assert (await cred(api, cid="w2")).status_code == 201  # the pool says unsafe_any_host: true
 
 
 async def test_reads_never_return_a_value(api: httpx.AsyncClient) -> None:

@@ -68,6 +68,7 @@ def rules_text(port: int) -> str:
               - host: "*"
                 ports: [{port}]
                 intercept: false
+            unsafe_any_host: true
           w:
             egress:
               - host: "*.wild.test"
@@ -76,6 +77,7 @@ def rules_text(port: int) -> str:
                 ports: [{port}]
               - host: "*"
                 ports: []
+            unsafe_any_host: true
         claims:
           - id: agent
             pool: p

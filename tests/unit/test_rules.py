@@ -291,6 +291,7 @@ pools:
       - host: api.github.com
       - host: "*.herokuapp.com"
       - host: "*"
+    unsafe_any_host: true
 claims:
   - id: c
     pool: p
@@ -319,6 +320,17 @@ def test_risky_rules_load_with_warnings_at_their_lines(tmp_path: Path) -> None:
     assert str(policy.warnings[0]).startswith(
         f"{tmp_path / 'rules.yaml'}:7:15: warning: pools.p.egress[1].host:"
     )
+
+
+def test_any_host_beside_credentials_is_an_error_without_the_unsafe_switch(tmp_path: Path) -> None:
+    (tmp_path / "rules.yaml").write_text(WARNING_RULES.replace("    unsafe_any_host: true\n", ""))
+    (tmp_path / "tok").write_text("t")
+    with pytest.raises(RulesError) as e:
+        load_rules(tmp_path / "rules.yaml")
+    (problem,) = e.value.problems
+    assert (problem.line, problem.field) == (9, "pools.p.egress[3].host")
+    assert "claim 'c' of this pool holds credentials" in problem.message
+    assert "unsafe_any_host: true" in problem.message
 
 
 def test_no_warnings_for_the_example_shape(tmp_path: Path) -> None:
