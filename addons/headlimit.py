@@ -80,7 +80,11 @@ def _bounded_response(original: StateMethod) -> StateMethod:
 
 def install() -> None:
     """Wrap mitmproxy's HTTP/1 head readers (once per process; later calls do nothing)."""
-    for cls, wrap in ((_http1.Http1Server, _bounded_request), (_http1.Http1Client, _bounded_response)):
+    pairs: list[tuple[Any, Callable[[StateMethod], StateMethod]]] = [
+        (_http1.Http1Server, _bounded_request),
+        (_http1.Http1Client, _bounded_response),
+    ]
+    for cls, wrap in pairs:
         current = cls.read_headers
         if not getattr(current, _MARK, False):
-            cls.read_headers = wrap(current)  # type: ignore[method-assign]
+            cls.read_headers = wrap(current)
