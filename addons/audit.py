@@ -1,7 +1,9 @@
 """audit: one structlog JSON event per flow, fields from :mod:`proxy.audit`.
 
 Requests are logged when they end (``response`` or ``error``); a CONNECT is logged only when it
-is refused or opens an opaque tunnel (an intercepted tunnel's requests are logged one by one).
+is refused or opens an opaque tunnel (an intercepted tunnel's requests are logged one by one). A
+transparent-mode TLS pass-through (no CONNECT, no flow) is logged as a tunnel event with a null
+method and status once its upstream connection opened, or failed (then with the reason).
 """
 
 from __future__ import annotations
@@ -10,7 +12,8 @@ import logging
 import time
 from typing import Any
 
-from mitmproxy import http
+from mitmproxy import connection, http, tls
+from mitmproxy.proxy import server_hooks
 
 from addons import facts
 from proxy import audit as a
@@ -75,6 +78,39 @@ def _event(flow: http.HTTPFlow, kind: str) -> dict[str, Any]:
     }
 
 
+def _passthrough_event(client: connection.Client, p: facts.Passthrough, error: str | None) -> dict[str, Any]:
+    decision = p.decision
+    if error is not None:
+        reason = Reason.SPECIAL_ADDRESS if error.startswith("refused: special") else Reason.UPSTREAM_ERROR
+        decision = Decision(Action.ERROR, reason, error, p.decision.rule, status=502)
+    peer = client.peername
+    return {
+        a.REQUEST_ID: client.id,
+        a.CLAIM: p.claim.id,
+        a.POOL: p.claim.pool,
+        a.CLIENT: f"{peer[0]}:{peer[1]}" if peer else None,
+        a.METHOD: None,  # no CONNECT: the sandbox's TLS went to its destination, redirected
+        a.SCHEME: None,
+        a.HOST: p.host,
+        a.PORT: p.port,
+        a.PATH: None,
+        a.STATUS: None,  # nothing was answered: the bytes pass through
+        a.DECISION: decision.action.value,
+        a.REASON: decision.reason.value,
+        a.RULE: decision.rule.label() if decision.rule else None,
+        a.MESSAGE: None if decision.allowed else decision.message,
+        a.WOULD_DENY: None,
+        a.CREDENTIALS: [],
+        a.CARRIED: [],
+        a.FORGED: [],
+        a.CARRIED_ON: [],
+        a.VIOLATION_SURFACE: None,
+        a.BYTES_OUT: 0,
+        a.BYTES_IN: 0,
+        a.DURATION_MS: round((time.time() - p.started) * 1000, 3),
+    }
+
+
 _DONE = "surrogate.audited"
 
 
@@ -104,3 +140,26 @@ class Audit:
     def http_connected(self, flow: http.HTTPFlow) -> None:
         if flow.metadata.get(facts.OPAQUE):
             self._emit(flow, "tunnel")
+
+    def tls_clienthello(self, data: tls.ClientHelloData) -> None:
+        if not data.ignore_connection:  # resolve turned a pass-through into interception
+            facts.PASSTHROUGH.pop(data.context.client.id, None)
+
+    def _passthrough(self, data: server_hooks.ServerConnectionHookData, error: str | None) -> None:
+        p = facts.PASSTHROUGH.pop(data.client.id, None)
+        if p is None:
+            return
+        try:
+            self.log.info("tunnel", **_passthrough_event(data.client, p, error))
+        except Exception as e:
+            log = logging.getLogger("surrogate")
+            log.error("audit event for %s failed: %s", data.client.id, type(e).__name__)
+
+    def server_connected(self, data: server_hooks.ServerConnectionHookData) -> None:
+        self._passthrough(data, None)
+
+    def server_connect_error(self, data: server_hooks.ServerConnectionHookData) -> None:
+        self._passthrough(data, data.server.error or "upstream connection failed")
+
+    def client_disconnected(self, client: connection.Client) -> None:
+        facts.PASSTHROUGH.pop(client.id, None)

@@ -16,6 +16,10 @@ Keys (all optional until the addon that owns them has run):
 - ``surrogate.violated`` (str)          substitute: the credential whose placeholder was refused
 - ``surrogate.violation_surface`` (str) substitute: where that placeholder was found
 - ``surrogate.bytes`` ([int, int])      stream: request and response body bytes seen
+
+A transparent-mode TLS pass-through has no flow at all: policy leaves what it decided in
+:data:`PASSTHROUGH` (by client connection id) for audit, which logs it once the upstream
+connection opened or failed.
 - ``surrogate.forged`` (list[str])      forgery: where forged placeholders were found
 """
 
@@ -25,6 +29,7 @@ import functools
 import json
 import logging
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 from mitmproxy import http
@@ -48,6 +53,20 @@ BYTES = "surrogate.bytes"
 FORGED = "surrogate.forged"
 
 REQUEST_ID_HEADER = "X-Surrogate-Request-Id"
+
+
+@dataclass(frozen=True, slots=True)
+class Passthrough:
+    """A transparent-mode TLS connection passed through uninspected (an opaque egress rule)."""
+
+    claim: Any  # proxy.policy.Claim
+    host: str  # the canonical SNI
+    port: int
+    decision: Decision
+    started: float  # unix seconds
+
+
+PASSTHROUGH: dict[str, Passthrough] = {}
 
 # A refused request's body is read (and held) by mitmproxy before the refusal can be sent, so a
 # refusal of a request that may carry more than this closes the connection instead.

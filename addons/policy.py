@@ -13,6 +13,8 @@
 
 from __future__ import annotations
 
+import time
+
 from mitmproxy import http, tls
 from mitmproxy.proxy import layer, layers, mode_specs
 
@@ -62,6 +64,9 @@ class Policy:
         decision = decide_connect(pool, host, original[1])
         if decision.allowed and decision.rule is not None and not decision.rule.intercept:
             data.ignore_connection = True  # resolve points the connection at the SNI's address
+            facts.PASSTHROUGH[context.client.id] = facts.Passthrough(
+                claim, host, original[1], decision, time.time()
+            )
 
     def next_layer(self, nextlayer: layer.NextLayer) -> None:
         # The first layer decision after an opaque CONNECT is the tunnel's content.

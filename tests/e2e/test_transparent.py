@@ -26,6 +26,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import jsonschema
 import pytest
 from harness import ROOT, ProxyProcess, free_port
 from servers import TestCA
@@ -44,7 +45,7 @@ ca = CA()
 ca.ca = trustme.CA.from_pem(
     pathlib.Path({ca_cert!r}).read_bytes(), pathlib.Path({ca_key!r}).read_bytes()
 )
-up = Upstream(ca, ["api.test", "other.test", "denied.test"], git_password={secret!r},
+up = Upstream(ca, ["api.test", "other.test", "denied.test", "opaque.test"], git_password={secret!r},
               bind=("10.232.0.2", 443)).start()
 print("ready", flush=True)
 sys.stdin.read()  # the test closes stdin to stop us
@@ -136,8 +137,11 @@ class World:
     tmp: Path
     received: list[str] = field(default_factory=list)
 
-    def curl(self, *args: str, source: str = "10.231.0.2") -> subprocess.CompletedProcess[str]:
-        """curl inside the sandbox namespace: no proxy variables, trusting only surrogate's CA."""
+    def curl(
+        self, *args: str, source: str = "10.231.0.2", cacert: Path | None = None
+    ) -> subprocess.CompletedProcess[str]:
+        """curl inside the sandbox namespace: no proxy variables, trusting only surrogate's CA
+        (or only ``cacert``)."""
         env = {k: v for k, v in os.environ.items() if "proxy" not in k.lower()}
         done = subprocess.run(
             [
@@ -152,7 +156,7 @@ class World:
                 "--interface",
                 source,
                 "--cacert",
-                str(self.proxy.ca_pem),
+                str(cacert or self.proxy.ca_pem),
                 "-w",
                 "\n%{http_code}",
                 *args,
@@ -192,6 +196,8 @@ def world(tmp_path_factory: pytest.TempPathFactory) -> Iterator[World]:
                 ports: [9443]
               - host: mcp.test
                 ports: [10443]
+              - host: opaque.test
+                intercept: false
         claims:
           - id: sandbox
             pool: p
@@ -237,6 +243,7 @@ def world(tmp_path_factory: pytest.TempPathFactory) -> Iterator[World]:
             "other.test": "10.232.0.9",
             "pkgs.test": "10.232.0.2",
             "mcp.test": "10.232.0.2",
+            "opaque.test": "10.232.0.2",
         },
     )
     services = subprocess.Popen(
@@ -623,6 +630,37 @@ def test_a_redirect_without_the_exclusion_is_refused_once_not_a_loop(world: Worl
     assert again.stdout.endswith("200")
 
 
+def test_an_opaque_rule_passes_tls_through_and_is_audited(world: World) -> None:
+    """Regression: a transparent pass-through wrote no audit event at all. Trusting only the
+    upstream's CA proves the TLS was not intercepted; the placeholder goes out unswapped."""
+    done = world.curl(
+        "--resolve",
+        "opaque.test:443:10.232.0.2",
+        "-H",
+        f"Authorization: Bearer {PH}",
+        "https://opaque.test/t/opaque",
+        cacert=world.tmp / "upstream-ca.pem",
+    )
+    assert done.stdout.endswith("200"), done
+    event = world.proxy.wait_event(event="tunnel", host="opaque.test")
+    assert (event["claim"], event["decision"], event["reason"]) == ("sandbox", "allow", "allowed")
+    assert (event["method"], event["status"], event["port"]) == (None, None, 443)
+    assert event["rule"] is not None and "opaque.test" in event["rule"]
+    schema = json.loads((ROOT / "docs" / "audit-schema.json").read_text())
+    jsonschema.validate(event, schema)
+
+
+def test_an_opaque_sni_naming_another_address_is_intercepted_and_refused(world: World) -> None:
+    """The sandbox connects to 10.232.0.9 but names opaque.test (10.232.0.2): not passed through
+    (nothing would check where it goes), but intercepted; inside an intercepted connection only
+    intercepting rules decide, so its request is refused."""
+    done = world.curl("--resolve", "opaque.test:443:10.232.0.9", "https://opaque.test/t/opaque-elsewhere")
+    assert done.stdout.endswith("403") and "no_rule" in done.stdout
+    assert world.proxy.wait_event(path="/t/opaque-elsewhere")["reason"] == "no_rule"
+    passed = [e for e in world.proxy.audit_events() if e["event"] == "tunnel" and e["host"] == "opaque.test"]
+    assert len(passed) <= 1  # only the previous test's pass-through, if it ran
+
+
 def test_zz_upstream_saw_only_the_allowed_requests_with_the_real_secret(world: World) -> None:
     """Runs last in this module: stops the upstream to read what it recorded."""
     assert world.upstream.stdin is not None
@@ -636,6 +674,7 @@ def test_zz_upstream_saw_only_the_allowed_requests_with_the_real_secret(world: W
         "/t/transparent-h2",
         "/t/transparent-requests",
         "/t/transparent-httpx",
+        "/t/opaque",
     ]
     expected += ["/t/transparent-node", "/t/transparent-fetch"] if shutil.which("node") else []
     assert sorted(p for p in paths if not p.startswith("/git/")) == sorted(expected)
