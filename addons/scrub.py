@@ -1,9 +1,10 @@
 """scrub: secret → placeholder in responses, streaming.
 
 For a claim that holds credentials, every credential's current value is replaced by its
-placeholder in response header values and bodies (:class:`proxy.scrub.Scrubber`: a secret split
-across reads is caught; only a tail that could start a secret is held back, so an SSE event is
-not delayed to the next read). Requests of such claims ask for ``Accept-Encoding: identity``; a
+placeholder in response header values and bodies, raw or percent-, JSON- or base64-escaped
+(:class:`proxy.scrub.Scrubber` lists the forms; a secret split across reads is caught; only a
+tail that could start a secret is held back, so an SSE event is not delayed to the next read).
+Requests of such claims ask for ``Accept-Encoding: identity``; a
 body that is compressed anyway is decoded on the fly (gzip, deflate, br) and sent decoded, and
 one in an encoding that cannot be decoded is refused (the connection is closed: it cannot be
 scanned). A scrubbed body changes length, so ``Content-Length`` is dropped (HTTP/1 clients get
