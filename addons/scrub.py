@@ -1,6 +1,7 @@
 """scrub: secret → placeholder in responses, streaming.
 
-For a claim that holds credentials, every credential's current value is replaced by its
+For a claim that holds credentials, every live value of each credential (current and recently
+replaced, :mod:`proxy.live`) is replaced by its
 placeholder in response header values and bodies, raw or percent-, JSON- or base64-escaped
 (:class:`proxy.scrub.Scrubber` lists the forms; a secret split across reads is caught; only a
 tail that could start a secret is held back, so an SSE event is not delayed to the next read).
@@ -13,6 +14,7 @@ chunked framing). WebSocket upgrades (101) are not scrubbed here.
 
 from __future__ import annotations
 
+import time
 import zlib
 from collections.abc import Callable
 from typing import Any
@@ -21,20 +23,18 @@ import brotli  # type: ignore[import-untyped]  # mitmproxy depends on it; no stu
 from mitmproxy import http
 
 from addons import facts
-from proxy.errors import SecretUnavailable
+from proxy.live import live_values
 from proxy.policy import Claim
 from proxy.scrub import Scrubber
 
 
-def _pairs(claim: Claim) -> list[tuple[bytes, bytes]]:
-    pairs = []
-    for c in claim.credentials:
-        try:
-            secret, _ = c.secret()
-        except SecretUnavailable:
-            continue  # nothing read, nothing to hide
-        pairs.append((secret.reveal().encode(), c.placeholder.encode()))
-    return pairs
+def _pairs(claim: Claim, now: float) -> list[tuple[bytes, bytes]]:
+    """Every live value of every credential (proxy.live), each with its credential's placeholder."""
+    return [
+        (secret.reveal().encode(), c.placeholder.encode())
+        for c in claim.credentials
+        for secret in live_values(c, now)
+    ]
 
 
 def _decoder(encoding: str) -> Callable[[bytes], bytes] | None:
@@ -64,7 +64,7 @@ class Scrub:
         claim = flow.metadata.get(facts.CLAIM)
         if response is None or claim is None or not claim.credentials or response.status_code == 101:
             return
-        scrubber = Scrubber(_pairs(claim))
+        scrubber = Scrubber(_pairs(claim, time.time()))
         if not scrubber.active:
             return
         response.headers.fields = tuple((n, scrubber.scrub(v)) for n, v in response.headers.fields)

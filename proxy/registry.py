@@ -36,6 +36,7 @@ class StoreValue:
     claim_id: str
     name: str
     _cached: tuple[Secret, int] | None = field(default=None, repr=False)
+    _history: list[tuple[Secret, float]] | None = field(default=None, repr=False)
 
     def current(self) -> tuple[Secret, int]:
         if self._cached is None:
@@ -48,6 +49,18 @@ class StoreValue:
                 ) from None
             self._cached = (Secret(value), version)
         return self._cached
+
+    def previous(self, since: float) -> list[Secret]:
+        """Previous values kept by the store, superseded at or after ``since``, newest first
+        (decrypted once per version of this credential; unreadable ones are skipped)."""
+        if self._history is None:
+            try:
+                rows = self.store.previous_secrets(self.claim_id, self.name)
+            except SurrogateError as e:
+                log.warning("previous values of credential %r unreadable: %s", self.name, type(e).__name__)
+                rows = []
+            self._history = [(Secret(v.decode("utf-8", "replace")), at) for v, _, at in rows]
+        return [s for s, at in self._history if at >= since]
 
 
 @dataclass(frozen=True, slots=True)

@@ -11,6 +11,12 @@ Schema (``PRAGMA user_version = 1``; created when absent)::
                 hosts JSON, inject_header, inject_format, placeholder UNIQUE,
                 key_id, value BLOB  -- nonce + AES-256-GCM ciphertext, see proxy.keyring
                 version, created_at, updated_at, expires_at, last_used_at)
+    credential_history(claim_id, name -> credentials ON DELETE CASCADE, version, PK of the three,
+                superseded_at, key_id, value BLOB  -- a replaced value, sealed as it was stored)
+
+A replaced value is kept in ``credential_history`` for response scrubbing (see
+:mod:`proxy.live`: at most 8 per credential, for 24 hours); that table is created on open when
+absent, so files from before it keep ``user_version`` 1.
 
 A value is encrypted with associated data ``claim_id NUL name NUL version``, so a ciphertext
 copied to another row or version fails to decrypt; a metadata change bumps the version and so
@@ -74,6 +80,16 @@ _SCHEMA = (
       last_used_at REAL, key_id TEXT NOT NULL, value BLOB NOT NULL, PRIMARY KEY (claim_id, name)) STRICT""",
     "CREATE INDEX credentials_key_id ON credentials(key_id)",
 )
+# Previous values kept for scrubbing (proxy.live); added beside schema 1, so created when absent
+# on open whatever the file's age. A row is a superseded credentials.value, copied sealed as it was.
+_HISTORY = """CREATE TABLE IF NOT EXISTS credential_history (
+      claim_id TEXT NOT NULL, name TEXT NOT NULL, version INTEGER NOT NULL, superseded_at REAL NOT NULL,
+      key_id TEXT NOT NULL, value BLOB NOT NULL, PRIMARY KEY (claim_id, name, version),
+      FOREIGN KEY (claim_id, name) REFERENCES credentials(claim_id, name) ON DELETE CASCADE) STRICT"""
+_HISTORY_OF = """SELECT key_id, value, version, superseded_at FROM credential_history
+    WHERE claim_id = ? AND name = ? ORDER BY version DESC"""
+HISTORY_SECONDS = 24 * 3600.0  # proxy.live.LIVE_SECONDS: how long a superseded value is kept
+HISTORY_VERSIONS = 8  # proxy.live.LIVE_VERSIONS: at most this many per credential
 # Whole statements, never built from strings: the column lists are spelled out in each.
 _CLAIMS = "SELECT id, pool, sources, version, created_at, updated_at FROM claims"
 _CLAIM = "SELECT id, pool, sources, version, created_at, updated_at FROM claims WHERE id = ?"
@@ -161,6 +177,7 @@ class CredentialStore(Protocol):
     def list_credentials(self, claim_id: str) -> list[CredentialRecord]: ...
     def delete_credential(self, claim_id: str, name: str, if_match: int | None = None) -> bool: ...
     def secret(self, claim_id: str, name: str) -> tuple[bytes, int]: ...
+    def previous_secrets(self, claim_id: str, name: str) -> list[tuple[bytes, int, float]]: ...
     def touch_used(self, claim_id: str, name: str, at: float) -> None: ...
     def data_version(self) -> int: ...
     def snapshot(self) -> tuple[list[ClaimRecord], list[CredentialRecord]]: ...
@@ -267,6 +284,9 @@ class Store:
                     for statement in _SCHEMA if found == 0 else ():
                         db.execute(statement)
                     db.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
+            if not db.execute("SELECT 1 FROM sqlite_master WHERE name = 'credential_history'").fetchone():
+                with store._write():
+                    db.execute(_HISTORY)
         except sqlite3.DatabaseError as e:
             db.close()
             raise StoreError(f"store {path} is not a usable SQLite database: {e}") from None
@@ -419,6 +439,13 @@ class Store:
             raise NotFound(f"credential {name!r} of claim {claim_id!r} not found")
         return self._decrypt(claim_id, name, *row), row[2]
 
+    def previous_secrets(self, claim_id: str, name: str) -> list[tuple[bytes, int, float]]:
+        """The kept previous values of a credential: (value, version, superseded_at), newest
+        first. Raises DecryptError when one does not decrypt."""
+        with self._lock:
+            rows = self._db.execute(_HISTORY_OF, (claim_id, name)).fetchall()
+        return [(self._decrypt(claim_id, name, k, v, ver), ver, at) for k, v, ver, at in rows]
+
     def touch_used(self, claim_id: str, name: str, at: float) -> None:
         """Record a use. Best effort: at most one write a second per credential, skipped when busy.
 
@@ -481,6 +508,20 @@ class Store:
                     kid, blob = self._keyring.encrypt(plain, _aad(claim_id, name, version))
                     sql = "UPDATE credentials SET key_id = ?, value = ? WHERE claim_id = ? AND name = ?"
                     db.execute(sql, (kid, blob, claim_id, name))
+                sql = (
+                    "SELECT claim_id, name, key_id, value, version FROM credential_history "
+                    "WHERE key_id != ? LIMIT ?"
+                )
+                old = db.execute(sql, (self._keyring.current, batch_size)).fetchall()
+                for claim_id, name, key_id, blob, version in old:
+                    plain = self._decrypt(claim_id, name, key_id, blob, version)
+                    kid, blob = self._keyring.encrypt(plain, _aad(claim_id, name, version))
+                    sql = (
+                        "UPDATE credential_history SET key_id = ?, value = ? "
+                        "WHERE claim_id = ? AND name = ? AND version = ?"
+                    )
+                    db.execute(sql, (kid, blob, claim_id, name, version))
+                rows += old
             done += len(rows)
             if not rows:
                 break
@@ -488,6 +529,7 @@ class Store:
             return done  # stopped by max_batches: old keys are still needed
         with self._write() as db:  # writers re-read the key file inside their own transaction
             used = {r[0] for r in db.execute("SELECT DISTINCT key_id FROM credentials")}
+            used |= {r[0] for r in db.execute("SELECT DISTINCT key_id FROM credential_history")}
             for kid in set(self._keyring.key_ids) - used - {self._keyring.current}:
                 self._keyring.retire(kid)
         return done
@@ -515,16 +557,33 @@ class Store:
         except DecryptError as e:
             raise DecryptError(f"credential {name!r} of claim {claim_id!r}: {e}") from None
 
+    def _keep_previous(self, db: sqlite3.Connection, old: CredentialRecord, sealed: tuple[Any, ...]) -> None:
+        """Keep ``old``'s superseded value (sealed as it was) and drop what is past keeping."""
+        now, key = time.time(), (old.claim_id, old.name)
+        db.execute(
+            "INSERT OR REPLACE INTO credential_history VALUES (?, ?, ?, ?, ?, ?)",
+            (*key, old.version, now, sealed[0], sealed[1]),
+        )
+        db.execute("DELETE FROM credential_history WHERE superseded_at < ?", (now - HISTORY_SECONDS,))
+        db.execute(
+            "DELETE FROM credential_history WHERE claim_id = ? AND name = ? AND version NOT IN "
+            "(SELECT version FROM credential_history WHERE claim_id = ? AND name = ? "
+            "ORDER BY version DESC LIMIT ?)",
+            (*key, *key, HISTORY_VERSIONS),
+        )
+
     def _save(
         self, db: sqlite3.Connection, old: CredentialRecord, changes: dict[str, Any]
     ) -> CredentialRecord:
         """Write ``old`` with ``changes`` at the next version, (re-)encrypting the value under that
         version's associated data. ``old`` may be a stand-in at version 0 for a new credential."""
         value = changes.pop("value", None)
+        sealed = db.execute(_SEALED, (old.claim_id, old.name)).fetchone() if old.version else None
         if value is None:
-            value = self._decrypt(
-                old.claim_id, old.name, *db.execute(_SEALED, (old.claim_id, old.name)).fetchone()
-            )
+            assert sealed is not None  # a stand-in (version 0) always brings its value
+            value = self._decrypt(old.claim_id, old.name, *sealed)
+        elif sealed is not None and self._decrypt(old.claim_id, old.name, *sealed) != value:
+            self._keep_previous(db, old, sealed)
         if not isinstance(value, bytes):
             raise TypeError("value must be bytes")
         if "hosts" in changes:
