@@ -5,24 +5,24 @@ replaced, :mod:`proxy.live`) is replaced by its
 placeholder in response header values and bodies, raw or percent-, JSON- or base64-escaped
 (:class:`proxy.scrub.Scrubber` lists the forms; a secret split across reads is caught; only a
 tail that could start a secret is held back, so an SSE event is not delayed to the next read).
-Requests of such claims ask for ``Accept-Encoding: identity``; a
-body that is compressed anyway is decoded on the fly (gzip, deflate, br) and sent decoded, and
-one in an encoding that cannot be decoded is refused (the connection is closed: it cannot be
-scanned). A scrubbed body changes length, so ``Content-Length`` is dropped (HTTP/1 clients get
-chunked framing). WebSocket upgrades (101) are not scrubbed here.
+Requests of such claims ask for ``Accept-Encoding: identity``; a body that is compressed anyway
+is decoded on the fly within bounds (gzip, deflate, br, zstd: :mod:`proxy.decode`) and sent
+decoded. A body that cannot be scanned (no decoder for its coding, corrupt, or past a
+decompression bound) is not passed: the connection is closed and the audit event says
+``unscannable_response`` with the reason. A scrubbed body changes length, so
+``Content-Length`` is dropped (HTTP/1 clients get chunked framing). WebSocket upgrades (101)
+are not scrubbed here.
 """
 
 from __future__ import annotations
 
 import time
-import zlib
-from collections.abc import Callable
-from typing import Any
 
-import brotli  # type: ignore[import-untyped]  # mitmproxy depends on it; no stubs
 from mitmproxy import http
 
 from addons import facts
+from proxy.decide import Reason, deny
+from proxy.decode import Unscannable, decoder
 from proxy.live import live_values
 from proxy.policy import Claim
 from proxy.scrub import Scrubber
@@ -37,16 +37,15 @@ def _pairs(claim: Claim, now: float) -> list[tuple[bytes, bytes]]:
     ]
 
 
-def _decoder(encoding: str) -> Callable[[bytes], bytes] | None:
-    if encoding in ("", "identity"):
-        return lambda b: b
-    if encoding in ("gzip", "x-gzip", "deflate"):
-        d: Any = zlib.decompressobj(32 + zlib.MAX_WBITS)  # zlib or gzip header, detected
-        return lambda b: d.decompress(b) if b else d.flush()
-    if encoding == "br":
-        b_: Any = brotli.Decompressor()
-        return lambda b: b_.process(b) if b else b""
-    return None
+def _unscannable(flow: http.HTTPFlow, why: str) -> None:
+    """Close the connection instead of passing a body that cannot be scanned, and say why."""
+    facts.log.warning("response %s cannot be scanned for secrets: %s; connection closed",
+                      flow.metadata.get(facts.REQUEST_ID, flow.id), why)  # fmt: skip
+    flow.metadata[facts.DECISION] = deny(
+        Reason.UNSCANNABLE_RESPONSE, f"response body cannot be scanned for secrets: {why}", status=502
+    )
+    if flow.killable:
+        flow.kill()
 
 
 class Scrub:
@@ -69,10 +68,9 @@ class Scrub:
             return
         response.headers.fields = tuple((n, scrubber.scrub(v)) for n, v in response.headers.fields)
         encoding = response.headers.get("content-encoding", "").strip().lower()
-        decode = _decoder(encoding)
+        decode = decoder(encoding)
         if decode is None:
-            facts.log.warning("response in %r cannot be scanned for secrets; connection closed", encoding)
-            flow.kill()
+            _unscannable(flow, f"no decoder for Content-Encoding {encoding[:40]!r}")
             return
         if encoding not in ("", "identity"):
             del response.headers["content-encoding"]
@@ -83,10 +81,22 @@ class Scrub:
             response.headers["transfer-encoding"] = "chunked"
         inner = response.stream if callable(response.stream) else (lambda b: b)
 
+        failed = False
+
         def scrub(chunk: bytes) -> list[bytes]:
+            # Killed mid-stream, mitmproxy still reads the body; the kill reaches the client when
+            # it ends (HTTP/1: the connection closes without the last chunk; HTTP/2: RST_STREAM).
+            nonlocal failed
             got = inner(chunk)
             raw = got if isinstance(got, bytes) else b"".join(got)
-            data = decode(raw) if raw else decode(b"")
+            if failed:
+                return []
+            try:
+                data = decode(raw) if raw else decode(b"")
+            except Unscannable as e:
+                failed = True
+                _unscannable(flow, str(e))
+                return []
             out = scrubber.feed(data) if data else b""
             if not chunk:  # end of the body: what was held back, scrubbed
                 out += scrubber.finish()

@@ -50,6 +50,7 @@ class Reason(StrEnum):
     SPECIAL_ADDRESS = "special_address"
     BAD_REQUEST_HEAD = "bad_request_head"
     UNRESOLVABLE = "unresolvable"
+    UNSCANNABLE_RESPONSE = "unscannable_response"
 
 
 @dataclass(frozen=True, slots=True)

@@ -438,6 +438,7 @@ _AFTER_EGRESS = {
     "special_address",
     "upstream_error",
     "client_closed",
+    "unscannable_response",
 }
 
 

@@ -36,6 +36,7 @@ class Env:
     inj_placeholder: str = "surr_E2eInjectedPlaceholder03"
     received: list[bytes] = field(default_factory=list)
     more_canaries: list[str] = field(default_factory=list)  # values a test rotated in
+    ca: TestCA | None = None  # the upstream CA, for tests that start another upstream
 
     @property
     def canaries(self) -> list[str]:
@@ -120,7 +121,7 @@ def env(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Env]:
         resolve={n: "127.0.0.1" for n in NAMES},
         env={"E2E_INJECTED_SECRET": injected},
     )
-    e = Env(upstream, ca.ca_pem, proxy, token, token2, secret, injected, secret2, tmp / "secret-gh")
+    e = Env(upstream, ca.ca_pem, proxy, token, token2, secret, injected, secret2, tmp / "secret-gh", ca=ca)
     try:
         proxy.start()
         yield e
