@@ -46,8 +46,9 @@ Pure; no I/O.
 from __future__ import annotations
 
 import base64
+import functools
 import re
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 
 Unit = tuple[bytes, ...]  # the byte strings one character of a form may be written as
@@ -151,6 +152,61 @@ def _partial(units: tuple[Unit, ...], data: bytes, pos: int) -> bool:
     return False
 
 
+@dataclass(frozen=True, slots=True)
+class _Compiled:
+    forms: list[_Form]
+    each: list[re.Pattern[bytes]]
+    raw: dict[bytes, bytes]
+    literal: re.Pattern[bytes] | None
+    full: re.Pattern[bytes] | None
+    escape: re.Pattern[bytes]
+    starts: dict[int, list[_Form]]
+    longest: int
+    heads: tuple[bytes, ...]  # the bytes an escape starts with
+    first: re.Pattern[bytes]  # any byte a form may start with
+
+
+@functools.lru_cache(maxsize=64)
+def _compile(pairs: tuple[tuple[bytes, bytes], ...], escapes: bool) -> _Compiled:
+    """The patterns for ``pairs``, built once per set of pairs (a few ms: not per response)."""
+    forms: dict[tuple[Unit, ...], _Form] = {}
+    for secret, placeholder in pairs:
+        if not secret:
+            continue
+        made = _forms(secret, placeholder) if escapes else [_Form(((secret,),), placeholder, len(secret))]
+        for f in made:
+            forms.setdefault(f.units, f)
+    # longest first, so that a secret that contains another is replaced whole
+    ordered = sorted(forms.values(), key=lambda f: f.rank, reverse=True)
+    # Python's re is fast on an alternation of plain strings (~150 MB/s) and slow on one of
+    # escape-aware forms (~5 MB/s), so the escape-aware pattern only runs near an escape.
+    raw: dict[bytes, bytes] = {}
+    for f in ordered:
+        raw.setdefault(b"".join(u[0] for u in f.units), f.replacement)
+    # the lookahead on the possible first bytes lets re skip most positions at once (~2.5x)
+    first = sorted({a[0] for f in ordered for a in f.units[0]})
+    lookahead = b"(?=[" + b"".join(re.escape(bytes([b])) for b in first) + b"])"
+    starts: dict[int, list[_Form]] = {}
+    for f in ordered:
+        for b in dict.fromkeys(a[0] for a in f.units[0]):
+            starts.setdefault(b, []).append(f)
+    spaces = any(u[0] == b" " for f in ordered for u in f.units)
+    return _Compiled(
+        forms=ordered,
+        each=[re.compile(_regex(f.units)) for f in ordered],
+        raw=raw,
+        literal=re.compile(b"|".join(re.escape(r) for r in raw)) if ordered else None,
+        full=re.compile(lookahead + b"(?:" + b"|".join(_regex(f.units) for f in ordered) + b")")
+        if ordered
+        else None,
+        escape=re.compile(_ESCAPE + (rb"|\+" if spaces else b"")),
+        starts=starts,
+        heads=(b"%", b"\\", b"+") if spaces else (b"%", b"\\"),
+        first=re.compile(b"[" + b"".join(re.escape(bytes([b])) for b in first) + b"]" if first else b"(?!)"),
+        longest=max((sum(max(map(len, u)) for u in f.units) for f in ordered), default=0),
+    )
+
+
 class Scrubber:
     """``pairs``: (secret, placeholder) byte strings; empty secrets are ignored.
 
@@ -158,43 +214,10 @@ class Scrubber:
     """
 
     def __init__(self, pairs: Iterable[tuple[bytes, bytes]], escapes: bool = True) -> None:
-        forms: dict[tuple[Unit, ...], _Form] = {}
-        for secret, placeholder in pairs:
-            if not secret:
-                continue
-            made = _forms(secret, placeholder) if escapes else [_Form(((secret,),), placeholder, len(secret))]
-            for f in made:
-                forms.setdefault(f.units, f)
-        # longest first, so that a secret that contains another is replaced whole
-        ordered = sorted(forms.values(), key=lambda f: f.rank, reverse=True)
-        self._forms = ordered
-        self._each = [re.compile(_regex(f.units)) for f in ordered]
-        # Python's re is fast on an alternation of plain strings (~150 MB/s) and slow on one of
-        # escape-aware forms (~5 MB/s), so the escape-aware pattern only runs near an escape.
-        self._raw: dict[bytes, bytes] = {}
-        for f in ordered:
-            self._raw.setdefault(b"".join(u[0] for u in f.units), f.replacement)
-        self._literal = re.compile(b"|".join(re.escape(r) for r in self._raw)) if ordered else None
-        # the lookahead on the possible first bytes lets re skip most positions at once (~2.5x)
-        first = sorted({a[0] for f in ordered for a in f.units[0]})
-        self._full = (
-            re.compile(
-                b"(?=["
-                + b"".join(re.escape(bytes([b])) for b in first)
-                + b"])(?:"
-                + b"|".join(_regex(f.units) for f in ordered)
-                + b")"
-            )
-            if ordered
-            else None
-        )
-        spaces = any(b"+" in u for f in ordered for u in f.units)
-        self._escape = re.compile(_ESCAPE + (rb"|\+" if spaces else b""))
-        self._starts: dict[int, list[_Form]] = {}
-        for f in ordered:
-            for b in dict.fromkeys(a[0] for a in f.units[0]):
-                self._starts.setdefault(b, []).append(f)
-        self._longest = max((sum(max(map(len, u)) for u in f.units) for f in ordered), default=0)
+        c = _compile(tuple(pairs), escapes)
+        self._forms, self._each, self._raw, self._literal = c.forms, c.each, c.raw, c.literal
+        self._full, self._escape, self._starts, self._longest = c.full, c.escape, c.starts, c.longest
+        self._heads, self._first = c.heads, c.first
         self._carry = b""
 
     @property
@@ -217,20 +240,34 @@ class Scrubber:
         assert self._literal is not None and self._full is not None
         lit = self._literal.search(data, pos)
         limit = lit.start() if lit else len(data)
-        p, n = pos, self._longest
-        while (esc := self._escape.search(data, p)) is not None:
-            start, last = max(p, esc.start() - n + 1), esc.start()
+        n = self._longest
+        escapes = self._escapes(data, pos)
+        t = next(escapes, None)
+        while t is not None:
+            start, last = max(pos, t - n + 1), t
             if start > limit:
                 break
             # one search over a run of escapes whose start windows touch
-            while (more := self._escape.search(data, last + 1, last + n)) is not None:
-                last = more.start()
+            while (t := next(escapes, None)) is not None and t < last + n:
+                last = t
             m = self._full.search(data, start, last + n)
             if m is not None and m.start() <= last:
                 f = next(i for i, rx in enumerate(self._each) if rx.match(data, m.start()))
                 return m.start(), m.end(), self._forms[f].replacement
-            p = last + 1
+            pos = last + 1
         return (lit.start(), lit.end(), self._raw[lit.group()]) if lit else None
+
+    def _escapes(self, data: bytes, pos: int) -> Iterator[int]:
+        """Where escapes start in ``data`` from ``pos``, in order. bytes.find (memchr) skips to
+        each candidate byte far faster than ``re`` steps through the bytes between them."""
+        heads = self._heads
+        nxt = {h: data.find(h, pos) for h in heads}
+        while live := [i for i in nxt.values() if i >= 0]:
+            i = min(live)
+            if self._escape.match(data, i):
+                yield i
+            h = data[i : i + 1]
+            nxt[h] = data.find(h, i + 1)
 
     def _scan(self, data: bytes, cut: int) -> tuple[bytes, int]:
         """Replace the matches starting before ``cut``; returns the output and where it stops."""
@@ -247,11 +284,11 @@ class Scrubber:
 
     def _held(self, data: bytes) -> int:
         """Length of the longest tail of ``data`` that could still grow into a match."""
-        for n in range(min(self._longest - 1, len(data)), 0, -1):
-            i = len(data) - n
-            for f in self._starts.get(data[i], ()):
-                if _partial(f.units, data, i):
-                    return n
+        tail = len(data) - min(self._longest - 1, len(data))
+        for m in self._first.finditer(data, tail):  # leftmost first: the longest tail
+            i = m.start()
+            if i < len(data) and any(_partial(f.units, data, i) for f in self._starts[data[i]]):
+                return len(data) - i
         return 0
 
     def feed(self, chunk: bytes) -> bytes:
