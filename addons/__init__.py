@@ -7,6 +7,9 @@ Each addon handles one concern and talks to the others only through ``flow.metad
    hygiene    — refuse ambiguous request heads (duplicate Host, control characters, oversize,
                 TRACE toward credentials); drop hop-by-hop headers
 2. policy     — egress rules decide; deny before any upstream TCP/TLS; authority agreement
+   hooks      — a hook route's request is answered by an operator command (no upstream); it runs
+                after policy (only allowed requests) and before substitute (it sees placeholders,
+                never secrets), and before stream (its body is read whole, bounded)
 3. substitute — placeholders → secrets, injections, violations
 4. stream     — forward every body read as it arrives (SSE), count bytes
    scrub      — secrets → placeholders in responses, on the stream stream set up
@@ -26,6 +29,7 @@ from typing import Any
 from mitmproxy.addons import errorcheck, next_layer, proxyserver, tlsconfig
 
 from addons.audit import Audit
+from addons.hooks import Hooks
 from addons.hygiene import Hygiene
 from addons.identify import Identify
 from addons.metrics import Metrics
@@ -43,6 +47,7 @@ def chain(state: State) -> list[Any]:
         Identify(state),
         Hygiene(),
         Policy(state),
+        Hooks(state),
         Substitute(state),
         Stream(),
         Scrub(),

@@ -14,6 +14,7 @@ Keys (all optional until the addon that owns them has run):
 - ``surrogate.carried`` (list[str])     substitute: placeholders passed unchanged
 - ``surrogate.violated`` (str)          substitute: the credential whose placeholder was refused
 - ``surrogate.bytes`` ([int, int])      stream: request and response body bytes seen
+- ``surrogate.hook`` (HookRoute)        hooks: the route that answers this request (no upstream)
 """
 
 from __future__ import annotations
@@ -40,6 +41,7 @@ USED = "surrogate.used"
 CARRIED = "surrogate.carried"
 VIOLATED = "surrogate.violated"
 BYTES = "surrogate.bytes"
+HOOK = "surrogate.hook"
 
 REQUEST_ID_HEADER = "X-Surrogate-Request-Id"
 

@@ -27,7 +27,7 @@ def _counter(counts: list[int], index: int) -> Callable[[bytes], bytes]:
 class Stream:
     @facts.fail_closed
     def requestheaders(self, flow: http.HTTPFlow) -> None:
-        if flow.response or flow.error:
+        if flow.response or flow.error or facts.HOOK in flow.metadata:  # a hook reads its body whole
             return
         counts = flow.metadata.setdefault(facts.BYTES, [0, 0])
         flow.request.stream = _counter(counts, 0)

@@ -51,6 +51,9 @@ class Reason(StrEnum):
     BAD_REQUEST_HEAD = "bad_request_head"
     UNRESOLVABLE = "unresolvable"
     UNSCANNABLE_RESPONSE = "unscannable_response"
+    HOOK_ANSWERED = "hook_answered"
+    HOOK_TIMEOUT = "hook_timeout"
+    HOOK_FAILED = "hook_failed"
 
 
 @dataclass(frozen=True, slots=True)
@@ -74,6 +77,8 @@ def deny(reason: Reason, message: str, status: int = 403, rule: EgressRule | Non
         Reason.UPSTREAM_ERROR,
         Reason.INTERNAL_ERROR,
         Reason.UNRESOLVABLE,
+        Reason.HOOK_TIMEOUT,
+        Reason.HOOK_FAILED,
     ):
         action = Action.ERROR
     return Decision(action, reason, message, rule, status)

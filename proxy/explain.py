@@ -439,6 +439,9 @@ _AFTER_EGRESS = {
     "upstream_error",
     "client_closed",
     "unscannable_response",
+    "hook_answered",
+    "hook_timeout",
+    "hook_failed",
 }
 
 

@@ -11,11 +11,14 @@ from __future__ import annotations
 import hmac
 import ipaddress
 from dataclasses import dataclass, field
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
 from proxy.errors import Problem, SecretUnavailable
 from proxy.hosts import HostPattern
 from proxy.secrets import Secret, ValueSource
+
+if TYPE_CHECKING:
+    from proxy.hooks import HookRoute
 
 Network = ipaddress.IPv4Network | ipaddress.IPv6Network
 
@@ -70,6 +73,7 @@ class Pool:
     allow_reroute: bool = False  # transparent mode: may the Host/SNI name another address?
     allow_cidrs: tuple[Network, ...] = ()  # special-purpose networks this pool may still reach
     report: bool = False  # report mode for the whole pool
+    hooks: tuple[HookRoute, ...] = ()  # routes an operator command answers (proxy.hooks)
 
 
 @dataclass(frozen=True, slots=True)
