@@ -12,7 +12,9 @@ Keys (all optional until the addon that owns them has run):
 - ``surrogate.opaque`` (bool)           policy: CONNECT allowed by a non-intercepting rule
 - ``surrogate.used`` (dict name→version) substitute: credentials swapped or injected
 - ``surrogate.carried`` (list[str])     substitute: placeholders passed unchanged
+- ``surrogate.carried_on`` (list[(name, surface)]) substitute: the same, with surfaces
 - ``surrogate.violated`` (str)          substitute: the credential whose placeholder was refused
+- ``surrogate.violation_surface`` (str) substitute: where that placeholder was found
 - ``surrogate.bytes`` ([int, int])      stream: request and response body bytes seen
 - ``surrogate.hook`` (HookRoute)        hooks: the route that answers this request (no upstream)
 """
@@ -40,6 +42,8 @@ OPAQUE = "surrogate.opaque"
 USED = "surrogate.used"
 CARRIED = "surrogate.carried"
 VIOLATED = "surrogate.violated"
+CARRIED_ON = "surrogate.carried_on"
+VIOLATION_SURFACE = "surrogate.violation_surface"
 BYTES = "surrogate.bytes"
 HOOK = "surrogate.hook"
 

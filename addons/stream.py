@@ -9,7 +9,7 @@ the bytes for the audit event; WebSocket messages are counted and not kept.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 
 from mitmproxy import http
 
@@ -24,13 +24,29 @@ def _counter(counts: list[int], index: int) -> Callable[[bytes], bytes]:
     return count
 
 
+Chunks = Callable[[bytes], bytes | Iterable[bytes]]
+
+
+def _counting(counts: list[int], inner: Chunks) -> Callable[[bytes], list[bytes]]:
+    """Count what ``inner`` (substitute's body swap) returns: the bytes that go upstream."""
+
+    def count(chunk: bytes) -> list[bytes]:
+        got = inner(chunk)
+        pieces = [got] if isinstance(got, bytes) else list(got)
+        counts[0] += sum(len(p) for p in pieces)
+        return [p for p in pieces if p]
+
+    return count
+
+
 class Stream:
     @facts.fail_closed
     def requestheaders(self, flow: http.HTTPFlow) -> None:
         if flow.response or flow.error or facts.HOOK in flow.metadata:  # a hook reads its body whole
             return
         counts = flow.metadata.setdefault(facts.BYTES, [0, 0])
-        flow.request.stream = _counter(counts, 0)
+        inner = flow.request.stream
+        flow.request.stream = _counting(counts, inner) if callable(inner) else _counter(counts, 0)
 
     @facts.fail_closed
     def websocket_message(self, flow: http.HTTPFlow) -> None:

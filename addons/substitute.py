@@ -1,8 +1,30 @@
-"""substitute: placeholders → secrets in request headers, injections, violations.
+"""substitute: placeholders → secrets in request heads and bodies, injections, violations.
 
-Thin glue over :func:`proxy.substitute.substitute_request`: it runs only on requests the policy
-allowed, hands over the header fields, the request target, the canonical host and whether the
-upstream leg is TLS, and applies the outcome (new fields, or a 403 refusal).
+Thin glue over :mod:`proxy.substitute` and :mod:`proxy.bodies`. It runs only on requests the
+policy allowed. The head (header fields, request target) is planned by
+:func:`proxy.substitute.substitute_request` and the outcome applied: new fields and target, a 403
+refusal, or the connection closed (``terminate``).
+
+A request body is swapped as it streams (a callable ``flow.request.stream``; the stream addon
+counts what it returns). What happens to the framing:
+- when a credential of the claim could be swapped in this body (``body`` surface, bound host,
+  TLS) and the request has a body (:func:`proxy.bodies.may_have_body`), the length may change:
+  ``Content-Length`` is dropped; an HTTP/1 request to an HTTP/1
+  upstream is sent chunked, an HTTP/2 one ends with END_STREAM (the framing of the upstream's
+  protocol is known only once its TLS is up, so ``tls_established_server`` records the
+  upstream's ALPN per client connection and frames an HTTP/2 request going to an HTTP/1
+  upstream as chunked);
+- otherwise the body is only read for the audit (placeholders carried or refused), unchanged.
+A compressed body (gzip, deflate, br, zstd) is decoded with a bound (``MAX_DECODED`` bytes),
+swapped and re-encoded in its own encoding when a swap or a refusal is possible; in any other
+encoding it closes the connection (it cannot be checked). When no swap or refusal is possible
+it passes undecoded.
+
+A refusal found in a body (``block`` or ``terminate``, a violation toward an unbound host, or a
+secret that cannot be read) closes both connections: the request head has left, so no 403 can
+be answered. Each read is checked before it is forwarded, so no byte of a refused placeholder
+and nothing after it leaves; the upstream sees a truncated body (HTTP/1 chunked without its
+last chunk, HTTP/2 without END_STREAM, or fewer bytes than Content-Length) and no complete request.
 """
 
 from __future__ import annotations
@@ -10,16 +32,46 @@ from __future__ import annotations
 import dataclasses
 import time
 
-from mitmproxy import http
+from mitmproxy import connection, ctx, http, tls
 
 from addons import facts
+from proxy import bodies
+from proxy.decide import Decision, Reason, deny
+from proxy.policy import Claim
 from proxy.state import State
-from proxy.substitute import substitute_request
+from proxy.substitute import BodyRefused, BodyResolver, Outcome, substitute_request
+
+
+def _close(flow: http.HTTPFlow) -> None:
+    """Abort the client and upstream connections of ``flow`` now, mid-body.
+
+    mitmproxy cannot kill a flow in transit (mitmproxy issue 4711), and closing a connection
+    through its handler only cancels a task: the HTTP layer would still write the end of the
+    body (HTTP/1 last chunk, HTTP/2 END_STREAM) before that runs, completing a truncated
+    request. Aborting the transport drops whatever is unsent and makes every later write a no-op.
+    """
+    server = ctx.master.addons.get("proxyserver")
+    handler = server.connections.get(flow.client_conn.id) if server is not None else None
+    if handler is None:
+        return
+    for conn in (flow.server_conn, flow.client_conn):
+        io = handler.transports.get(conn)
+        if io is None:
+            continue
+        transport = getattr(io.writer, "transport", None)
+        if transport is not None:
+            transport.abort()
+        handler.close_connection(conn)
 
 
 class Substitute:
-    def __init__(self, state: State) -> None:
+    def __init__(self, state: State, max_decoded: int = bodies.MAX_DECODED) -> None:
         self.state = state
+        self.max_decoded = max_decoded
+        # by client connection id: the upstream's ALPN once its TLS is up, and the HTTP/2
+        # requests whose body length may change that wait for it
+        self.upstream_alpn: dict[str, bytes] = {}
+        self.pending: dict[str, list[http.HTTPFlow]] = {}
 
     @facts.fail_closed
     def requestheaders(self, flow: http.HTTPFlow) -> None:
@@ -30,24 +82,149 @@ class Substitute:
             raise RuntimeError("substitute reached without an allow decision")
         claim = flow.metadata[facts.CLAIM]
         req = flow.request
+        host = flow.metadata[facts.HOST]
+        tls_ = req.scheme == "https"
+        now = time.time()
         outcome = substitute_request(
-            req.headers.fields,
-            req.data.path,
-            flow.metadata[facts.HOST],
-            req.scheme == "https",
-            claim.by_placeholder,
-            claim.injections,
-            time.time(),
+            req.headers.fields, req.data.path, host, tls_, claim.by_placeholder, claim.injections, now
         )
+        _facts(flow, outcome)
         if outcome.refusal is not None:
-            if outcome.violated is not None:
-                flow.metadata[facts.VIOLATED] = outcome.violated
-            # keep the rule that allowed the host in the audit event
-            facts.refuse(flow, dataclasses.replace(outcome.refusal, rule=allowed.rule))
+            refusal = dataclasses.replace(outcome.refusal, rule=allowed.rule)  # keep the allowing rule
+            if outcome.terminate:
+                flow.metadata[facts.DECISION] = refusal
+                flow.kill()
+            else:
+                facts.refuse(flow, refusal)
             return
         if outcome.fields is not None:
             req.headers.fields = tuple(outcome.fields)
-        flow.metadata[facts.USED] = outcome.used
+        if outcome.target is not None:
+            req.data.path = outcome.target
+        flow.metadata[facts.USED] = dict(outcome.used)
         if outcome.used:
+            self.state.registry.record_use(claim, list(outcome.used), now)
+        if claim.by_placeholder:
+            how = bodies.kind(req.headers.get("content-type", ""))
+            self._body(flow, BodyResolver(claim.by_placeholder, host, tls_, how, now))
+
+    def _body(self, flow: http.HTTPFlow, resolver: BodyResolver) -> None:
+        req = flow.request
+        acts = resolver.may_swap() or resolver.may_refuse()
+        encoding = req.headers.get("content-encoding", "").strip().lower()
+        if encoding not in ("", "identity") and not acts:
+            return  # nothing to swap or refuse: the audit does not pay for decoding
+        decode = bodies.decoder(encoding, self.max_decoded)
+        if decode is None:
+            why = f"request body in content-encoding {encoding!r} cannot be checked for placeholders"
+            facts.refuse(flow, deny(Reason.BAD_REQUEST_BODY, why, status=415))
+            return
+        encode = bodies.encoder(encoding)
+        has_body = bodies.may_have_body(
+            req.http_version,
+            req.method,
+            req.headers.get("content-length"),
+            "transfer-encoding" in req.headers,
+        )
+        if resolver.may_swap() and has_body:
+            self._reframe(flow)
+        swapper = bodies.Swapper(resolver)
+        claim = flow.metadata[facts.CLAIM]
+        done = [False]
+
+        def stream(chunk: bytes) -> list[bytes]:
+            if done[0]:
+                return []  # refused: nothing more leaves
+            sent: list[bytes] = []
+            try:
+                # piece by piece: a small compressed read may decode to a great deal
+                for piece in decode(chunk):
+                    out = swapper.feed(piece)
+                    sent.append(encode(out) if out else b"")
+                if not chunk:
+                    out = swapper.finish()
+                    sent += [encode(out) if out else b"", encode(b"")]
+                    self._finish(flow, claim, resolver.outcome)
+            except BodyRefused as e:
+                done[0] = True
+                self._refused(flow, e.outcome)
+                return []
+            except (bodies.TooLarge, bodies.BadEncoding) as e:
+                done[0] = True
+                big = isinstance(e, bodies.TooLarge)
+                why = (
+                    f"request body decodes to more than {self.max_decoded} bytes"
+                    if big
+                    else (f"request body is not valid {encoding}")
+                )
+                self._refused(flow, Outcome(refusal=deny(Reason.BAD_REQUEST_BODY, why, status=413)))
+                return []
+            except Exception as e:  # fail closed here too: mitmproxy would crash the connection's layer
+                done[0] = True
+                facts.log.error("request body check failed with %s", type(e).__name__)
+                failed = deny(
+                    Reason.INTERNAL_ERROR, "surrogate could not check this request body", status=400
+                )
+                self._refused(flow, Outcome(refusal=failed))
+                return []
+            # never an empty piece: an empty chunk would end a chunked HTTP/1 body early
+            joined = b"".join(sent)
+            return [joined] if joined else []
+
+        req.stream = stream
+
+    def _reframe(self, flow: http.HTTPFlow) -> None:
+        req = flow.request
+        req.headers.pop("content-length", None)
+        if not (req.is_http2 or req.is_http3):
+            req.headers["transfer-encoding"] = "chunked"
+            return
+        # mitmproxy frames an HTTP/2 request toward an HTTP/1 upstream by this header (and drops
+        # it toward an HTTP/2 one); which one it is, the upstream's TLS says (ALPN).
+        cid = flow.client_conn.id
+        if cid in self.upstream_alpn:
+            if self.upstream_alpn[cid] != b"h2":
+                req.headers["transfer-encoding"] = "chunked"
+        else:
+            self.pending.setdefault(cid, []).append(flow)
+
+    def tls_established_server(self, data: tls.TlsData) -> None:
+        # One client connection (one CONNECT tunnel) reaches one upstream authority.
+        cid = data.context.client.id
+        self.upstream_alpn[cid] = data.conn.alpn or b""
+        for flow in self.pending.pop(cid, []):
+            if self.upstream_alpn[cid] != b"h2":
+                flow.request.headers["transfer-encoding"] = "chunked"
+
+    def client_disconnected(self, client: connection.Client) -> None:
+        self.pending.pop(client.id, None)
+        self.upstream_alpn.pop(client.id, None)
+
+    def _finish(self, flow: http.HTTPFlow, claim: Claim, outcome: Outcome) -> None:
+        if outcome.used:
+            flow.metadata.setdefault(facts.USED, {}).update(outcome.used)
             self.state.registry.record_use(claim, list(outcome.used), time.time())
-        flow.metadata[facts.CARRIED] = outcome.carried
+        _facts(flow, outcome)
+
+    def _refused(self, flow: http.HTTPFlow, outcome: Outcome) -> None:
+        allowed: Decision = flow.metadata[facts.DECISION]
+        assert outcome.refusal is not None
+        flow.metadata[facts.DECISION] = dataclasses.replace(outcome.refusal, rule=allowed.rule)
+        _facts(flow, outcome)
+        facts.log.warning(
+            "request %s: %s; connection closed",
+            flow.metadata.get(facts.REQUEST_ID, flow.id),
+            outcome.refusal.reason.value,
+        )
+        _close(flow)
+
+
+def _facts(flow: http.HTTPFlow, outcome: Outcome) -> None:
+    """Merge what ``outcome`` carried and refused into the flow's audit facts."""
+    carried: list[str] = flow.metadata.setdefault(facts.CARRIED, [])
+    carried += [n for n in outcome.carried if n not in carried]
+    carried_on: list[tuple[str, str]] = flow.metadata.setdefault(facts.CARRIED_ON, [])
+    carried_on += [c for c in outcome.carried_on if c not in carried_on]
+    if outcome.violated is not None:
+        flow.metadata[facts.VIOLATED] = outcome.violated
+        flow.metadata[facts.VIOLATION_SURFACE] = outcome.violation_surface

@@ -27,7 +27,7 @@ from __future__ import annotations
 import hmac
 from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
 from fastapi import FastAPI, Header, Request, Response
 from fastapi import Path as PathParam
@@ -40,6 +40,7 @@ from starlette.routing import Match
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from proxy.control import Control, ControlError, Coverage
+from proxy.policy import DEFAULT_SURFACES, SURFACES, Misplaced
 from proxy.store import ClaimRecord, CredentialRecord
 
 MAX_BODY = 64 * 1024
@@ -69,12 +70,20 @@ class InjectIn(_In):
     format: str = Field("Bearer {value}", pattern=r"^[^\x00-\x1f\x7f]*\{value\}[^\x00-\x1f\x7f]*$")
 
 
+SurfaceName = Literal["header", "basic", "query", "userinfo", "body"]
+MisplacedAction = Literal["carry", "block", "terminate"]
+_SURFACES_DOC = "where the placeholder is swapped (rules/README.md, 'Surfaces'); default [header, basic]"
+_MISPLACED_DOC = "a placeholder on a surface not enabled (or in a body toward another host): default carry"
+
+
 class CredentialPut(_In):
     hosts: list[Host] = Field(min_length=1, description="host patterns the secret may be sent to")
     value: Value = Field(description="the secret; write-only")
     placeholder: str | None = Field(None, pattern=PLACEHOLDER_PATTERN, description="generated when absent")
     inject: InjectIn | None = None
     expires_at: AwareDatetime | None = None
+    surfaces: list[SurfaceName] | None = Field(None, description=_SURFACES_DOC)
+    on_misplaced: MisplacedAction | None = Field(None, description=_MISPLACED_DOC)
 
 
 class CredentialPatch(_In):
@@ -83,6 +92,8 @@ class CredentialPatch(_In):
     placeholder: str | None = Field(None, pattern=PLACEHOLDER_PATTERN)
     inject: InjectIn | None = None
     expires_at: AwareDatetime | None = None
+    surfaces: list[SurfaceName] | None = Field(None, description=_SURFACES_DOC + "; null: the default")
+    on_misplaced: MisplacedAction | None = Field(None, description=_MISPLACED_DOC + "; null: carry")
 
 
 class ClaimOut(BaseModel):
@@ -115,6 +126,8 @@ class CredentialOut(BaseModel):
     hosts: list[str]
     placeholder: str
     inject: InjectOut | None
+    surfaces: list[str]
+    on_misplaced: str
     version: int
     created_at: datetime
     updated_at: datetime
@@ -154,6 +167,10 @@ def _cred_out(r: CredentialRecord, cov: list[Coverage] | None = None) -> dict[st
         "hosts": list(r.hosts),
         "placeholder": r.placeholder,
         "inject": {"set_header": r.inject_header, "format": r.inject_format} if r.inject_header else None,
+        "surfaces": list(r.surfaces)
+        if r.surfaces is not None
+        else [str(s) for s in SURFACES if s in DEFAULT_SURFACES],
+        "on_misplaced": r.on_misplaced or Misplaced.CARRY.value,
         "version": r.version,
         "created_at": _ts(r.created_at),
         "updated_at": _ts(r.updated_at),
@@ -361,6 +378,8 @@ def make_app(control: Control, operator_token: str | None = None) -> FastAPI:
             "inject_header": body.inject.set_header if body.inject else None,
             "inject_format": body.inject.format if body.inject else None,
             "expires_at": body.expires_at.timestamp() if body.expires_at else None,
+            "surfaces": body.surfaces,
+            "on_misplaced": body.on_misplaced,
         }
         record, cov, created = control.put_credential(who, claim, name, fields, version)
         response.status_code = 201 if created else 200
@@ -384,6 +403,8 @@ def make_app(control: Control, operator_token: str | None = None) -> FastAPI:
                 changes["inject_format"] = value.format if value else None
             elif key == "expires_at":
                 changes["expires_at"] = value.timestamp() if value else None
+            elif key in ("surfaces", "on_misplaced"):  # null: back to the default
+                changes[key] = value
             elif value is None:
                 raise ControlError(422, "invalid_request", f"{key} cannot be null", key)
             else:

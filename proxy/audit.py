@@ -21,6 +21,9 @@ Fields:
     would_deny      report mode: the reason code the rules would have refused with, else null
     credentials     [{"name", "version"}] swapped or injected into this request
     carried         names of credentials whose placeholder passed unchanged
+    carried_on      [{"name", "surface"}] the same, with the surface each was found on
+    violation_surface
+                    the surface of the placeholder that refused the request, else null
     bytes_out       request body bytes sent upstream
     bytes_in        response body bytes received from upstream
     duration_ms     from the first request byte to the end of the response
@@ -74,6 +77,8 @@ MESSAGE = "message"
 CREDENTIALS = "credentials"
 WOULD_DENY = "would_deny"
 CARRIED = "carried"
+CARRIED_ON = "carried_on"
+VIOLATION_SURFACE = "violation_surface"
 BYTES_OUT = "bytes_out"
 BYTES_IN = "bytes_in"
 DURATION_MS = "duration_ms"

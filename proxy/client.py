@@ -62,6 +62,18 @@ def add_commands(sub: Any, state: argparse.ArgumentParser) -> None:
         p.add_argument("--inject-header", help="set this header to the formatted value")
         p.add_argument("--format", help="injection format, default 'Bearer {value}'")
         p.add_argument("--expires-at", help="ISO 8601 time with zone, e.g. 2026-12-01T00:00:00Z")
+        p.add_argument(
+            "--surface",
+            action="append",
+            dest="surfaces",
+            choices=["header", "basic", "query", "userinfo", "body"],
+            help="where the placeholder is swapped (repeatable; default header and basic)",
+        )
+        p.add_argument(
+            "--on-misplaced",
+            choices=["carry", "block", "terminate"],
+            help="a placeholder where it is not swapped: pass it inert (default), refuse, or close",
+        )
         p.add_argument("--if-match", type=int, help="only if the version is still this")
 
 
@@ -122,4 +134,8 @@ def _request(args: argparse.Namespace) -> tuple[str, str, dict[str, Any] | None,
         body["inject"] = {"set_header": args.inject_header, "format": args.format or "Bearer {value}"}
     if args.expires_at:
         body["expires_at"] = args.expires_at
+    if args.surfaces:
+        body["surfaces"] = args.surfaces
+    if args.on_misplaced:
+        body["on_misplaced"] = args.on_misplaced
     return args.action.upper(), url, body, headers

@@ -243,6 +243,8 @@ class Control:
                 placeholder=placeholder,
                 expires_at=body.get("expires_at"),
                 if_match=if_match,
+                surfaces=body.get("surfaces"),
+                on_misplaced=body.get("on_misplaced"),
             )
         except ValueError as e:
             raise ControlError(422, "invalid_request", str(e)) from None

@@ -413,7 +413,7 @@ def render(e: Explanation) -> str:
         lines.append(f"  credential {p.credential}: {p.how} in header {p.header}")
     if e.carried:
         lines.append(
-            f"  carried unchanged in the URL (query substitution is not done): {', '.join(e.carried)}"
+            f"  carried unchanged in the URL (not a surface its credential enables): {', '.join(e.carried)}"
         )
     shown = e.verdict in (e.connect, e.request, e.substitution)  # its sentence is printed above
     lines.append(f"verdict: {_line(e.verdict, message=not shown)}")
@@ -430,6 +430,7 @@ _EGRESS = {"allowed", "no_rule", "port_not_allowed", "method_not_allowed", "path
 # Reached only after the egress rules allowed the request (substitution, resolution, upstream).
 _AFTER_EGRESS = {
     "placeholder_violation",
+    "placeholder_misplaced",
     "cleartext_credential",
     "credential_expired",
     "credential_unavailable",

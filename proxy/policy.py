@@ -11,6 +11,7 @@ from __future__ import annotations
 import hmac
 import ipaddress
 from dataclasses import dataclass, field
+from enum import StrEnum
 from typing import TYPE_CHECKING, Protocol
 
 from proxy.errors import Problem, SecretUnavailable
@@ -84,6 +85,37 @@ class Injection:
     format: str
 
 
+class Surface(StrEnum):
+    """Where in a request a placeholder was found, and where a credential lets it be swapped.
+
+    ``path`` is never swappable: it only names where a carried or refused placeholder was.
+    ``userinfo`` enables the same swap as ``basic``: clients send URL userinfo as Basic
+    credentials (RFC 9110 §4.2.4 forbids sending it in the URI; mitmproxy refuses a request line
+    that holds it), so at the proxy the two are one surface.
+    """
+
+    HEADER = "header"
+    BASIC = "basic"
+    QUERY = "query"
+    USERINFO = "userinfo"
+    BODY = "body"
+    PATH = "path"
+
+
+SURFACES = (Surface.HEADER, Surface.BASIC, Surface.QUERY, Surface.USERINFO, Surface.BODY)  # configurable
+DEFAULT_SURFACES = frozenset({Surface.HEADER, Surface.BASIC})
+
+
+class Misplaced(StrEnum):
+    """What happens to a placeholder found on a surface its credential does not enable (or in a
+    body toward a host it is not bound to): passed inert, refused with 403, or the connection
+    closed."""
+
+    CARRY = "carry"
+    BLOCK = "block"
+    TERMINATE = "terminate"
+
+
 @dataclass(frozen=True, slots=True)
 class Credential:
     name: str
@@ -92,6 +124,14 @@ class Credential:
     source: SecretSource = field(repr=False)
     inject: Injection | None = None
     expires_at: float | None = None  # unix seconds; None: never
+    surfaces: frozenset[Surface] = DEFAULT_SURFACES
+    on_misplaced: Misplaced = Misplaced.CARRY
+
+    def enables(self, surface: Surface) -> bool:
+        """True when a placeholder found on ``surface`` may be swapped (toward a bound host)."""
+        if surface is Surface.BASIC:
+            return Surface.BASIC in self.surfaces or Surface.USERINFO in self.surfaces
+        return surface in self.surfaces
 
     def expired(self, now: float) -> bool:
         return self.expires_at is not None and now >= self.expires_at

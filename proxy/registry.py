@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING
 
 from proxy.errors import SecretUnavailable, SurrogateError
 from proxy.hosts import HostPattern
-from proxy.policy import Claim, Credential, Injection, Network, Policy
+from proxy.policy import DEFAULT_SURFACES, Claim, Credential, Injection, Misplaced, Network, Policy, Surface
 from proxy.secrets import Secret, checked_value
 
 if TYPE_CHECKING:
@@ -147,6 +147,8 @@ class Registry:
                     StoreValue(self.store, r.claim_id, r.name),
                     Injection(r.inject_header, r.inject_format or "{value}") if r.inject_header else None,
                     r.expires_at,
+                    surfaces=DEFAULT_SURFACES if r.surfaces is None else frozenset(map(Surface, r.surfaces)),
+                    on_misplaced=Misplaced(r.on_misplaced or Misplaced.CARRY),
                 )
             built[r.claim_id, r.name] = (r.version, cred)
             by_claim.setdefault(r.claim_id, []).append(cred)

@@ -31,7 +31,20 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from proxy import hooks, placeholders
 from proxy.errors import HostError, Problem, RulesError, SecretUnavailable
 from proxy.hosts import HostPattern
-from proxy.policy import Claim, Credential, EgressRule, Injection, Network, Policy, Pool, SourceToken
+from proxy.policy import (
+    DEFAULT_SURFACES,
+    SURFACES,
+    Claim,
+    Credential,
+    EgressRule,
+    Injection,
+    Misplaced,
+    Network,
+    Policy,
+    Pool,
+    SourceToken,
+    Surface,
+)
 from proxy.secrets import ValueSource
 
 _TOKEN = re.compile(r"^[!#$%&'*+.^_`|~0-9A-Za-z-]+$")  # RFC 9110 §5.6.2 token
@@ -78,6 +91,8 @@ class CredentialModel(_Model):
     placeholder: str
     hosts: list[str] = Field(min_length=1)
     inject: InjectModel | None = None
+    surfaces: list[str] = Field(default_factory=lambda: [str(x) for x in DEFAULT_SURFACES])
+    on_misplaced: str = Misplaced.CARRY.value
 
 
 class ClaimModel(_Model):
@@ -519,7 +534,31 @@ def _credential(
         elif "{value}" not in km.inject.format:
             marks.add(loc + ("inject", "format"), "format must contain '{value}', e.g. 'Bearer {value}'")
         inject = Injection(header, km.inject.format)
+    surfaces = _surfaces(km, loc, marks)
     source = _source(km.value, base_dir, loc + ("value",), marks)
     if source is None or len(marks.problems) != before:
         return None
-    return Credential(km.name, km.placeholder, tuple(hosts), source, inject)
+    return Credential(
+        km.name,
+        km.placeholder,
+        tuple(hosts),
+        source,
+        inject,
+        surfaces=surfaces,
+        on_misplaced=Misplaced(km.on_misplaced),
+    )
+
+
+def _surfaces(km: CredentialModel, loc: Loc, marks: _Marks) -> frozenset[Surface]:
+    """The surfaces a credential enables; unknown names and a bad ``on_misplaced`` are problems."""
+    known = ", ".join(SURFACES)
+    out: set[Surface] = set()
+    for j, name in enumerate(km.surfaces):
+        if name not in SURFACES:
+            marks.add(loc + ("surfaces", j), f"unknown surface {name!r}; expected one of: {known}")
+        else:
+            out.add(Surface(name))
+    if km.on_misplaced not in set(Misplaced):
+        choices = ", ".join(Misplaced)
+        marks.add(loc + ("on_misplaced",), f"unknown action {km.on_misplaced!r}; expected one of: {choices}")
+    return frozenset(out)

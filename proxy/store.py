@@ -3,20 +3,25 @@
 The file is ``<state dir>/store.sqlite3``, mode 0600 (SQLite gives its WAL and shm the same mode);
 the keys live apart, in :mod:`proxy.keyring`'s key file.
 
-Schema (``PRAGMA user_version = 1``; created when absent)::
+Schema (``PRAGMA user_version = 2``; created when absent, migrated from 1 in place)::
 
     claims(id TEXT PK, pool, sources JSON, token_hash BLOB  -- sha256 of the token, never the token
            version, created_at, updated_at)
     credentials(claim_id -> claims.id ON DELETE CASCADE, name, PK (claim_id, name),
                 hosts JSON, inject_header, inject_format, placeholder UNIQUE,
                 key_id, value BLOB  -- nonce + AES-256-GCM ciphertext, see proxy.keyring
-                version, created_at, updated_at, expires_at, last_used_at)
+                version, created_at, updated_at, expires_at, last_used_at,
+                surfaces JSON  -- null: the default (header, basic); since version 2
+                on_misplaced)  -- null: carry; since version 2
     credential_history(claim_id, name -> credentials ON DELETE CASCADE, version, PK of the three,
                 superseded_at, key_id, value BLOB  -- a replaced value, sealed as it was stored)
 
+A migration only adds nullable columns (``ALTER TABLE ... ADD COLUMN``) in one write
+transaction, so an older store keeps every row and reads as the defaults it was written with.
+
 A replaced value is kept in ``credential_history`` for response scrubbing (see
 :mod:`proxy.live`: at most 8 per credential, for 24 hours); that table is created on open when
-absent, so files from before it keep ``user_version`` 1.
+absent, whatever the schema version (it needs no migration).
 
 A value is encrypted with associated data ``claim_id NUL name NUL version``, so a ciphertext
 copied to another row or version fails to decrypt; a metadata change bumps the version and so
@@ -66,9 +71,10 @@ from typing import Any, Protocol, Self
 from proxy import placeholders
 from proxy.errors import SurrogateError
 from proxy.keyring import DecryptError, KeyRing
+from proxy.policy import SURFACES, Misplaced
 
 FILENAME = "store.sqlite3"
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
 _SCHEMA = (
     """CREATE TABLE claims (
       id TEXT PRIMARY KEY, pool TEXT NOT NULL, sources TEXT NOT NULL, token_hash BLOB NOT NULL,
@@ -80,6 +86,13 @@ _SCHEMA = (
       last_used_at REAL, key_id TEXT NOT NULL, value BLOB NOT NULL, PRIMARY KEY (claim_id, name)) STRICT""",
     "CREATE INDEX credentials_key_id ON credentials(key_id)",
 )
+# _MIGRATIONS[n] takes a store from schema version n to n + 1 (a new store runs them all).
+_MIGRATIONS: dict[int, tuple[str, ...]] = {
+    1: (
+        "ALTER TABLE credentials ADD COLUMN surfaces TEXT",
+        "ALTER TABLE credentials ADD COLUMN on_misplaced TEXT",
+    ),
+}
 # Previous values kept for scrubbing (proxy.live); added beside schema 1, so created when absent
 # on open whatever the file's age. A row is a superseded credentials.value, copied sealed as it was.
 _HISTORY = """CREATE TABLE IF NOT EXISTS credential_history (
@@ -94,16 +107,30 @@ HISTORY_VERSIONS = 8  # proxy.live.LIVE_VERSIONS: at most this many per credenti
 _CLAIMS = "SELECT id, pool, sources, version, created_at, updated_at FROM claims"
 _CLAIM = "SELECT id, pool, sources, version, created_at, updated_at FROM claims WHERE id = ?"
 _CREDS = """SELECT claim_id, name, hosts, inject_header, inject_format, placeholder, version, created_at,
-    updated_at, expires_at, last_used_at FROM credentials"""
+    updated_at, expires_at, last_used_at, surfaces, on_misplaced FROM credentials"""
 _CRED = _CREDS + " WHERE claim_id = ? AND name = ?"
 _CREDS_OF = _CREDS + " WHERE claim_id = ? ORDER BY name"
 _SEALED = "SELECT key_id, value, version FROM credentials WHERE claim_id = ? AND name = ?"
-_UPSERT = """INSERT INTO credentials VALUES (:claim_id, :name, :hosts, :inject_header, :inject_format,
-    :placeholder, :version, :created_at, :updated_at, :expires_at, :last_used_at, :key_id, :value)
+_UPSERT = """INSERT INTO credentials (claim_id, name, hosts, inject_header, inject_format, placeholder,
+    version, created_at, updated_at, expires_at, last_used_at, key_id, value, surfaces, on_misplaced)
+    VALUES (:claim_id, :name, :hosts, :inject_header, :inject_format, :placeholder, :version,
+    :created_at, :updated_at, :expires_at, :last_used_at, :key_id, :value, :surfaces, :on_misplaced)
     ON CONFLICT (claim_id, name) DO UPDATE SET hosts = :hosts, inject_header = :inject_header,
     inject_format = :inject_format, placeholder = :placeholder, version = :version,
-    updated_at = :updated_at, expires_at = :expires_at, key_id = :key_id, value = :value"""
-_PATCHABLE = frozenset({"value", "hosts", "inject_header", "inject_format", "expires_at", "placeholder"})
+    updated_at = :updated_at, expires_at = :expires_at, key_id = :key_id, value = :value,
+    surfaces = :surfaces, on_misplaced = :on_misplaced"""
+_PATCHABLE = frozenset(
+    {
+        "value",
+        "hosts",
+        "inject_header",
+        "inject_format",
+        "expires_at",
+        "placeholder",
+        "surfaces",
+        "on_misplaced",
+    }
+)
 _TOUCH_EVERY = 1.0  # seconds: last_used_at is a hint, not worth an fsync per request
 _BUSY_MS = 5000
 
@@ -151,6 +178,8 @@ class CredentialRecord:
     updated_at: float
     expires_at: float | None  # stored, not enforced here: the proxy decides what expiry means
     last_used_at: float | None
+    surfaces: tuple[str, ...] | None = None  # None: the default surfaces (proxy.policy)
+    on_misplaced: str | None = None  # None: carry
 
 
 class CredentialStore(Protocol):
@@ -169,6 +198,7 @@ class CredentialStore(Protocol):
         self, claim_id: str, name: str, *, value: bytes, hosts: Sequence[str],
         inject_header: str | None = None, inject_format: str | None = None,
         placeholder: str | None = None, expires_at: float | None = None, if_match: int | None = None,
+        surfaces: Sequence[str] | None = None, on_misplaced: str | None = None,
     ) -> CredentialRecord: ...  # fmt: skip
     def patch_credential(
         self, claim_id: str, name: str, *, if_match: int | None = None, **changes: Any
@@ -189,7 +219,26 @@ def _claim(row: tuple[Any, ...]) -> ClaimRecord:
 
 
 def _cred(row: tuple[Any, ...]) -> CredentialRecord:
-    return CredentialRecord(row[0], row[1], tuple(json.loads(row[2])), *row[3:])
+    surfaces = None if row[11] is None else tuple(json.loads(row[11]))
+    (
+        claim_id,
+        name,
+        hosts,
+        header,
+        fmt,
+        placeholder,
+        version,
+        created,
+        updated,
+        expires,
+        used,
+        _,
+        misplaced,
+    ) = row
+    return CredentialRecord(
+        claim_id, name, tuple(json.loads(hosts)), header, fmt, placeholder, version, created, updated,
+        expires, used, surfaces, misplaced,
+    )  # fmt: skip
 
 
 def _aad(claim_id: str, name: str, version: int) -> bytes:
@@ -220,6 +269,14 @@ def _sources(sources: Sequence[str]) -> list[str]:
             raise ValueError(f"source {s!r} is not an IP address or CIDR network") from None
         out += [] if net in out else [net]
     return out
+
+
+def _surfaces(items: Iterable[str]) -> tuple[str, ...]:
+    names = _strings("surfaces", items)
+    if unknown := [n for n in names if n not in SURFACES]:
+        raise ValueError(f"unknown surface {unknown[0]!r}; expected some of: {', '.join(SURFACES)}")
+    order = [str(s) for s in SURFACES]
+    return tuple(sorted(set(names), key=order.index))
 
 
 def _placeholder(text: str) -> str:
@@ -279,10 +336,16 @@ class Store:
             if db.execute("PRAGMA user_version").fetchone()[0] != SCHEMA_VERSION:
                 with store._write():
                     found = db.execute("PRAGMA user_version").fetchone()[0]
-                    if found not in (0, SCHEMA_VERSION):
-                        raise StoreError(f"store {path} has schema version {found}; this surrogate reads 1")
+                    if not 0 <= found <= SCHEMA_VERSION:
+                        raise StoreError(
+                            f"store {path} has schema version {found}; "
+                            f"this surrogate reads up to {SCHEMA_VERSION}"
+                        )
                     for statement in _SCHEMA if found == 0 else ():
                         db.execute(statement)
+                    for step in range(max(found, 1), SCHEMA_VERSION):
+                        for statement in _MIGRATIONS[step]:
+                            db.execute(statement)
                     db.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
             if not db.execute("SELECT 1 FROM sqlite_master WHERE name = 'credential_history'").fetchone():
                 with store._write():
@@ -377,13 +440,15 @@ class Store:
         self, claim_id: str, name: str, *, value: bytes, hosts: Sequence[str],
         inject_header: str | None = None, inject_format: str | None = None,
         placeholder: str | None = None, expires_at: float | None = None, if_match: int | None = None,
+        surfaces: Sequence[str] | None = None, on_misplaced: str | None = None,
     ) -> CredentialRecord:  # fmt: skip
         """Create or replace a credential; ``if_match`` makes it a compare-and-set on the version."""
         _check_ids(claim_id, name)
         if not isinstance(value, bytes):
             raise TypeError("value must be bytes")
         fields: dict[str, Any] = {"value": value, "hosts": hosts, "inject_header": inject_header,
-                                  "inject_format": inject_format, "expires_at": expires_at}  # fmt: skip
+                                  "inject_format": inject_format, "expires_at": expires_at,
+                                  "surfaces": surfaces, "on_misplaced": on_misplaced}  # fmt: skip
         if placeholder is not None:
             fields["placeholder"] = placeholder
         with self._write() as db:
@@ -400,9 +465,11 @@ class Store:
     def patch_credential(
         self, claim_id: str, name: str, *, if_match: int | None = None, **changes: Any
     ) -> CredentialRecord:
-        """Change some of value, hosts, inject_header, inject_format, expires_at, placeholder.
+        """Change some of value, hosts, inject_header, inject_format, expires_at, placeholder,
+        surfaces, on_misplaced.
 
-        None clears inject_header, inject_format or expires_at; value, hosts and placeholder
+        None clears inject_header, inject_format or expires_at, and sets surfaces and
+        on_misplaced back to their defaults; value, hosts and placeholder
         cannot be cleared. An empty patch changes nothing (and keeps the version).
         """
         if unknown := sorted(set(changes) - _PATCHABLE):
@@ -588,6 +655,12 @@ class Store:
             raise TypeError("value must be bytes")
         if "hosts" in changes:
             changes["hosts"] = _strings("hosts", changes["hosts"])
+        if changes.get("surfaces") is not None:
+            changes["surfaces"] = _surfaces(changes["surfaces"])
+        if changes.get("on_misplaced") is not None and changes["on_misplaced"] not in set(Misplaced):
+            raise ValueError(
+                f"on_misplaced {changes['on_misplaced']!r} is not one of: {', '.join(Misplaced)}"
+            )
         placeholder = _placeholder(changes.get("placeholder", old.placeholder))
         sql = (
             "SELECT claim_id, name FROM credentials WHERE placeholder = ? AND NOT (claim_id = ? AND name = ?)"
@@ -600,5 +673,13 @@ class Store:
         stamps = {"updated_at": now, "created_at": now if old.version == 0 else old.created_at}
         new = CredentialRecord(**{**asdict(old), **changes, **stamps, "version": old.version + 1})
         key_id, blob = self._keyring.encrypt(value, _aad(new.claim_id, new.name, new.version))
-        db.execute(_UPSERT, {**asdict(new), "hosts": json.dumps(new.hosts), "key_id": key_id, "value": blob})
+        surfaces = None if new.surfaces is None else json.dumps(new.surfaces)
+        row = {
+            **asdict(new),
+            "hosts": json.dumps(new.hosts),
+            "surfaces": surfaces,
+            "key_id": key_id,
+            "value": blob,
+        }
+        db.execute(_UPSERT, row)
         return new

@@ -1,19 +1,31 @@
-"""Substitution: placeholders → secrets in request headers, injections, and violations.
+"""Substitution: placeholders → secrets in a request, injections, and violations.
 
-Pure over plain values: header fields as ``(name, value)`` byte pairs, the canonical destination
-host, whether the upstream leg is TLS, and the claim's credentials. Secret values are fetched
-only after the whole request has been checked, and only for credentials bound to the host.
+Pure over plain values: header fields as ``(name, value)`` byte pairs, the request target, the
+canonical destination host, whether the upstream leg is TLS, and the claim's credentials. Secret
+values are fetched only after the whole request head has been checked, and only for credentials
+bound to the host.
 
-Where a placeholder may be swapped (this issue's surfaces):
-- anywhere inside any header value (``Bearer P``, ``token P``, ``X-Api-Key: P``);
-- inside Basic credentials (``Authorization: Basic base64(user:pass)``, RFC 7617 §2): decoded,
-  swapped in user and password, re-encoded, as git and curl send them.
+Surfaces (:class:`proxy.policy.Surface`), each enabled per credential (default header, basic):
+- ``header``: anywhere inside any header value (``Bearer P``, ``token P``, ``X-Api-Key: P``);
+- ``basic`` (and its alias ``userinfo``): inside Basic credentials (``Authorization: Basic
+  base64(user:pass)``, RFC 7617 §2): decoded, swapped in user and password, re-encoded, as git
+  and curl send them, including those they build from ``https://user:P@host`` URLs;
+- ``query``: in the query of the request target, spelled raw or percent-encoded (``surr%5F…``);
+  the secret is percent-encoded as a query component needs (RFC 3986 §3.4: every byte but the
+  unreserved ones, so ``&``, ``=``, ``+`` and ``#`` cannot change the query's shape);
+- ``body``: the request body, streaming (:class:`BodyResolver`, driven by :mod:`proxy.bodies`).
+The path is never a surface; a placeholder there is judged like one on a surface not enabled.
+The target is scanned as sent and percent-decoded, so ``%5F`` cannot hide ``_``.
 
-A registered placeholder found in a header or in the request target (path and query) toward a
-host its credential is not bound to is a *violation*: nothing is swapped and the request is
-refused. Toward a bound host over cleartext HTTP it is refused too (a secret only leaves over
-verified TLS). In the request target toward a bound host it passes unchanged (``carried``):
-query substitution is not a surface yet.
+Decision for a registered placeholder found on surface S, credential C, toward host H:
+- C not bound to H, S a header, Basic credentials, the query or the path: a *violation*, refused
+  (403), whatever C says;
+- C bound to H and S enabled for C: swapped; over cleartext HTTP refused instead (a secret only
+  leaves over verified TLS);
+- otherwise (S not enabled for C, or a body toward a host C is not bound to): C's
+  ``on_misplaced``: ``carry`` passes the placeholder inert (audited as carried, with S),
+  ``block`` refuses the request, ``terminate`` closes the connection. In a body, whose request
+  head has already left, ``block`` closes the connection too.
 
 An injection sets its header to ``format`` with ``{value}`` whatever the sandbox sent, toward
 bound hosts over TLS only; toward other hosts it does nothing.
@@ -29,10 +41,11 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from urllib.parse import unquote_to_bytes
 
-from proxy import placeholders
+from proxy import bodies, placeholders
 from proxy.decide import Decision, Reason, deny
 from proxy.errors import SecretUnavailable
-from proxy.policy import Credential
+from proxy.policy import Credential, Misplaced, Surface
+from proxy.secrets import Secret
 
 Fields = Sequence[tuple[bytes, bytes]]
 log = logging.getLogger("surrogate")
@@ -41,24 +54,40 @@ _WS = re.compile(rb"\s+")
 
 @dataclass(slots=True)
 class Outcome:
-    """What to do with a request: new header fields (None: unchanged) or a refusal.
+    """What to do with a request: new header fields and target (None: unchanged) or a refusal.
 
-    ``used`` maps each swapped or injected credential name to the version used;
-    ``carried`` names credentials whose placeholder passed unchanged.
+    ``used`` maps each swapped or injected credential name to the version used; ``carried``
+    names credentials whose placeholder passed unchanged, ``carried_on`` the same as
+    ``(name, surface)`` pairs. A refusal with ``terminate`` closes the connection instead of
+    answering. ``violated``/``violation_surface`` name the credential and surface refused.
     """
 
     fields: list[tuple[bytes, bytes]] | None = None
+    target: bytes | None = None
     refusal: Decision | None = None
+    terminate: bool = False
     used: dict[str, int] = field(default_factory=dict)
     carried: list[str] = field(default_factory=list)
+    carried_on: list[tuple[str, str]] = field(default_factory=list)
     violated: str | None = None  # the credential whose placeholder was refused
+    violation_surface: str | None = None
+
+    def carry(self, name: str, surface: Surface) -> None:
+        if name not in self.carried:
+            self.carried.append(name)
+        if (name, surface.value) not in self.carried_on:
+            self.carried_on.append((name, surface.value))
+
+    def refuse(self, cred: Credential, surface: Surface, decision: Decision, terminate: bool = False) -> None:
+        self.refusal, self.terminate = decision, terminate
+        self.violated, self.violation_surface = cred.name, surface.value
 
 
 @dataclass(slots=True)
 class _Hit:
-    index: int  # header field index
+    surface: Surface
     credential: Credential
-    basic: bool  # found inside decoded Basic credentials
+    index: int = -1  # header field index, for header and Basic hits
 
 
 def _decode_basic(value: bytes) -> bytes | None:
@@ -75,6 +104,45 @@ def _decode_basic(value: bytes) -> bytes | None:
         return None
 
 
+def _registered(value: bytes, by_placeholder: Mapping[bytes, Credential]) -> list[Credential]:
+    """Registered credentials whose placeholder is in ``value`` as sent or percent-decoded."""
+    found = placeholders.find(value)
+    if b"%" in value:
+        found += placeholders.find(unquote_to_bytes(value))
+    out: list[Credential] = []
+    for m in found:
+        cred = by_placeholder.get(m.group())
+        if cred is not None and cred not in out:
+            out.append(cred)
+    return out
+
+
+def _spelled(ph: bytes) -> re.Pattern[bytes]:
+    """``ph`` with each byte raw or percent-encoded (either hex case), as a query may hold it."""
+    parts = []
+    for b in ph:
+        hx = f"{b:02X}".encode()
+        alts = {hx, hx.lower(), hx[:1] + hx[1:].lower(), hx[:1].lower() + hx[1:]}
+        parts.append(b"(?:" + re.escape(bytes([b])) + b"|%(?:" + b"|".join(sorted(alts)) + b"))")
+    return re.compile(b"".join(parts) + rb"(?![A-Za-z0-9])")
+
+
+def _misplaced(out: Outcome, cred: Credential, surface: Surface, host: str) -> None:
+    if cred.on_misplaced is Misplaced.CARRY:
+        out.carry(cred.name, surface)
+        return
+    out.refuse(
+        cred,
+        surface,
+        deny(
+            Reason.PLACEHOLDER_MISPLACED,
+            f"placeholder of credential {cred.name!r} found in the {surface} toward {host}, where "
+            f"that credential is not swapped (its surfaces: {', '.join(sorted(cred.surfaces)) or 'none'})",
+        ),
+        terminate=cred.on_misplaced is Misplaced.TERMINATE,
+    )
+
+
 def substitute_request(
     fields: Fields,
     target: bytes,
@@ -84,11 +152,12 @@ def substitute_request(
     injections: Sequence[Credential],
     now: float = 0.0,
 ) -> Outcome:
-    """Plan the substitution for one request toward canonical ``host``.
+    """Plan the substitution for one request head toward canonical ``host``.
 
     ``fields`` are the header fields as sent (Proxy-* already removed); ``target`` the request
     target (path and query); ``now`` the time (unix seconds) expiry is judged at. Raises
-    nothing: an unreadable or expired secret becomes a refusal.
+    nothing: an unreadable or expired secret becomes a refusal. The body is planned apart
+    (:class:`BodyResolver`).
     """
     out = Outcome()
     hits: list[_Hit] = []
@@ -96,74 +165,67 @@ def substitute_request(
         for m in placeholders.find(value):
             cred = by_placeholder.get(m.group())
             if cred is not None:
-                hits.append(_Hit(i, cred, False))
+                hits.append(_Hit(Surface.HEADER, cred, i))
         decoded = _decode_basic(value) if name.lower() == b"authorization" else None
         if decoded:
             for m in placeholders.find(decoded):
                 cred = by_placeholder.get(m.group())
                 if cred is not None:
-                    hits.append(_Hit(i, cred, True))
-    for h in hits:
+                    hits.append(_Hit(Surface.BASIC, cred, i))
+    path, sep, query = target.partition(b"?")
+    hits += [_Hit(Surface.PATH, c) for c in _registered(path, by_placeholder)]
+    hits += [_Hit(Surface.QUERY, c) for c in _registered(query, by_placeholder)]
+
+    swaps: list[_Hit] = []
+    for h in hits:  # violations first: any one refuses the request, whatever else it holds
         if not h.credential.bound_to(host):
-            where = fields[h.index][0].decode("latin-1")
-            out.refusal = _violation(h.credential, host, f"header {where}")
-            out.violated = h.credential.name
+            out.refuse(h.credential, h.surface, _violation(h.credential, host, _where(h, fields)))
             return out
-        if not tls:
-            out.violated = h.credential.name
-            out.refusal = deny(
-                Reason.CLEARTEXT_CREDENTIAL,
-                f"placeholder of credential {h.credential.name!r} sent over cleartext HTTP; "
-                "credentials are only sent over verified TLS (use https://)",
+    for h in hits:
+        c = h.credential
+        if not c.enables(h.surface):
+            _misplaced(out, c, h.surface, host)
+            if out.refusal is not None:
+                return out
+        elif not tls:
+            out.refuse(
+                c,
+                h.surface,
+                deny(
+                    Reason.CLEARTEXT_CREDENTIAL,
+                    f"placeholder of credential {c.name!r} sent over cleartext HTTP; "
+                    "credentials are only sent over verified TLS (use https://)",
+                ),
             )
             return out
-    # The target is scanned as sent and percent-decoded, so "%5F" cannot hide "_".
-    decoded_target = unquote_to_bytes(target) if b"%" in target else target
-    for m in [*placeholders.find(target), *placeholders.find(decoded_target)]:
-        cred = by_placeholder.get(m.group())
-        if cred is None:
-            continue
-        if not cred.bound_to(host):
-            out.refusal = _violation(cred, host, "request target")
-            out.violated = cred.name
-            return out
-        if cred.name not in out.carried:
-            out.carried.append(cred.name)
+        else:
+            swaps.append(h)
 
     active = [c for c in injections if c.inject and tls and c.bound_to(host)]
-    if not hits and not active:
+    if not swaps and not active:
         return out
-    needed = {h.credential.name: h.credential for h in hits}
+    needed = {h.credential.name: h.credential for h in swaps}
     needed.update({c.name: c for c in active})
-    for c in needed.values():
-        if c.expired(now):
-            out.refusal = deny(
-                Reason.CREDENTIAL_EXPIRED,
-                f"credential {c.name!r} expired; ask for a fresh one (nothing was sent)",
-            )
-            return out
-    try:
-        values = {name: c.secret() for name, c in needed.items()}
-    except SecretUnavailable as e:  # fail closed: no secret, no request
-        # The sandbox sees which credential, not where it is kept; the operator's log has it all.
-        log.warning("credential unavailable: %s", e)
-        names = ", ".join(repr(n) for n in sorted(needed))
-        out.refusal = deny(
-            Reason.CREDENTIAL_UNAVAILABLE, f"credential {names} is unavailable right now", status=503
-        )
+    values = _values(needed, now, out)
+    if values is None:
         return out
     new = list(fields)
-    for h in hits:
-        name, value = new[h.index]
+    new_query = query
+    for h in swaps:
         secret, _ = values[h.credential.name]
-        ph, real = h.credential.placeholder.encode(), secret.reveal().encode()
-        if h.basic:
+        ph, real = h.credential.placeholder.encode(), secret.reveal()
+        if h.surface is Surface.QUERY:
+            escaped = bodies.escape(real, "query")
+            new_query = _spelled(ph).sub(lambda _, e=escaped: e, new_query)  # type: ignore[misc]
+            continue
+        name, value = new[h.index]
+        if h.surface is Surface.BASIC:
             decoded = _decode_basic(value)
             if decoded is not None and ph in decoded:
                 scheme = value.strip().split(None, 1)[0]
-                value = scheme + b" " + base64.b64encode(decoded.replace(ph, real))
+                value = scheme + b" " + base64.b64encode(decoded.replace(ph, real.encode()))
         else:
-            value = value.replace(ph, real)
+            value = value.replace(ph, real.encode())
         new[h.index] = (name, value)
     for c in active:
         assert c.inject is not None
@@ -173,8 +235,43 @@ def substitute_request(
         new = [(n, v) for n, v in new if n.lower() != header.lower()]
         new.append((header, value))
     out.fields = new
+    if new_query != query:
+        out.target = path + sep + new_query
     out.used = {name: version for name, (_, version) in values.items()}
     return out
+
+
+def _values(
+    needed: Mapping[str, Credential], now: float, out: Outcome
+) -> dict[str, tuple[Secret, int]] | None:
+    """The current value and version of each needed credential, or None with ``out.refusal`` set."""
+    for c in needed.values():
+        if c.expired(now):
+            out.refusal = _expired(c)
+            return None
+    try:
+        return {name: c.secret() for name, c in needed.items()}
+    except SecretUnavailable as e:  # fail closed: no secret, no request
+        out.refusal = _unavailable(e, sorted(needed))
+        return None
+
+
+def _expired(c: Credential) -> Decision:
+    why = f"credential {c.name!r} expired; ask for a fresh one (nothing was sent)"
+    return deny(Reason.CREDENTIAL_EXPIRED, why)
+
+
+def _unavailable(e: SecretUnavailable, names: Sequence[str]) -> Decision:
+    # The sandbox sees which credential, not where it is kept; the operator's log has it all.
+    log.warning("credential unavailable: %s", e)
+    listed = ", ".join(repr(n) for n in names)
+    return deny(Reason.CREDENTIAL_UNAVAILABLE, f"credential {listed} is unavailable right now", status=503)
+
+
+def _where(h: _Hit, fields: Fields) -> str:
+    if h.surface in (Surface.HEADER, Surface.BASIC):
+        return f"header {fields[h.index][0].decode('latin-1')}"
+    return "request target"
 
 
 def _violation(cred: Credential, host: str, where: str) -> Decision:
@@ -183,3 +280,72 @@ def _violation(cred: Credential, host: str, where: str) -> Decision:
         f"placeholder of credential {cred.name!r} in {where} is headed for {host}, "
         "which that credential is not bound to",
     )
+
+
+class BodyRefused(Exception):
+    """A placeholder in a body that must not pass: the connection is to be closed (the request
+    head has already left). ``outcome`` holds the refusal, credential and surface."""
+
+    def __init__(self, outcome: Outcome) -> None:
+        super().__init__(outcome.refusal.reason.value if outcome.refusal else "refused")
+        self.outcome = outcome
+
+
+class BodyResolver:
+    """What each placeholder in one request body becomes: the ``resolve`` callable of
+    :class:`proxy.bodies.Swapper`.
+
+    ``how`` is the body kind (:func:`proxy.bodies.kind`). Each credential's secret is read at
+    its first placeholder and kept for the rest of the body. ``outcome`` collects what was used
+    and carried (surface ``body``); a refusal raises :class:`BodyRefused`.
+    """
+
+    def __init__(
+        self, by_placeholder: Mapping[bytes, Credential], host: str, tls: bool, how: str, now: float
+    ) -> None:
+        self.by_placeholder, self.host, self.tls, self.how, self.now = by_placeholder, host, tls, how, now
+        self.outcome = Outcome()
+        self._escaped: dict[str, bytes] = {}
+
+    def may_swap(self) -> bool:
+        """True when some credential could be swapped in this body (its length may change)."""
+        return self.tls and any(
+            c.enables(Surface.BODY) and c.bound_to(self.host) for c in self.by_placeholder.values()
+        )
+
+    def may_refuse(self) -> bool:
+        """True when a placeholder in this body could refuse it (not only be carried)."""
+        return any(c.on_misplaced is not Misplaced.CARRY for c in self.by_placeholder.values())
+
+    def __call__(self, ph: bytes) -> bytes | None:
+        c = self.by_placeholder.get(ph)
+        if c is None:
+            return None  # placeholder-shaped but not this claim's: not a secret, left alone
+        out = self.outcome
+        if c.bound_to(self.host) and c.enables(Surface.BODY):
+            if c.name in self._escaped:
+                return self._escaped[c.name]
+            if not self.tls:
+                why = (
+                    f"placeholder of credential {c.name!r} sent over cleartext HTTP; "
+                    "credentials are only sent over verified TLS"
+                )
+                out.refuse(c, Surface.BODY, deny(Reason.CLEARTEXT_CREDENTIAL, why), terminate=True)
+                raise BodyRefused(out)
+            values = _values({c.name: c}, self.now, out)
+            if values is None:
+                out.violated, out.violation_surface, out.terminate = c.name, Surface.BODY.value, True
+                raise BodyRefused(out)
+            secret, version = values[c.name]
+            out.used[c.name] = version
+            self._escaped[c.name] = bodies.escape(secret.reveal(), self.how)
+            return self._escaped[c.name]
+        if c.on_misplaced is Misplaced.CARRY:
+            out.carry(c.name, Surface.BODY)
+            return None
+        if c.bound_to(self.host):
+            _misplaced(out, c, Surface.BODY, self.host)
+        else:
+            out.refuse(c, Surface.BODY, _violation(c, self.host, "the request body"))
+        out.terminate = True  # the request head has left: closing is the only refusal left
+        raise BodyRefused(out)

@@ -175,6 +175,8 @@ GOOD_REQUEST: Event = {
     "would_deny": None,
     "credentials": [{"name": "github", "version": 1}],
     "carried": [],
+    "carried_on": [],
+    "violation_surface": None,
     "bytes_out": 0,
     "bytes_in": 12,
     "duration_ms": 3.5,
@@ -192,6 +194,8 @@ GOOD_REQUEST: Event = {
         {"credentials": [{"name": "github", "version": 1, "value": "ghp_x"}]},
         {"time": "2026-05-01 12:00"},
         {"event": "tunnel"},
+        {"violation_surface": "cookie"},
+        {"carried_on": [{"name": "github"}]},
     ],
     ids=[
         "extra-field",
@@ -202,6 +206,8 @@ GOOD_REQUEST: Event = {
         "credential-value",
         "time-not-rfc3339",
         "tunnel-with-a-path",
+        "unknown-surface",
+        "carried-without-surface",
     ],
 )
 def test_schema_refuses_events_that_break_the_contract(change: Event) -> None:

@@ -289,6 +289,8 @@ def test_audit_event_has_every_documented_field(env: Env) -> None:
         "would_deny",
         "credentials",
         "carried",
+        "carried_on",
+        "violation_surface",
         "bytes_out",
         "bytes_in",
         "duration_ms",

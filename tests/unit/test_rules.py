@@ -183,6 +183,18 @@ BAD = [
         "claims[0].credentials[0].hosts[0]",
         "would be tunnelled opaque by the earlier rule demo.egress[0] *.github.com",
     ),
+    (
+        "bad-surface-unknown.yaml",
+        16,
+        "claims[0].credentials[0].surfaces[1]",
+        "unknown surface 'cookie'; expected one of: header, basic, query, userinfo, body",
+    ),
+    (
+        "bad-on-misplaced.yaml",
+        17,
+        "claims[0].credentials[0].on_misplaced",
+        "unknown action 'drop'; expected one of: carry, block, terminate",
+    ),
 ]
 
 

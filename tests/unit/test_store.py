@@ -18,6 +18,7 @@ from proxy.errors import SurrogateError
 from proxy.keyring import DecryptError, KeyRing
 from proxy.store import (
     FILENAME,
+    SCHEMA_VERSION,
     Conflict,
     CredentialStore,
     NotFound,
@@ -65,7 +66,7 @@ def test_open_creates_a_versioned_wal_file_with_mode_0600(tmp_path: Path, store:
     assert stat.S_IMODE((tmp_path / f"{FILENAME}-wal").stat().st_mode) == 0o600
     db = _raw(store.path)
     try:
-        assert db.execute("PRAGMA user_version").fetchone()[0] == 1
+        assert db.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION == 2
         assert db.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
     finally:
         db.close()
@@ -80,9 +81,9 @@ def test_reopening_by_file_path_keeps_the_data(tmp_path: Path, ring: KeyRing, st
 def test_a_newer_schema_is_refused(tmp_path: Path, ring: KeyRing) -> None:
     Store.open(tmp_path, ring).close()
     db = _raw(tmp_path / FILENAME)
-    db.execute("PRAGMA user_version = 2")
+    db.execute(f"PRAGMA user_version = {SCHEMA_VERSION + 1}")
     db.close()
-    with pytest.raises(StoreError, match="schema version 2"):
+    with pytest.raises(StoreError, match=f"schema version {SCHEMA_VERSION + 1}"):
         Store.open(tmp_path, ring)
 
 
