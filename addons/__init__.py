@@ -13,6 +13,8 @@ Each addon handles one concern and talks to the others only through ``flow.metad
 3. substitute — placeholders → secrets, injections, violations
 4. stream     — forward every body read as it arrives (SSE), count bytes
    scrub      — secrets → placeholders in responses, on the stream stream set up
+   oauth      — a token endpoint's response: real tokens into the store, placeholders onward; it
+                wraps scrub's stream (it reads the body decoded and scrubbed), so it comes after
 5. resolve    — pinned names → addresses, before mitmproxy's own loop check
 6. audit      — one JSON event per flow, after every decision above is known
 7. metrics    — Prometheus counters from the same facts
@@ -33,6 +35,7 @@ from addons.hooks import Hooks
 from addons.hygiene import Hygiene
 from addons.identify import Identify
 from addons.metrics import Metrics
+from addons.oauth import OAuthCapture
 from addons.policy import Policy
 from addons.resolve import Resolve
 from addons.scrub import Scrub
@@ -51,6 +54,7 @@ def chain(state: State) -> list[Any]:
         Substitute(state),
         Stream(),
         Scrub(),
+        OAuthCapture(state),
         Resolve(state),
         Audit(),
         Metrics(state),

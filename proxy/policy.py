@@ -20,6 +20,7 @@ from proxy.secrets import Secret, ValueSource
 
 if TYPE_CHECKING:
     from proxy.hooks import HookRoute
+    from proxy.oauth import OAuthSpec
 
 Network = ipaddress.IPv4Network | ipaddress.IPv6Network
 
@@ -126,6 +127,7 @@ class Credential:
     expires_at: float | None = None  # unix seconds; None: never
     surfaces: frozenset[Surface] = DEFAULT_SURFACES
     on_misplaced: Misplaced = Misplaced.CARRY
+    oauth: OAuthSpec | None = None  # token capture: this credential is the refresh token (proxy.oauth)
 
     def enables(self, surface: Surface) -> bool:
         """True when a placeholder found on ``surface`` may be swapped (toward a bound host)."""

@@ -15,10 +15,11 @@ import functools
 import ipaddress
 import logging
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from proxy.errors import SecretUnavailable, SurrogateError
 from proxy.hosts import HostPattern
+from proxy.oauth import OAuthSpec, parse_spec
 from proxy.policy import DEFAULT_SURFACES, Claim, Credential, Injection, Misplaced, Network, Policy, Surface
 from proxy.secrets import Secret, checked_value
 
@@ -75,6 +76,14 @@ class StoreToken:
             return False
 
 
+def oauth_spec(doc: dict[str, Any]) -> OAuthSpec | None:
+    """A stored spec (validated when it was written); None if it no longer parses."""
+    try:
+        return parse_spec(doc)
+    except ValueError:
+        return None
+
+
 @functools.lru_cache(maxsize=4096)
 def _pattern(host: str) -> HostPattern:
     return HostPattern.parse(host)
@@ -128,6 +137,7 @@ class Registry:
             if version == self._seen:
                 return set()
             claims, creds = self.store.snapshot()
+            specs = self.store.oauth_specs()
         except SurrogateError as e:  # keep serving the last good index
             log.warning("credential store unreadable, keeping the last index: %s", e)
             return set()
@@ -137,7 +147,9 @@ class Registry:
             # An unchanged version is the same credential: reuse it (and its decrypted value), so
             # one write costs one credential's rebuild, not every credential's.
             known = self._built.get((r.claim_id, r.name))
-            if known is not None and known[0] == r.version:
+            spec = specs.get((r.claim_id, r.name))
+            oauth = oauth_spec(spec) if spec is not None else None
+            if known is not None and known[0] == r.version and known[1].oauth == oauth:
                 cred = known[1]
             else:
                 cred = Credential(
@@ -149,6 +161,7 @@ class Registry:
                     r.expires_at,
                     surfaces=DEFAULT_SURFACES if r.surfaces is None else frozenset(map(Surface, r.surfaces)),
                     on_misplaced=Misplaced(r.on_misplaced or Misplaced.CARRY),
+                    oauth=oauth,
                 )
             built[r.claim_id, r.name] = (r.version, cred)
             by_claim.setdefault(r.claim_id, []).append(cred)

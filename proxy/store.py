@@ -15,13 +15,15 @@ Schema (``PRAGMA user_version = 2``; created when absent, migrated from 1 in pla
                 on_misplaced)  -- null: carry; since version 2
     credential_history(claim_id, name -> credentials ON DELETE CASCADE, version, PK of the three,
                 superseded_at, key_id, value BLOB  -- a replaced value, sealed as it was stored)
+    credential_oauth(claim_id, name -> credentials ON DELETE CASCADE, PK of the two,
+                spec JSON  -- OAuth token capture, see proxy.oauth)
 
 A migration only adds nullable columns (``ALTER TABLE ... ADD COLUMN``) in one write
 transaction, so an older store keeps every row and reads as the defaults it was written with.
 
 A replaced value is kept in ``credential_history`` for response scrubbing (see
 :mod:`proxy.live`: at most 8 per credential, for 24 hours); that table is created on open when
-absent, whatever the schema version (it needs no migration).
+absent, whatever the schema version (it needs no migration); so is ``credential_oauth``.
 
 A value is encrypted with associated data ``claim_id NUL name NUL version``, so a ciphertext
 copied to another row or version fails to decrypt; a metadata change bumps the version and so
@@ -101,6 +103,10 @@ _HISTORY = """CREATE TABLE IF NOT EXISTS credential_history (
       FOREIGN KEY (claim_id, name) REFERENCES credentials(claim_id, name) ON DELETE CASCADE) STRICT"""
 _HISTORY_OF = """SELECT key_id, value, version, superseded_at FROM credential_history
     WHERE claim_id = ? AND name = ? ORDER BY version DESC"""
+# A credential's OAuth token capture (proxy.oauth), beside it like credential_history.
+_OAUTH = """CREATE TABLE IF NOT EXISTS credential_oauth (
+      claim_id TEXT NOT NULL, name TEXT NOT NULL, spec TEXT NOT NULL, PRIMARY KEY (claim_id, name),
+      FOREIGN KEY (claim_id, name) REFERENCES credentials(claim_id, name) ON DELETE CASCADE) STRICT"""
 HISTORY_SECONDS = 24 * 3600.0  # proxy.live.LIVE_SECONDS: how long a superseded value is kept
 HISTORY_VERSIONS = 8  # proxy.live.LIVE_VERSIONS: at most this many per credential
 # Whole statements, never built from strings: the column lists are spelled out in each.
@@ -208,6 +214,8 @@ class CredentialStore(Protocol):
     def delete_credential(self, claim_id: str, name: str, if_match: int | None = None) -> bool: ...
     def secret(self, claim_id: str, name: str) -> tuple[bytes, int]: ...
     def previous_secrets(self, claim_id: str, name: str) -> list[tuple[bytes, int, float]]: ...
+    def set_oauth(self, claim_id: str, name: str, spec: dict[str, Any] | None) -> None: ...
+    def oauth_specs(self) -> dict[tuple[str, str], dict[str, Any]]: ...
     def touch_used(self, claim_id: str, name: str, at: float) -> None: ...
     def data_version(self) -> int: ...
     def snapshot(self) -> tuple[list[ClaimRecord], list[CredentialRecord]]: ...
@@ -347,9 +355,11 @@ class Store:
                         for statement in _MIGRATIONS[step]:
                             db.execute(statement)
                     db.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
-            if not db.execute("SELECT 1 FROM sqlite_master WHERE name = 'credential_history'").fetchone():
+            have = {r[0] for r in db.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
+            if not {"credential_history", "credential_oauth"} <= have:
                 with store._write():
                     db.execute(_HISTORY)
+                    db.execute(_OAUTH)
         except sqlite3.DatabaseError as e:
             db.close()
             raise StoreError(f"store {path} is not a usable SQLite database: {e}") from None
@@ -505,6 +515,25 @@ class Store:
         if row is None:
             raise NotFound(f"credential {name!r} of claim {claim_id!r} not found")
         return self._decrypt(claim_id, name, *row), row[2]
+
+    def set_oauth(self, claim_id: str, name: str, spec: dict[str, Any] | None) -> None:
+        """Declare (a JSON-able dict, see proxy.oauth) or clear (None) a credential's token capture."""
+        with self._write() as db:
+            if not db.execute(
+                "SELECT 1 FROM credentials WHERE claim_id = ? AND name = ?", (claim_id, name)
+            ).fetchone():
+                raise NotFound(f"credential {name!r} of claim {claim_id!r} not found")
+            db.execute("DELETE FROM credential_oauth WHERE claim_id = ? AND name = ?", (claim_id, name))
+            if spec is not None:
+                db.execute(
+                    "INSERT INTO credential_oauth VALUES (?, ?, ?)", (claim_id, name, json.dumps(spec))
+                )
+
+    def oauth_specs(self) -> dict[tuple[str, str], dict[str, Any]]:
+        """Every declared token capture, by (claim id, credential name)."""
+        with self._lock:
+            rows = self._db.execute("SELECT claim_id, name, spec FROM credential_oauth").fetchall()
+        return {(c, n): json.loads(spec) for c, n, spec in rows}
 
     def previous_secrets(self, claim_id: str, name: str) -> list[tuple[bytes, int, float]]:
         """The kept previous values of a credential: (value, version, superseded_at), newest

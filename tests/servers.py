@@ -157,6 +157,8 @@ class _Handler(BaseHTTPRequestHandler):
             return self._bytes(int(m[1]))
         if path == "/echo":
             return self._echo()
+        if self.command == "POST" and path == "/oauth/token":
+            return self._token()
         received = sum(len(c) for c in self._body())
         self._record(received)
         if path.startswith("/reflect"):
@@ -270,6 +272,25 @@ class _Handler(BaseHTTPRequestHandler):
         if z:
             self._chunk(z.flush())
         self.wfile.write(b"0\r\n\r\n")
+
+    def _token(self) -> None:
+        """A fake OAuth 2.0 token endpoint (RFC 6749 §6): a refresh_token grant (form body) with a
+        refresh token it issued (or ``upstream.oauth_refresh``, the first) gets new access,
+        refresh and id tokens (recorded in ``upstream.oauth_issued``); anything else 400."""
+        body = b"".join(self._body())
+        self._record(len(body))
+        form = dict(parse_qsl(body.decode("utf-8", "replace")))
+        up = self.upstream
+        self.upstream.oauth_seen.append(form.get("refresh_token", ""))
+        known = {up.oauth_refresh, *(t["refresh_token"] for t in up.oauth_issued)}
+        if form.get("grant_type") != "refresh_token" or form.get("refresh_token") not in known:
+            return self._json({"error": "invalid_grant"}, status=400)
+        issued = {
+            k: f"CANARY{k.replace('_', '')}{os.urandom(12).hex()}"
+            for k in ("access_token", "refresh_token", "id_token")
+        }
+        up.oauth_issued.append(issued)
+        self._json({**issued, "token_type": "Bearer", "expires_in": 3600})
 
     def _sse(self) -> None:
         self._record(0)
@@ -411,6 +432,9 @@ class Upstream:
         self.requests: list[Recorded] = []
         self.connections = 0
         self.sse_release = threading.Event()
+        self.oauth_refresh = ""  # /oauth/token: the first refresh token it accepts
+        self.oauth_seen: list[str] = []  # refresh tokens received
+        self.oauth_issued: list[dict[str, str]] = []  # tokens handed out
         self.port = 0
         self._tmpdir = tmpdir
         self._ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
