@@ -4,9 +4,12 @@ Each addon handles one concern and talks to the others only through ``flow.metad
 :mod:`addons.facts`). mitmproxy calls addons in list order for every hook, so:
 
 1. identify   — who is this (claim), from Proxy-Authorization; strips Proxy-* headers
+   limits     — the claim's open connections and request rate (429 before any other work), and
+                the request-head deadline; right after identify because it needs the claim
    hygiene    — refuse ambiguous request heads (duplicate Host, control characters, oversize,
                 TRACE toward credentials); drop hop-by-hop headers
 2. policy     — egress rules decide; deny before any upstream TCP/TLS; authority agreement
+   forgery    — a placeholder with surrogate's checksum that this claim does not hold: refused
    hooks      — a hook route's request is answered by an operator command (no upstream); it runs
                 after policy (only allowed requests) and before substitute (it sees placeholders,
                 never secrets), and before stream (its body is read whole, bounded)
@@ -31,9 +34,11 @@ from typing import Any
 from mitmproxy.addons import errorcheck, next_layer, proxyserver, tlsconfig
 
 from addons.audit import Audit
+from addons.forgery import Forgery
 from addons.hooks import Hooks
 from addons.hygiene import Hygiene
 from addons.identify import Identify
+from addons.limits import Limiter
 from addons.metrics import Metrics
 from addons.oauth import OAuthCapture
 from addons.policy import Policy
@@ -48,8 +53,10 @@ def chain(state: State) -> list[Any]:
     """The full, ordered addon list for a proxy serving ``state``."""
     return [
         Identify(state),
+        Limiter(state),
         Hygiene(),
         Policy(state),
+        Forgery(),
         Hooks(state),
         Substitute(state),
         Stream(),

@@ -66,6 +66,7 @@ def _event(flow: http.HTTPFlow, kind: str) -> dict[str, Any]:
         a.WOULD_DENY: decision.would_deny.value if decision and decision.would_deny else None,
         a.CREDENTIALS: [{"name": n, "version": v} for n, v in used.items()],
         a.CARRIED: flow.metadata.get(facts.CARRIED, []),
+        a.FORGED: flow.metadata.get(facts.FORGED, []),
         a.CARRIED_ON: [{"name": n, "surface": s} for n, s in flow.metadata.get(facts.CARRIED_ON, [])],
         a.VIOLATION_SURFACE: flow.metadata.get(facts.VIOLATION_SURFACE),
         a.BYTES_OUT: counts[0],

@@ -16,6 +16,7 @@ Keys (all optional until the addon that owns them has run):
 - ``surrogate.violated`` (str)          substitute: the credential whose placeholder was refused
 - ``surrogate.violation_surface`` (str) substitute: where that placeholder was found
 - ``surrogate.bytes`` ([int, int])      stream: request and response body bytes seen
+- ``surrogate.forged`` (list[str])      forgery: where forged placeholders were found
 - ``surrogate.hook`` (HookRoute)        hooks: the route that answers this request (no upstream)
 """
 
@@ -45,6 +46,7 @@ VIOLATED = "surrogate.violated"
 CARRIED_ON = "surrogate.carried_on"
 VIOLATION_SURFACE = "surrogate.violation_surface"
 BYTES = "surrogate.bytes"
+FORGED = "surrogate.forged"
 HOOK = "surrogate.hook"
 
 REQUEST_ID_HEADER = "X-Surrogate-Request-Id"

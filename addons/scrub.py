@@ -12,13 +12,26 @@ decompression bound) is not passed: the connection is closed and the audit event
 ``unscannable_response`` with the reason. A scrubbed body changes length, so
 ``Content-Length`` is dropped (HTTP/1 clients get chunked framing). WebSocket upgrades (101)
 are not scrubbed here.
+
+Errors: mitmproxy's protocol-error messages quote the offending bytes (``Received invalid
+header name: b'...'``), it sends that message to the client as its 502 page, and the audit event
+records it. A hostile upstream that reflects the secret into a malformed response would get it
+through both. When an error message holds a secret of the claim (raw, in any form the scrubber
+catches, or as Python bytes-repr), the flow is killed instead, and the client's connection is
+closed under mitmproxy before it writes the page: the audit event says "Connection killed." and
+the sandbox gets a closed connection. Measured on mitmproxy 12.3: a kill in the error hook
+replaces the error page for protocol errors (``HttpStream.check_killed``), but not for a response
+that fails header validation (``HttpStream.check_invalid`` sends it unconditionally after the
+hook); there, only closing the client transport in the hook (``SendData`` skips a closing
+writer) withholds it.
 """
 
 from __future__ import annotations
 
 import time
 
-from mitmproxy import http
+from mitmproxy import ctx, http
+from mitmproxy import flow as mflow
 
 from addons import facts
 from proxy.decide import Reason, deny
@@ -104,3 +117,32 @@ class Scrub:
             return [out] if out else []
 
         response.stream = scrub
+
+    def error(self, flow: http.HTTPFlow) -> None:
+        claim = flow.metadata.get(facts.CLAIM)
+        if flow.error is None or claim is None or not claim.credentials:
+            return
+        try:
+            message = flow.error.msg.encode("utf-8", "surrogateescape")
+            pairs = _pairs(claim, time.time())
+            quoted = Scrubber(pairs).scrub(message) != message or any(
+                repr(secret)[2:-1].encode() in message for secret, _ in pairs
+            )
+        except Exception as e:  # fail closed: an error we cannot check is withheld
+            facts.log.error("scrub.error failed with %s; error message withheld", type(e).__name__)
+            quoted = True
+        if quoted:
+            facts.log.warning("an upstream error message quoted a credential; withheld, connection closed")
+            flow.error = mflow.Error(mflow.Error.KILLED_MESSAGE)
+            _close_client(flow)
+
+
+def _close_client(flow: http.HTTPFlow) -> None:
+    """Close the client's transport now, so nothing more is written to it (mitmproxy 12.3
+    internals: proxyserver's handlers by client id, their ConnectionIO writers)."""
+    server = ctx.master.addons.get("proxyserver")
+    handler = getattr(server, "connections", {}).get(flow.client_conn.id)
+    io = getattr(handler, "transports", {}).get(flow.client_conn)
+    writer = getattr(io, "writer", None)
+    if writer is not None and not writer.is_closing():
+        writer.close()

@@ -37,7 +37,7 @@ from mitmproxy import connection, ctx, http, tls
 from addons import facts
 from proxy import bodies
 from proxy.decide import Decision, Reason, deny
-from proxy.policy import Claim
+from proxy.policy import Claim, Credential
 from proxy.state import State
 from proxy.substitute import BodyRefused, BodyResolver, Outcome, substitute_request
 
@@ -97,6 +97,10 @@ class Substitute:
             else:
                 facts.refuse(flow, refusal)
             return
+        if outcome.used and (spent := self.state.registry.spend(claim, list(outcome.used))):
+            message = f"credential {spent!r} has used up its request budget (max_requests); nothing was sent"
+            facts.refuse(flow, deny(Reason.CREDENTIAL_BUDGET_SPENT, message, rule=allowed.rule))
+            return
         if outcome.fields is not None:
             req.headers.fields = tuple(outcome.fields)
         if outcome.target is not None:
@@ -106,7 +110,12 @@ class Substitute:
             self.state.registry.record_use(claim, list(outcome.used), now)
         if claim.by_placeholder:
             how = bodies.kind(req.headers.get("content-type", ""))
-            self._body(flow, BodyResolver(claim.by_placeholder, host, tls_, how, now))
+            counted = set(outcome.used)  # the head's swaps were counted against budgets above
+
+            def spend(c: Credential) -> bool:
+                return c.name in counted or self.state.registry.spend(claim, [c.name]) is None
+
+            self._body(flow, BodyResolver(claim.by_placeholder, host, tls_, how, now, spend))
 
     def _body(self, flow: http.HTTPFlow, resolver: BodyResolver) -> None:
         req = flow.request

@@ -11,7 +11,8 @@ file, over HTTP/1.1 through one tunnel, as three claims of the same proxy:
   placeholder (one straddling every 64 KiB boundary) swapped, Content-Length dropped, chunked.
 
 Rounds interleave the three (order rotated each round); medians are printed as a markdown table
-with MB/s, the ratio to ``plain`` and the proxy's peak RSS growth (VmHWM reset before each
+with MB/s, the ratio to ``plain``, the proxy's CPU seconds per upload (/proc/PID/stat) and
+its peak RSS growth (VmHWM reset before each
 upload). Run: ``.venv/bin/python bench/bodies.py [--rounds N]`` (needs nginx and curl, as
 ``make bench`` does).
 """
@@ -29,7 +30,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path[:0] = [str(ROOT), str(ROOT / "tests"), str(ROOT / "bench")]
 
-from load import Target, reset_peak_rss, status_kib  # noqa: E402
+from load import Target, cpu_seconds, reset_peak_rss, status_kib  # noqa: E402
 from proxies import UPSTREAM_HOST, Surrogate  # noqa: E402
 from run import _cores  # noqa: E402
 from upstreams import BenchCA, Nginx, _nginx_conf, pinned  # noqa: E402
@@ -95,19 +96,20 @@ class Sink(Nginx):
         self.conf.write_text(conf)
 
 
-def upload(target: Target, url: str, body: Path, size: int, cpu: int | None) -> tuple[float, float]:
-    """(MB/s, peak RSS growth in MiB) of one upload of ``body`` through ``target``."""
+def upload(target: Target, url: str, body: Path, size: int, cpu: int | None) -> tuple[float, float, float]:
+    """(MB/s, peak RSS growth in MiB, proxy CPU seconds) of one upload of ``body`` through ``target``."""
     assert target.proxy_url is not None and target.pid is not None
     cmd = ["curl", "-sS", "--fail", "--cacert", str(target.ca_pem), "-x", target.proxy_url, "-o", "/dev/null",
            "-H", "Content-Type: application/octet-stream", "--data-binary", f"@{body}",
            "-w", "%{size_upload} %{time_total}\n", url]  # fmt: skip
     base = status_kib(target.pid, "VmRSS")
     reset_peak_rss(target.pid)
+    cpu_before = cpu_seconds(target.pid)
     out = subprocess.run(pinned(cmd, cpu), capture_output=True, text=True, check=True).stdout.split()
     if int(out[0]) != size:
         raise RuntimeError(f"{target.name}: uploaded {out[0]} bytes, expected {size}")
     growth = (status_kib(target.pid, "VmHWM") - base) / 1024
-    return size / float(out[1]) / 1e6, growth
+    return size / float(out[1]) / 1e6, growth, cpu_seconds(target.pid) - cpu_before
 
 
 def main() -> None:
@@ -127,21 +129,23 @@ def main() -> None:
             url = f"https://{UPSTREAM_HOST}:{sink.port}/sink"
             speeds: dict[str, list[float]] = {k: [] for k in KINDS}
             growth: dict[str, list[float]] = {k: [] for k in KINDS}
+            cpu: dict[str, list[float]] = {k: [] for k in KINDS}
             for r in range(args.rounds):
                 for kind in KINDS[r % 3 :] + KINDS[: r % 3]:
-                    mbs, rss = upload(
+                    mbs, rss, used = upload(
                         proxy.target(kind, f"bench-{kind}-token"), url, bodies[kind], size, load_cpu
                     )
                     speeds[kind].append(mbs)
                     growth[kind].append(rss)
+                    cpu[kind].append(used)
         finally:
             proxy.stop()
             sink.stop()
     print({k: [round(x) for x in v] for k, v in speeds.items()}, file=sys.stderr)
     plain = statistics.median(speeds["plain"])
     print(f"request body, {size / 2**20:.0f} MiB over HTTP/1.1, median of {args.rounds} rounds\n")
-    print("| body | MB/s | vs plain | peak RSS growth (MiB) |")
-    print("|---|---:|---:|---:|")
+    print("| body | MB/s | vs plain | proxy CPU s / upload | peak RSS growth (MiB) |")
+    print("|---|---:|---:|---:|---:|")
     labels = {
         "plain": "plain streaming (no credential)",
         "scan": "scanned, placeholders carried",
@@ -149,7 +153,10 @@ def main() -> None:
     }
     for kind in KINDS:
         mbs = statistics.median(speeds[kind])
-        print(f"| {labels[kind]} | {mbs:.0f} | {mbs / plain:.2f}x | {statistics.median(growth[kind]):.1f} |")
+        print(
+            f"| {labels[kind]} | {mbs:.0f} | {mbs / plain:.2f}x | {statistics.median(cpu[kind]):.2f} "
+            f"| {statistics.median(growth[kind]):.1f} |"
+        )
 
 
 if __name__ == "__main__":

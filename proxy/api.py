@@ -82,6 +82,7 @@ class CredentialPut(_In):
     placeholder: str | None = Field(None, pattern=PLACEHOLDER_PATTERN, description="generated when absent")
     inject: InjectIn | None = None
     expires_at: AwareDatetime | None = None
+    max_requests: int | None = Field(None, ge=1, description="request budget; absent: none")
     surfaces: list[SurfaceName] | None = Field(None, description=_SURFACES_DOC)
     on_misplaced: MisplacedAction | None = Field(None, description=_MISPLACED_DOC)
     oauth: dict[str, Any] | None = Field(
@@ -98,6 +99,7 @@ class CredentialPatch(_In):
     placeholder: str | None = Field(None, pattern=PLACEHOLDER_PATTERN)
     inject: InjectIn | None = None
     expires_at: AwareDatetime | None = None
+    max_requests: int | None = Field(None, ge=1, description="request budget; null removes it")
     surfaces: list[SurfaceName] | None = Field(None, description=_SURFACES_DOC + "; null: the default")
     on_misplaced: MisplacedAction | None = Field(None, description=_MISPLACED_DOC + "; null: carry")
 
@@ -139,6 +141,8 @@ class CredentialOut(BaseModel):
     updated_at: datetime
     expires_at: datetime | None
     last_used_at: datetime | None
+    max_requests: int | None
+    requests_used: int
 
 
 class CredentialWritten(CredentialOut):
@@ -182,6 +186,8 @@ def _cred_out(r: CredentialRecord, cov: list[Coverage] | None = None) -> dict[st
         "updated_at": _ts(r.updated_at),
         "expires_at": _ts(r.expires_at),
         "last_used_at": _ts(r.last_used_at),
+        "max_requests": r.max_requests,
+        "requests_used": r.requests_used,
     }
     if cov is not None:
         out["coverage"] = [{"host": c.host, "rule": c.rule, "header": c.header} for c in cov]
@@ -384,6 +390,7 @@ def make_app(control: Control, operator_token: str | None = None) -> FastAPI:
             "inject_header": body.inject.set_header if body.inject else None,
             "inject_format": body.inject.format if body.inject else None,
             "expires_at": body.expires_at.timestamp() if body.expires_at else None,
+            "max_requests": body.max_requests,
             "surfaces": body.surfaces,
             "on_misplaced": body.on_misplaced,
             "oauth": body.oauth,
@@ -410,6 +417,8 @@ def make_app(control: Control, operator_token: str | None = None) -> FastAPI:
                 changes["inject_format"] = value.format if value else None
             elif key == "expires_at":
                 changes["expires_at"] = value.timestamp() if value else None
+            elif key == "max_requests":
+                changes["max_requests"] = value
             elif key in ("surfaces", "on_misplaced"):  # null: back to the default
                 changes[key] = value
             elif value is None:

@@ -21,6 +21,8 @@ Fields:
     would_deny      report mode: the reason code the rules would have refused with, else null
     credentials     [{"name", "version"}] swapped or injected into this request
     carried         names of credentials whose placeholder passed unchanged
+    forged          where a placeholder with surrogate's checksum that the claim does not hold
+                    was found ("header NAME", "request target"); the string itself is not logged
     carried_on      [{"name", "surface"}] the same, with the surface each was found on
     violation_surface
                     the surface of the placeholder that refused the request, else null
@@ -77,6 +79,7 @@ MESSAGE = "message"
 CREDENTIALS = "credentials"
 WOULD_DENY = "would_deny"
 CARRIED = "carried"
+FORGED = "forged"
 CARRIED_ON = "carried_on"
 VIOLATION_SURFACE = "violation_surface"
 BYTES_OUT = "bytes_out"

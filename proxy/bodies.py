@@ -73,7 +73,7 @@ class Swapper:
         """What of ``held + chunk`` may be forwarded now, placeholders resolved."""
         if not chunk:
             return b""
-        return self._run(self.held + chunk, final=False)
+        return self._run(self.held + chunk if self.held else chunk, final=False)
 
     def finish(self) -> bytes:
         """The held-back tail, resolved: the body has ended."""
@@ -99,8 +99,10 @@ class Swapper:
                 partial = _PARTIAL.search(buf, max(scanned, len(buf) - HOLD))
                 if partial is not None:
                     cut = partial.start()
-        out.append(buf[pos:cut])
         self.held = buf[cut:]
+        if not out and cut == len(buf):  # the common case: nothing swapped, nothing held
+            return buf
+        out.append(buf[pos:cut])
         return b"".join(out)
 
 

@@ -32,7 +32,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from certs import ca
-from proxy import audit, client
+from proxy import audit, client, hardening
 from proxy.errors import HostError, SurrogateError
 from proxy.explain import main_explain, main_why
 from proxy.hosts import canonical_host
@@ -157,6 +157,7 @@ def _parser() -> argparse.ArgumentParser:
         help="also listen for kernel-redirected (iptables/nft REDIRECT) traffic; claims by source address",
     )
     _control_args(run)
+    _limit_args(run)
 
     control = sub.add_parser("control", parents=[state], help="serve only the control API (sidecar)")
     control.add_argument("--rules", type=Path, required=True, help="the rules file the proxy uses")
@@ -244,6 +245,9 @@ def _parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
+    if args.command in ("run", "control"):  # before any secret is read: no core dump can hold one
+        for problem in hardening.harden():
+            print(f"surrogate: warning: {problem}", file=sys.stderr)
     try:
         if args.command == "run":
             return _run(args)
@@ -324,6 +328,35 @@ def _demo_init(state_dir: Path) -> int:
     return 0
 
 
+def _seconds(text: str) -> int:
+    if not (text.isascii() and text.isdigit()) or not 1 <= int(text) <= 86400:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number of seconds in 1..86400")
+    return int(text)
+
+
+def _limit_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--header-timeout",
+        type=_seconds,
+        default=60,
+        metavar="S",
+        help="close a client connection that has not sent a complete request head within S seconds "
+        "of opening, of its CONNECT, or of its previous response (default %(default)s)",
+    )
+    p.add_argument(
+        "--idle-timeout",
+        type=_seconds,
+        default=600,
+        metavar="S",
+        help="close a connection on which no byte moved either way for S seconds (default %(default)s)",
+    )
+    p.add_argument(
+        "--no-http2",
+        action="store_true",
+        help="speak only HTTP/1.1 to the sandbox (and upstream): no ALPN h2 is offered",
+    )
+
+
 def _run(args: argparse.Namespace) -> int:
     from proxy.engine import RunConfig, serve  # mitmproxy is imported only to serve
 
@@ -344,6 +377,9 @@ def _run(args: argparse.Namespace) -> int:
             rules=args.rules,
             control=control,
             transparent=args.transparent,
+            header_timeout=args.header_timeout,
+            idle_timeout=args.idle_timeout,
+            http2=not args.no_http2,
         )
         asyncio.run(serve(config, lambda: _banner(policy, args, host, port, control)))
     return 0

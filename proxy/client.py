@@ -62,6 +62,7 @@ def add_commands(sub: Any, state: argparse.ArgumentParser) -> None:
         p.add_argument("--inject-header", help="set this header to the formatted value")
         p.add_argument("--format", help="injection format, default 'Bearer {value}'")
         p.add_argument("--expires-at", help="ISO 8601 time with zone, e.g. 2026-12-01T00:00:00Z")
+        p.add_argument("--max-requests", type=int, help="request budget: refuse the credential after N uses")
         p.add_argument(
             "--surface",
             action="append",
@@ -134,6 +135,8 @@ def _request(args: argparse.Namespace) -> tuple[str, str, dict[str, Any] | None,
         body["inject"] = {"set_header": args.inject_header, "format": args.format or "Bearer {value}"}
     if args.expires_at:
         body["expires_at"] = args.expires_at
+    if args.max_requests is not None:
+        body["max_requests"] = args.max_requests  # the API refuses < 1 with a 422 naming the field
     if args.surfaces:
         body["surfaces"] = args.surfaces
     if args.on_misplaced:

@@ -248,6 +248,7 @@ class Control:
                 placeholder=placeholder,
                 expires_at=body.get("expires_at"),
                 if_match=if_match,
+                max_requests=body.get("max_requests"),
                 surfaces=body.get("surfaces"),
                 on_misplaced=body.get("on_misplaced"),
             )

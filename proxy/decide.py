@@ -52,6 +52,10 @@ class Reason(StrEnum):
     BAD_REQUEST_HEAD = "bad_request_head"
     BAD_REQUEST_BODY = "bad_request_body"
     UNRESOLVABLE = "unresolvable"
+    TOO_MANY_CONNECTIONS = "too_many_connections"
+    RATE_LIMITED = "rate_limited"
+    FORGED_PLACEHOLDER = "forged_placeholder"
+    CREDENTIAL_BUDGET_SPENT = "credential_budget_spent"
     UNSCANNABLE_RESPONSE = "unscannable_response"
     HOOK_ANSWERED = "hook_answered"
     HOOK_TIMEOUT = "hook_timeout"
@@ -86,7 +90,9 @@ def deny(reason: Reason, message: str, status: int = 403, rule: EgressRule | Non
     return Decision(action, reason, message, rule, status)
 
 
-_VIOLATIONS = frozenset({Reason.PLACEHOLDER_VIOLATION, Reason.CLEARTEXT_CREDENTIAL})
+_VIOLATIONS = frozenset(
+    {Reason.PLACEHOLDER_VIOLATION, Reason.CLEARTEXT_CREDENTIAL, Reason.FORGED_PLACEHOLDER}
+)
 
 
 # A dot segment, possibly with ;params (servlet containers read "/..;x/" as "/../"), an encoded

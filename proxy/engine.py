@@ -7,6 +7,9 @@ Options set here, and why:
 - ``ssl_verify_upstream_trusted_ca``: the system roots plus ``--upstream-ca`` files; upstream TLS
   is always verified (``ssl_insecure`` stays off: a secret leaves only over verified TLS).
 - ``confdir``: ``<state dir>/ca``, where the proxy's CA lives.
+- ``tcp_timeout`` (``--idle-timeout``): mitmproxy's watchdog closes a connection on which no byte
+  moved either way for that long (a quiet SSE stream counts as idle). ``http2`` (``--no-http2``):
+  off, h2 is not offered in ALPN, so a sandbox cannot use HTTP/2's stream machinery at all.
 
 The control API runs on the proxy's event loop (its handlers are short: one SQLite transaction),
 so the proxy and the API share one store connection and one index.
@@ -54,6 +57,9 @@ class RunConfig:
     rules: Path | None = None  # watched for changes and reloaded on SIGHUP
     control: ControlConfig | None = None
     transparent: tuple[str, int] | None = None  # transparent listener (SO_ORIGINAL_DST, Linux)
+    header_timeout: int = 60  # seconds to a complete request head (addons/limits.py)
+    idle_timeout: int = 600  # seconds without a byte either way: mitmproxy's tcp_timeout
+    http2: bool = True  # False: HTTP/1.1 only (mitmproxy's http2 option), see docs
 
 
 def build_master(config: RunConfig, on_ready: Callable[[], None] | None = None) -> Master:
@@ -85,6 +91,9 @@ def build_master(config: RunConfig, on_ready: Callable[[], None] | None = None) 
         # Allowed bodies are streamed by the stream addon. This bounds what mitmproxy reads into
         # memory for a refused HTTP/2 request whose length was not declared.
         stream_large_bodies="1m",
+        tcp_timeout=config.idle_timeout,
+        http2=config.http2,
+        surrogate_header_timeout=config.header_timeout,
     )
     return master
 

@@ -4,7 +4,12 @@ Canonical form (used by policy, matching and audit alike):
 - lower case, no trailing dot;
 - internationalised names as IDNA 2008 A-labels with UTS #46 mapping (RFC 5891, UTS #46),
   so ``BÜCHER.example`` and ``xn--bcher-kva.example`` are the same host;
-- IP literals in their ``ipaddress`` compressed form, brackets removed (``[::1]`` → ``::1``).
+- IP literals in their ``ipaddress`` compressed form, brackets removed (``[::1]`` → ``::1``);
+- the numeric IPv4 spellings that ``inet_aton`` (and so ``getaddrinfo``, curl and browsers, per
+  the WHATWG URL standard §3.5 "IPv4 parser") accept, as the dotted quad: ``127.1``,
+  ``0x7f000001``, ``2130706433``, ``0177.0.0.1`` are all ``127.0.0.1``. A name made only of
+  such numeric parts that is not a valid address (``256.1.1.1``) is refused, not taken as a
+  DNS name.
 
 Patterns (RFC 6125 §6.4.3 style, stricter):
 - ``api.github.com``: exactly that host;
@@ -18,6 +23,7 @@ Raises :class:`proxy.errors.HostError` for a name that cannot be canonicalised.
 from __future__ import annotations
 
 import ipaddress
+import re
 from dataclasses import dataclass
 
 import idna
@@ -25,6 +31,23 @@ import idna
 from proxy.errors import HostError
 
 _MAX_NAME = 253
+_IPV4_PART = re.compile(r"0x[0-9a-f]+|0[0-7]*|[1-9][0-9]*")  # hex, octal, decimal (inet_aton(3))
+
+
+def _numeric_ipv4(host: str, raw: str) -> str | None:
+    """The dotted quad a 1-4 part numeric spelling means (lower-case ``host``), or None when
+    ``host`` is not all numeric parts. Raises HostError for numeric parts out of range."""
+    parts = host.split(".")
+    if len(parts) > 4 or not all(_IPV4_PART.fullmatch(p) for p in parts):
+        return None
+    nums = [int(p[2:], 16) if p.startswith("0x") else int(p, 8 if p.startswith("0") else 10) for p in parts]
+    last_max = 256 ** (5 - len(nums))  # the last part fills the remaining bytes
+    if any(n > 255 for n in nums[:-1]) or nums[-1] >= last_max:
+        raise HostError(f"invalid host name {raw!r}: a numeric IPv4 spelling out of range")
+    value = nums[-1]
+    for i, n in enumerate(nums[:-1]):
+        value += n << (24 - 8 * i)
+    return str(ipaddress.IPv4Address(value))
 
 
 def canonical_host(raw: str) -> str:
@@ -46,6 +69,8 @@ def canonical_host(raw: str) -> str:
         host = host[:-1]
     if not host or host.startswith(".") or host.endswith(".") or ".." in host:
         raise HostError(f"invalid host name {raw!r}: empty label")
+    if (ip := _numeric_ipv4(host, raw)) is not None:
+        return ip
     if host.isascii():
         # Fast path for the usual case; underscores are tolerated because real services use
         # them (e.g. ``_dmarc`` style names) and IDNA would refuse them.

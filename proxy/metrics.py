@@ -12,6 +12,7 @@ host, path or anything else the sandbox chooses.
     surrogate_store_operations_total{operation, outcome}        control-API store writes
     surrogate_rule_reloads_total{outcome}                       applied | rejected
     surrogate_control_requests_total{method, status_class}      control-API calls
+    surrogate_limit_refusals_total{limit}                       connections | rate | header_timeout
 """
 
 from __future__ import annotations
@@ -50,6 +51,9 @@ class Metrics:
             "surrogate_store_operations", "control-API store writes", ["operation", "outcome"], registry=r
         )
         self.reloads = Counter("surrogate_rule_reloads", "rules reloads", ["outcome"], registry=r)
+        self.limit_refusals = Counter(
+            "surrogate_limit_refusals", "connections refused or closed by a limit", ["limit"], registry=r
+        )
         self.control_requests = Counter(
             "surrogate_control_requests", "control API requests", ["method", "status_class"], registry=r
         )

@@ -6,10 +6,22 @@ shape, finding them is one regex pass over a value, whose cost does not depend o
 placeholders are registered: each hit is then one dict lookup.
 
 A string of this shape that is not registered for the claim is left alone (it is not a secret).
+
+**Checksum.** Placeholders that surrogate generates end in ``CHECKSUM_LENGTH`` (6) characters that
+are a checksum of the rest: base62 of BLAKE2b-64 over ``surr_`` + the random part, reduced
+modulo 62**6. No secret is involved: it tells a string that surrogate issued (to some claim,
+at some time) from one that merely has the shape, with a chance of 1 in 62**6 (≈ 5.7e10) for a
+random string. Compatibility: a registered placeholder is honoured whether or not it carries a
+checksum (rules files hold hand-written ones such as ``surr_DemoGithubPlaceholder0001``); only
+the *forgery* check needs the checksum: a string with a valid checksum that is not registered
+for the requesting claim (another claim's, a deleted one, a forged one) is refused as
+``forged_placeholder`` (see :mod:`proxy.forgery`). A string without a valid checksum that is
+not registered stays inert, as before.
 """
 
 from __future__ import annotations
 
+import hashlib
 import re
 import secrets
 import string
@@ -27,11 +39,38 @@ def is_placeholder(text: str) -> bool:
     return PATTERN.fullmatch(text) is not None
 
 
+CHECKSUM_LENGTH = 6
+_CHECKSUM_SPACE = len(_ALPHABET) ** CHECKSUM_LENGTH
+
+
+def checksum(stem: str) -> str:
+    """The ``CHECKSUM_LENGTH`` base62 characters that end a generated placeholder whose other
+    characters are ``stem`` (prefix included)."""
+    digest = hashlib.blake2b(stem.encode("ascii"), digest_size=8).digest()
+    n = int.from_bytes(digest, "big") % _CHECKSUM_SPACE
+    out = []
+    for _ in range(CHECKSUM_LENGTH):
+        n, d = divmod(n, len(_ALPHABET))
+        out.append(_ALPHABET[d])
+    return "".join(reversed(out))
+
+
+def has_valid_checksum(text: str) -> bool:
+    """True when ``text`` is exactly one placeholder whose last 6 characters are the checksum of
+    the rest, i.e. one surrogate generated (or a lucky 1-in-62**6 string)."""
+    if not is_placeholder(text):
+        return False
+    stem, tail = text[:-CHECKSUM_LENGTH], text[-CHECKSUM_LENGTH:]
+    return checksum(stem) == tail
+
+
 def generate(length: int = 32) -> str:
-    """A fresh random placeholder (``length`` characters after the prefix, 16..64)."""
+    """A fresh random placeholder (``length`` characters after the prefix, 16..64), whose last 6
+    characters are its checksum. Raises ValueError for another length."""
     if not 16 <= length <= 64:
         raise ValueError("placeholder length must be 16..64")
-    return PREFIX + "".join(secrets.choice(_ALPHABET) for _ in range(length))
+    stem = PREFIX + "".join(secrets.choice(_ALPHABET) for _ in range(length - CHECKSUM_LENGTH))
+    return stem + checksum(stem)
 
 
 def find(value: bytes) -> list[re.Match[bytes]]:

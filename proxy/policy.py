@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Protocol
 
 from proxy.errors import Problem, SecretUnavailable
 from proxy.hosts import HostPattern
+from proxy.limits import Limits
 from proxy.secrets import Secret, ValueSource
 
 if TYPE_CHECKING:
@@ -75,6 +76,7 @@ class Pool:
     allow_reroute: bool = False  # transparent mode: may the Host/SNI name another address?
     allow_cidrs: tuple[Network, ...] = ()  # special-purpose networks this pool may still reach
     report: bool = False  # report mode for the whole pool
+    limits: Limits = Limits()  # per-claim connections and request rate (proxy/limits.py)
     hooks: tuple[HookRoute, ...] = ()  # routes an operator command answers (proxy.hooks)
 
 
@@ -125,6 +127,7 @@ class Credential:
     source: SecretSource = field(repr=False)
     inject: Injection | None = None
     expires_at: float | None = None  # unix seconds; None: never
+    max_requests: int | None = None  # request budget (counted by the registry); None: none
     surfaces: frozenset[Surface] = DEFAULT_SURFACES
     on_misplaced: Misplaced = Misplaced.CARRY
     oauth: OAuthSpec | None = None  # token capture: this credential is the refresh token (proxy.oauth)

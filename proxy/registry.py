@@ -98,6 +98,7 @@ class Registry:
         self._versions: dict[str, int] = {}
         self._by_source: list[tuple[Network, Claim]] = []
         self._built: dict[tuple[str, str], tuple[int, Credential]] = {}
+        self._spent: dict[tuple[str, str], int] = {}  # rules-file credentials: requests counted
         self._index_sources()
 
     def replace_policy(self, policy: Policy) -> None:
@@ -159,6 +160,7 @@ class Registry:
                     StoreValue(self.store, r.claim_id, r.name),
                     Injection(r.inject_header, r.inject_format or "{value}") if r.inject_header else None,
                     r.expires_at,
+                    r.max_requests,
                     surfaces=DEFAULT_SURFACES if r.surfaces is None else frozenset(map(Surface, r.surfaces)),
                     on_misplaced=Misplaced(r.on_misplaced or Misplaced.CARRY),
                     oauth=oauth,
@@ -178,6 +180,36 @@ class Registry:
         self._store_claims, self._versions, self._seen = fresh, versions, version
         self._index_sources()
         return gone
+
+    def spend(self, claim: Claim, names: list[str]) -> str | None:
+        """Count one request carrying the secrets of credentials ``names`` against their budgets
+        (``max_requests``). Returns the name of a credential whose budget is spent (the request
+        must then be refused), else None.
+
+        Rules-file credentials are counted in memory per (claim, credential name): the count
+        survives reloads but not a restart. Store credentials are counted in the store, in the
+        same commit-per-use, so the count survives restarts and is shared by every process; a
+        store failure counts as spent (fail closed). All budgets are checked before any is
+        counted, except between two store credentials of one request (rare: counted in order).
+        """
+        metered = [c for c in claim.credentials if c.name in names and c.max_requests is not None]
+        if not metered:
+            return None
+        if claim.origin != "store" or self.store is None:
+            for c in metered:
+                if self._spent.get((claim.id, c.name), 0) >= (c.max_requests or 0):
+                    return c.name
+            for c in metered:
+                self._spent[claim.id, c.name] = self._spent.get((claim.id, c.name), 0) + 1
+            return None
+        for c in metered:
+            try:
+                if not self.store.spend(claim.id, c.name):
+                    return c.name
+            except SurrogateError as e:
+                log.warning("could not count a use of credential %r: %s", c.name, e)
+                return c.name
+        return None
 
     def record_use(self, claim: Claim, names: list[str], now: float) -> None:
         """Note the last-used time of store credentials (rate-limited by the store)."""

@@ -31,6 +31,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from proxy import hooks, placeholders
 from proxy.errors import HostError, Problem, RulesError, SecretUnavailable
 from proxy.hosts import HostPattern
+from proxy.limits import DEFAULT_BURST, DEFAULT_CONNECTIONS, DEFAULT_RATE, Limits
 from proxy.policy import (
     DEFAULT_SURFACES,
     SURFACES,
@@ -72,12 +73,19 @@ class HookModel(_Model):
     timeout: float = hooks.DEFAULT_TIMEOUT
 
 
+class LimitsModel(_Model):
+    connections: int = DEFAULT_CONNECTIONS
+    requests_per_second: float = DEFAULT_RATE
+    burst: int = DEFAULT_BURST
+
+
 class PoolModel(_Model):
     egress: list[RuleModel] = Field(default_factory=list)
     hooks: list[HookModel] = Field(default_factory=list)
     allow_reroute: bool = False
     allow_cidrs: list[str] = Field(default_factory=list)
     report: bool = False
+    limits: LimitsModel = Field(default_factory=LimitsModel)
 
 
 class InjectModel(_Model):
@@ -91,6 +99,7 @@ class CredentialModel(_Model):
     placeholder: str
     hosts: list[str] = Field(min_length=1)
     inject: InjectModel | None = None
+    max_requests: int | None = None
     surfaces: list[str] = Field(default_factory=lambda: [str(x) for x in DEFAULT_SURFACES])
     on_misplaced: str = Misplaced.CARRY.value
 
@@ -266,11 +275,12 @@ def _build(model: RulesModel, base_dir: Path, marks: _Marks) -> Policy:
             else:
                 broken.add(pname)
         allow = _networks(pm.allow_cidrs, ("pools", pname, "allow_cidrs"), marks, {}, pname)
+        limits = _limits(pm.limits, ("pools", pname, "limits"), marks)
+        pools[pname] = Pool(pname, tuple(rules), pm.allow_reroute, allow, pm.report, limits)
         routes = [
             _hook(pname, i, hm, ("pools", pname, "hooks", i), base_dir, marks)
             for i, hm in enumerate(pm.hooks)
         ]
-        pools[pname] = Pool(pname, tuple(rules), pm.allow_reroute, allow, pm.report)
         if routes:
             pools[pname] = dataclasses.replace(pools[pname], hooks=tuple(r for r in routes if r is not None))
 
@@ -374,6 +384,19 @@ def _hook(
         (program, *hm.command[1:]),
         float(hm.timeout),
     )
+
+
+def _limits(lm: LimitsModel, loc: Loc, marks: _Marks) -> Limits:
+    if lm.connections < 1:
+        marks.add(loc + ("connections",), f"connections {lm.connections} must be at least 1")
+    if not lm.requests_per_second > 0 or lm.requests_per_second == float("inf"):
+        marks.add(
+            loc + ("requests_per_second",),
+            f"requests_per_second {lm.requests_per_second} must be a positive number, e.g. 50 or 0.5",
+        )
+    if lm.burst < 1:
+        marks.add(loc + ("burst",), f"burst {lm.burst} must be at least 1")
+    return Limits(lm.connections, lm.requests_per_second, lm.burst)
 
 
 def _networks(
@@ -534,6 +557,11 @@ def _credential(
         elif "{value}" not in km.inject.format:
             marks.add(loc + ("inject", "format"), "format must contain '{value}', e.g. 'Bearer {value}'")
         inject = Injection(header, km.inject.format)
+    if km.max_requests is not None and km.max_requests < 1:
+        marks.add(
+            loc + ("max_requests",),
+            f"max_requests {km.max_requests} must be at least 1 (omit it for no budget)",
+        )
     surfaces = _surfaces(km, loc, marks)
     source = _source(km.value, base_dir, loc + ("value",), marks)
     if source is None or len(marks.problems) != before:
@@ -546,6 +574,7 @@ def _credential(
         inject,
         surfaces=surfaces,
         on_misplaced=Misplaced(km.on_misplaced),
+        max_requests=km.max_requests,
     )
 
 

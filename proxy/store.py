@@ -3,7 +3,7 @@
 The file is ``<state dir>/store.sqlite3``, mode 0600 (SQLite gives its WAL and shm the same mode);
 the keys live apart, in :mod:`proxy.keyring`'s key file.
 
-Schema (``PRAGMA user_version = 2``; created when absent, migrated from 1 in place)::
+Schema (``PRAGMA user_version = 3``; created when absent, older files migrated in place)::
 
     claims(id TEXT PK, pool, sources JSON, token_hash BLOB  -- sha256 of the token, never the token
            version, created_at, updated_at)
@@ -12,14 +12,16 @@ Schema (``PRAGMA user_version = 2``; created when absent, migrated from 1 in pla
                 key_id, value BLOB  -- nonce + AES-256-GCM ciphertext, see proxy.keyring
                 version, created_at, updated_at, expires_at, last_used_at,
                 surfaces JSON  -- null: the default (header, basic); since version 2
-                on_misplaced)  -- null: carry; since version 2
+                on_misplaced   -- null: carry; since version 2
+                max_requests   -- the request budget, NULL: none; since version 3
+                requests_used) -- requests that carried the secret; reset by a PUT, kept by a PATCH
     credential_history(claim_id, name -> credentials ON DELETE CASCADE, version, PK of the three,
                 superseded_at, key_id, value BLOB  -- a replaced value, sealed as it was stored)
     credential_oauth(claim_id, name -> credentials ON DELETE CASCADE, PK of the two,
                 spec JSON  -- OAuth token capture, see proxy.oauth)
 
-A migration only adds nullable columns (``ALTER TABLE ... ADD COLUMN``) in one write
-transaction, so an older store keeps every row and reads as the defaults it was written with.
+A migration only adds columns (``ALTER TABLE ... ADD COLUMN``, nullable or with a default) in one
+write transaction, so an older store keeps every row and reads as the defaults it was written with.
 
 A replaced value is kept in ``credential_history`` for response scrubbing (see
 :mod:`proxy.live`: at most 8 per credential, for 24 hours); that table is created on open when
@@ -76,7 +78,7 @@ from proxy.keyring import DecryptError, KeyRing
 from proxy.policy import SURFACES, Misplaced
 
 FILENAME = "store.sqlite3"
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
 _SCHEMA = (
     """CREATE TABLE claims (
       id TEXT PRIMARY KEY, pool TEXT NOT NULL, sources TEXT NOT NULL, token_hash BLOB NOT NULL,
@@ -93,6 +95,10 @@ _MIGRATIONS: dict[int, tuple[str, ...]] = {
     1: (
         "ALTER TABLE credentials ADD COLUMN surfaces TEXT",
         "ALTER TABLE credentials ADD COLUMN on_misplaced TEXT",
+    ),
+    2: (  # the request budget
+        "ALTER TABLE credentials ADD COLUMN max_requests INTEGER",
+        "ALTER TABLE credentials ADD COLUMN requests_used INTEGER NOT NULL DEFAULT 0",
     ),
 }
 # Previous values kept for scrubbing (proxy.live); added beside schema 1, so created when absent
@@ -113,18 +119,22 @@ HISTORY_VERSIONS = 8  # proxy.live.LIVE_VERSIONS: at most this many per credenti
 _CLAIMS = "SELECT id, pool, sources, version, created_at, updated_at FROM claims"
 _CLAIM = "SELECT id, pool, sources, version, created_at, updated_at FROM claims WHERE id = ?"
 _CREDS = """SELECT claim_id, name, hosts, inject_header, inject_format, placeholder, version, created_at,
-    updated_at, expires_at, last_used_at, surfaces, on_misplaced FROM credentials"""
+    updated_at, expires_at, last_used_at, surfaces, on_misplaced, max_requests, requests_used
+    FROM credentials"""
 _CRED = _CREDS + " WHERE claim_id = ? AND name = ?"
 _CREDS_OF = _CREDS + " WHERE claim_id = ? ORDER BY name"
 _SEALED = "SELECT key_id, value, version FROM credentials WHERE claim_id = ? AND name = ?"
 _UPSERT = """INSERT INTO credentials (claim_id, name, hosts, inject_header, inject_format, placeholder,
-    version, created_at, updated_at, expires_at, last_used_at, key_id, value, surfaces, on_misplaced)
+    version, created_at, updated_at, expires_at, last_used_at, key_id, value, surfaces, on_misplaced,
+    max_requests, requests_used)
     VALUES (:claim_id, :name, :hosts, :inject_header, :inject_format, :placeholder, :version,
-    :created_at, :updated_at, :expires_at, :last_used_at, :key_id, :value, :surfaces, :on_misplaced)
+    :created_at, :updated_at, :expires_at, :last_used_at, :key_id, :value, :surfaces, :on_misplaced,
+    :max_requests, :requests_used)
     ON CONFLICT (claim_id, name) DO UPDATE SET hosts = :hosts, inject_header = :inject_header,
     inject_format = :inject_format, placeholder = :placeholder, version = :version,
     updated_at = :updated_at, expires_at = :expires_at, key_id = :key_id, value = :value,
-    surfaces = :surfaces, on_misplaced = :on_misplaced"""
+    surfaces = :surfaces, on_misplaced = :on_misplaced, max_requests = :max_requests,
+    requests_used = :requests_used"""
 _PATCHABLE = frozenset(
     {
         "value",
@@ -135,6 +145,7 @@ _PATCHABLE = frozenset(
         "placeholder",
         "surfaces",
         "on_misplaced",
+        "max_requests",
     }
 )
 _TOUCH_EVERY = 1.0  # seconds: last_used_at is a hint, not worth an fsync per request
@@ -186,6 +197,8 @@ class CredentialRecord:
     last_used_at: float | None
     surfaces: tuple[str, ...] | None = None  # None: the default surfaces (proxy.policy)
     on_misplaced: str | None = None  # None: carry
+    max_requests: int | None = None  # the request budget; None: none
+    requests_used: int = 0  # requests that carried the secret (see spend())
 
 
 class CredentialStore(Protocol):
@@ -205,6 +218,7 @@ class CredentialStore(Protocol):
         inject_header: str | None = None, inject_format: str | None = None,
         placeholder: str | None = None, expires_at: float | None = None, if_match: int | None = None,
         surfaces: Sequence[str] | None = None, on_misplaced: str | None = None,
+        max_requests: int | None = None,
     ) -> CredentialRecord: ...  # fmt: skip
     def patch_credential(
         self, claim_id: str, name: str, *, if_match: int | None = None, **changes: Any
@@ -217,6 +231,7 @@ class CredentialStore(Protocol):
     def set_oauth(self, claim_id: str, name: str, spec: dict[str, Any] | None) -> None: ...
     def oauth_specs(self) -> dict[tuple[str, str], dict[str, Any]]: ...
     def touch_used(self, claim_id: str, name: str, at: float) -> None: ...
+    def spend(self, claim_id: str, name: str) -> bool: ...
     def data_version(self) -> int: ...
     def snapshot(self) -> tuple[list[ClaimRecord], list[CredentialRecord]]: ...
     def rotate_keys(self, new_key: bool = True) -> int: ...
@@ -242,10 +257,12 @@ def _cred(row: tuple[Any, ...]) -> CredentialRecord:
         used,
         _,
         misplaced,
+        max_requests,
+        requests_used,
     ) = row
     return CredentialRecord(
         claim_id, name, tuple(json.loads(hosts)), header, fmt, placeholder, version, created, updated,
-        expires, used, surfaces, misplaced,
+        expires, used, surfaces, misplaced, max_requests, requests_used,
     )  # fmt: skip
 
 
@@ -451,14 +468,17 @@ class Store:
         inject_header: str | None = None, inject_format: str | None = None,
         placeholder: str | None = None, expires_at: float | None = None, if_match: int | None = None,
         surfaces: Sequence[str] | None = None, on_misplaced: str | None = None,
+        max_requests: int | None = None,
     ) -> CredentialRecord:  # fmt: skip
-        """Create or replace a credential; ``if_match`` makes it a compare-and-set on the version."""
+        """Create or replace a credential; ``if_match`` makes it a compare-and-set on the version.
+        A replaced credential's request count starts again at 0 (a PATCH keeps it)."""
         _check_ids(claim_id, name)
         if not isinstance(value, bytes):
             raise TypeError("value must be bytes")
         fields: dict[str, Any] = {"value": value, "hosts": hosts, "inject_header": inject_header,
                                   "inject_format": inject_format, "expires_at": expires_at,
-                                  "surfaces": surfaces, "on_misplaced": on_misplaced}  # fmt: skip
+                                  "surfaces": surfaces, "on_misplaced": on_misplaced,
+                                  "max_requests": max_requests, "requests_used": 0}  # fmt: skip
         if placeholder is not None:
             fields["placeholder"] = placeholder
         with self._write() as db:
@@ -563,6 +583,31 @@ class Store:
                 pass  # another process is writing: a later use records it
             finally:
                 self._db.execute(f"PRAGMA busy_timeout = {_BUSY_MS}")
+
+    def spend(self, claim_id: str, name: str) -> bool:
+        """Count one request that carries this credential's secret. False (nothing counted) when
+        its budget is spent or the credential is gone; True when it had room, or has no budget
+        (nothing is written then).
+
+        One committed (fsynced) write per request of a metered credential, so the count survives
+        ``kill -9``; like :meth:`touch_used` it does not move this process's :meth:`data_version`.
+        Raises StoreError when the write fails (the caller refuses the request).
+        """
+        with self._lock:
+            try:
+                cur = self._db.execute(
+                    "UPDATE credentials SET requests_used = requests_used + 1 WHERE claim_id = ? "
+                    "AND name = ? AND max_requests IS NOT NULL AND requests_used < max_requests",
+                    (claim_id, name),
+                )
+                if cur.rowcount:
+                    return True
+                row = self._db.execute(
+                    "SELECT max_requests FROM credentials WHERE claim_id = ? AND name = ?", (claim_id, name)
+                ).fetchone()
+            except sqlite3.Error as e:
+                raise StoreError(f"cannot count a use of credential {name!r}: {e}") from None
+        return row is not None and row[0] is None
 
     # --- change detection and key rotation ----------------------------------------------------
 

@@ -37,7 +37,7 @@ import base64
 import binascii
 import logging
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from urllib.parse import unquote_to_bytes
 
@@ -297,13 +297,22 @@ class BodyResolver:
 
     ``how`` is the body kind (:func:`proxy.bodies.kind`). Each credential's secret is read at
     its first placeholder and kept for the rest of the body. ``outcome`` collects what was used
-    and carried (surface ``body``); a refusal raises :class:`BodyRefused`.
+    and carried (surface ``body``); a refusal raises :class:`BodyRefused`. ``spend`` (optional)
+    counts the request against a credential's budget at its first swap in the body and returns
+    False when the budget is spent, which refuses the body before the secret is written.
     """
 
     def __init__(
-        self, by_placeholder: Mapping[bytes, Credential], host: str, tls: bool, how: str, now: float
+        self,
+        by_placeholder: Mapping[bytes, Credential],
+        host: str,
+        tls: bool,
+        how: str,
+        now: float,
+        spend: Callable[[Credential], bool] | None = None,
     ) -> None:
         self.by_placeholder, self.host, self.tls, self.how, self.now = by_placeholder, host, tls, how, now
+        self.spend = spend
         self.outcome = Outcome()
         self._escaped: dict[str, bytes] = {}
 
@@ -335,6 +344,10 @@ class BodyResolver:
             values = _values({c.name: c}, self.now, out)
             if values is None:
                 out.violated, out.violation_surface, out.terminate = c.name, Surface.BODY.value, True
+                raise BodyRefused(out)
+            if self.spend is not None and not self.spend(c):
+                why = f"credential {c.name!r} has used up its request budget (max_requests)"
+                out.refuse(c, Surface.BODY, deny(Reason.CREDENTIAL_BUDGET_SPENT, why), terminate=True)
                 raise BodyRefused(out)
             secret, version = values[c.name]
             out.used[c.name] = version

@@ -7,15 +7,20 @@ the canary scan can read every artifact it wrote. It is stopped by its PID.
 
 from __future__ import annotations
 
+import base64
 import json
 import os
 import signal
 import socket
+import ssl
 import subprocess
 import sys
 import time
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+
+from servers import Upstream
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -116,3 +121,110 @@ class ProxyProcess:
             if time.monotonic() > deadline:
                 raise AssertionError(f"no audit event matches {match}: {self.audit_events()}")
             time.sleep(0.05)
+
+
+@dataclass
+class World:
+    """A running proxy and upstream as a hostile sandbox sees them: claim ``agent`` (``token``)
+    holding one credential (``secret``, a canary) behind placeholder ``placeholder``. Every byte a
+    client got back is kept in ``received`` for the canary check."""
+
+    upstream: Upstream
+    proxy: ProxyProcess
+    token: str
+    secret: str
+    placeholder: str
+    received: list[bytes] = field(default_factory=list)
+
+    def url(self, path: str, host: str = "api.test") -> str:
+        return f"https://{host}:{self.upstream.port}{path}"
+
+    def curl(self, *args: str, claim: str = "agent") -> subprocess.CompletedProcess[bytes]:
+        """curl through the proxy as ``claim``; stdout ends with a newline and the status code."""
+        done = subprocess.run(
+            [
+                "curl",
+                "-sS",
+                "--max-time",
+                "20",
+                "-x",
+                self.proxy.url(claim, self.token),
+                "--cacert",
+                str(self.proxy.ca_pem),
+                "-w",
+                "\n%{http_code}",
+                *args,
+            ],
+            capture_output=True,
+            timeout=30,
+            check=False,
+        )
+        self.received.append(done.stdout + done.stderr)
+        return done
+
+    def paths(self, prefix: str) -> list[str]:
+        """Request targets the upstream received that start with ``prefix``."""
+        return [r.path for r in self.upstream.requests if r.path.startswith(prefix)]
+
+    def proxy_auth(self, claim: str = "agent") -> str:
+        return "Basic " + base64.b64encode(f"{claim}:{self.token}".encode()).decode()
+
+    def tunnel_request(
+        self, head: bytes, host: str = "api.test", claim: str = "agent", read_timeout: float = 10
+    ) -> bytes:
+        """Send raw bytes (a request head, maybe more) through ``claim``'s CONNECT tunnel to
+        ``host`` and TLS, and return everything read back until the proxy closes."""
+        port = self.upstream.port
+        with socket.create_connection(("127.0.0.1", self.proxy.port), timeout=read_timeout) as raw:
+            raw.sendall(
+                f"CONNECT {host}:{port} HTTP/1.1\r\nHost: {host}:{port}\r\n"
+                f"Proxy-Authorization: {self.proxy_auth(claim)}\r\n\r\n".encode()
+            )
+            assert raw.recv(4096).startswith(b"HTTP/1.1 200")
+            ctx = ssl.create_default_context(cafile=str(self.proxy.ca_pem))
+            with ctx.wrap_socket(raw, server_hostname=host) as tls:
+                data = b""
+                try:
+                    tls.sendall(head)
+                    while chunk := tls.recv(65536):
+                        data += chunk
+                except (ConnectionError, ssl.SSLError, TimeoutError):
+                    pass  # closed while we still wrote, or kept open: what it sent is in `data`
+        self.received.append(data)
+        return data
+
+
+def status_line(data: bytes) -> bytes:
+    """The status code of the first response in raw bytes (b"" when there is none)."""
+    parts = data.split(b"\r\n", 1)[0].split(b" ")
+    return parts[1] if len(parts) > 1 and parts[0].startswith(b"HTTP/") else b""
+
+
+@dataclass
+class Env:
+    upstream: Upstream
+    upstream_ca: Path
+    proxy: ProxyProcess
+    token: str  # claim c1's proxy token
+    token2: str  # claim c2's
+    secret: str  # c1 credential "gh", bound to api.test (substitution)
+    injected: str  # c1 credential "inj", injected as X-Injected toward api.test
+    secret2: str  # c2 credential "gh2", bound to api.test
+    secret_file: Path
+    placeholder: str = "surr_E2eGithubPlaceholder0001"
+    placeholder2: str = "surr_E2eOtherClaimPlaceholder2"
+    inj_placeholder: str = "surr_E2eInjectedPlaceholder03"
+    received: list[bytes] = field(default_factory=list)
+    more_canaries: list[str] = field(default_factory=list)  # values a test rotated in
+    ca: Any = None  # the upstream's servers.TestCA, for tests that start another upstream
+
+    @property
+    def canaries(self) -> list[str]:
+        return [self.secret, self.injected, self.secret2, *self.more_canaries]
+
+    def url(self, host: str, path: str) -> str:
+        return f"https://{host}:{self.upstream.port}{path}"
+
+    @property
+    def proxy_url(self) -> str:
+        return self.proxy.url("c1", self.token)

@@ -175,6 +175,7 @@ GOOD_REQUEST: Event = {
     "would_deny": None,
     "credentials": [{"name": "github", "version": 1}],
     "carried": [],
+    "forged": [],
     "carried_on": [],
     "violation_surface": None,
     "bytes_out": 0,

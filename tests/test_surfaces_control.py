@@ -85,8 +85,8 @@ def test_a_version_1_store_is_migrated_keeping_every_row(tmp_path: Path) -> None
         )
     # Make it the version-1 file an older surrogate wrote: without the version-2 columns.
     db = sqlite3.connect(tmp_path / "store.sqlite3", isolation_level=None)
-    db.execute("ALTER TABLE credentials DROP COLUMN surfaces")
-    db.execute("ALTER TABLE credentials DROP COLUMN on_misplaced")
+    for column in ("requests_used", "max_requests", "surfaces", "on_misplaced"):
+        db.execute(f"ALTER TABLE credentials DROP COLUMN {column}")
     db.execute("PRAGMA user_version = 1")
     db.close()
     with Store.open(tmp_path / "store.sqlite3", ring) as s:

@@ -1,8 +1,9 @@
 """End-to-end fixtures: one real upstream (HTTPS, test CA) and one real proxy process per module.
 
-The credential values are canaries: distinctive random strings that must reach the upstream and
-appear nowhere else. When the module's proxy stops, every artifact it wrote (audit file,
-stderr) and every byte the tests' clients received (``received``) is scanned for them.
+The credential values are canaries (tests/canary.py): distinctive random strings that must reach
+the upstream and appear nowhere else. When the module's proxy stops, every artifact it wrote
+(audit file, stderr) and every byte the tests' clients received (``received``) is checked for
+them; at the end of the session every file the suite wrote is (tests/conftest.py).
 """
 
 from __future__ import annotations
@@ -10,44 +11,14 @@ from __future__ import annotations
 import secrets
 import textwrap
 from collections.abc import Iterator
-from dataclasses import dataclass, field
 from pathlib import Path
 
+import canary
 import pytest
-from harness import ProxyProcess
+from harness import Env, ProxyProcess
 from servers import TestCA, Upstream
 
 NAMES = ["api.test", "other.test", "denied.test", "opaque.test"]
-
-
-@dataclass
-class Env:
-    upstream: Upstream
-    upstream_ca: Path
-    proxy: ProxyProcess
-    token: str  # claim c1's proxy token
-    token2: str  # claim c2's
-    secret: str  # c1 credential "gh", bound to api.test (substitution)
-    injected: str  # c1 credential "inj", injected as X-Injected toward api.test
-    secret2: str  # c2 credential "gh2", bound to api.test
-    secret_file: Path
-    placeholder: str = "surr_E2eGithubPlaceholder0001"
-    placeholder2: str = "surr_E2eOtherClaimPlaceholder2"
-    inj_placeholder: str = "surr_E2eInjectedPlaceholder03"
-    received: list[bytes] = field(default_factory=list)
-    more_canaries: list[str] = field(default_factory=list)  # values a test rotated in
-    ca: TestCA | None = None  # the upstream CA, for tests that start another upstream
-
-    @property
-    def canaries(self) -> list[str]:
-        return [self.secret, self.injected, self.secret2, *self.more_canaries]
-
-    def url(self, host: str, path: str) -> str:
-        return f"https://{host}:{self.upstream.port}{path}"
-
-    @property
-    def proxy_url(self) -> str:
-        return self.proxy.url("c1", self.token)
 
 
 def write_rules(tmp: Path, port: int) -> Path:
@@ -101,16 +72,12 @@ def write_rules(tmp: Path, port: int) -> Path:
 @pytest.fixture(scope="module")
 def env(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Env]:
     tmp = tmp_path_factory.mktemp("e2e")
-    canary = lambda tag: f"CANARY{tag}{secrets.token_hex(12)}"  # noqa: E731
-    secret, injected, secret2 = canary("gh"), canary("inj"), canary("ghtwo")
+    secret, injected, secret2 = canary.make("gh"), canary.make("inj"), canary.make("ghtwo")
     token, token2 = secrets.token_urlsafe(16), secrets.token_urlsafe(16)
-    for name, value in [
-        ("secret-gh", secret),
-        ("secret-gh2", secret2),
-        ("token1", token),
-        ("token2", token2),
-    ]:
-        (tmp / name).write_text(value + "\n")
+    canary.source(tmp / "secret-gh", secret)
+    canary.source(tmp / "secret-gh2", secret2)
+    (tmp / "token1").write_text(token + "\n")
+    (tmp / "token2").write_text(token2 + "\n")
     ca = TestCA(tmp)
     upstream = Upstream(ca, NAMES, git_password=secret, tmpdir=tmp).start()
     rules = write_rules(tmp, upstream.port)
@@ -134,6 +101,4 @@ def env(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Env]:
         "proxy stderr": proxy.stderr_path.read_bytes(),
         "client-received bytes": b"".join(e.received),
     }
-    for what, data in artifacts.items():
-        for c in e.canaries:
-            assert c.encode() not in data, f"canary secret found in {what}"
+    canary.assert_absent(artifacts, e.canaries)

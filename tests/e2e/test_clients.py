@@ -7,8 +7,7 @@ import subprocess
 import sys
 
 import pytest
-from conftest import Env
-from harness import ROOT
+from harness import ROOT, Env
 
 pytestmark = pytest.mark.e2e
 

@@ -7,7 +7,6 @@ keep-alive tunnel; deleting the claim closes that tunnel and its token stops wor
 from __future__ import annotations
 
 import asyncio
-import secrets
 import ssl
 import subprocess
 import sys
@@ -16,6 +15,7 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
+import canary
 import httpx
 import pytest
 from harness import ROOT, ProxyProcess
@@ -57,7 +57,7 @@ class World:
         return httpx.Client(transport=httpx.HTTPTransport(uds=str(self.socket)), base_url="http://control")
 
     def canary(self) -> str:
-        value = f"CANARYctl{secrets.token_hex(12)}"
+        value = canary.make("ctl")
         self.canaries.append(value)
         return value
 
@@ -93,10 +93,7 @@ def world(tmp_path_factory: pytest.TempPathFactory) -> Iterator[World]:
     # No value in the store file, its WAL, the audit file or the proxy's stderr.
     files = [w.proxy.state_dir / n for n in ("store.sqlite3", "store.sqlite3-wal", "store.sqlite3-shm")]
     files += [w.proxy.audit_path, w.proxy.stderr_path]
-    for f in files:
-        data = f.read_bytes() if f.exists() else b""
-        for c in w.canaries:
-            assert c.encode() not in data, f"canary in {f.name}"
+    canary.assert_absent({f.name: f.read_bytes() for f in files if f.exists()}, w.canaries)
 
 
 def test_api_write_is_used_by_the_next_request_on_the_same_connection(world: World) -> None:
@@ -175,8 +172,11 @@ def test_one_claim_cannot_use_another_claims_placeholder(world: World) -> None:
         ]
         mallory = api.post("/v1/claims", json={"id": "mallory", "pool": "p"}).json()["proxy_token"]
     with world.client("mallory", mallory) as client:
-        assert client.get(world.url("/cross"), headers={"X-Key": ph}).status_code == 200
-    assert world.sent("/cross", "X-Key") == [ph]
+        refused = client.get(world.url("/cross"), headers={"X-Key": ph})
+    # alice's placeholder carries surrogate's checksum: from mallory it is refused as forged, and
+    # neither alice's secret nor her placeholder reaches the upstream
+    assert (refused.status_code, refused.json()["error"]) == (403, "forged_placeholder")
+    assert world.sent("/cross", "X-Key") == []
 
 
 def test_parallel_if_match_patches_have_exactly_one_winner(world: World) -> None:

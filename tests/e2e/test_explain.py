@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import canary
 import httpx
 import pytest
 from harness import ProxyProcess
@@ -98,10 +99,11 @@ def write_rules(tmp: Path, port: int) -> Path:
 @pytest.fixture(scope="module")
 def world(tmp_path_factory: pytest.TempPathFactory) -> Iterator[World]:
     tmp = tmp_path_factory.mktemp("explain")
-    gh, inj = f"CANARYxgh{secrets.token_hex(12)}", f"CANARYxinj{secrets.token_hex(12)}"
+    gh, inj = canary.make("xgh"), canary.make("xinj")
     token = secrets.token_urlsafe(16)
-    for name, value in [("secret-gh", gh), ("secret-inj", inj), ("token", token)]:
-        (tmp / name).write_text(value + "\n")
+    canary.source(tmp / "secret-gh", gh)
+    canary.source(tmp / "secret-inj", inj)
+    (tmp / "token").write_text(token + "\n")
     ca = TestCA(tmp)
     upstream = Upstream(ca, NAMES, tmpdir=tmp).start()
     rules = write_rules(tmp, upstream.port)
@@ -121,9 +123,7 @@ def world(tmp_path_factory: pytest.TempPathFactory) -> Iterator[World]:
         "proxy stderr": proxy.stderr_path.read_bytes(),
         "client-received bytes and explain/why output": b"".join(w.received),
     }
-    for what, data in artifacts.items():
-        for c in w.canaries:
-            assert c.encode() not in data, f"canary secret found in {what}"
+    canary.assert_absent(artifacts, w.canaries)
 
 
 def curl(w: World, method: str, url: str, headers: list[str], *, claim: str = "c1", token: str = "") -> int:
@@ -288,7 +288,7 @@ def test_why_unknown_request_id_exits_1(world: World, capsys: pytest.CaptureFixt
 def test_explain_sees_control_api_claims_with_state_dir(
     world: World, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    value = f"CANARYxstore{secrets.token_hex(12)}"
+    value = canary.make("xstore")
     world.canaries.append(value)
     transport = httpx.HTTPTransport(uds=str(world.proxy.state_dir / "control.sock"))
     with httpx.Client(transport=transport, base_url="http://control") as api:

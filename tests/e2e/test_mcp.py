@@ -8,7 +8,6 @@ the test proves, without timing guesses, that the proxy forwards the SSE respons
 
 from __future__ import annotations
 
-import secrets
 import socket
 import ssl
 import subprocess
@@ -19,6 +18,7 @@ from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import canary
 import httpx2
 import pytest
 from harness import ROOT, ProxyProcess, free_port
@@ -97,8 +97,9 @@ def stop_server(proc: subprocess.Popen[bytes]) -> None:
 @pytest.fixture
 def world(tmp_path: Path) -> Iterator[World]:
     ca = TestCA(tmp_path)
-    secret = f"CANARYmcp{secrets.token_hex(12)}"
-    (tmp_path / "secret").write_text(secret)
+    secret = canary.make("mcp")
+    canary.source(tmp_path / "secret", secret)
+    canary.exempt(tmp_path / "auth.log")  # the MCP server's record of the Authorization it got
     (tmp_path / "token").write_text("tok")
     port = free_port()
     (tmp_path / "rules.yaml").write_text(
@@ -131,7 +132,9 @@ def world(tmp_path: Path) -> Iterator[World]:
             proxy.stop()
     finally:
         stop_server(server)
-    assert secret not in proxy.audit_path.read_text() + proxy.stderr()
+    canary.assert_absent(
+        {"audit file and proxy stderr": proxy.audit_path.read_bytes() + proxy.stderr().encode()}, [secret]
+    )
 
 
 @dataclass

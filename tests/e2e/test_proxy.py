@@ -14,7 +14,7 @@ from pathlib import Path
 
 import httpx
 import pytest
-from conftest import Env
+from harness import Env
 from servers import README_TEXT
 
 pytestmark = pytest.mark.e2e
@@ -289,6 +289,7 @@ def test_audit_event_has_every_documented_field(env: Env) -> None:
         "would_deny",
         "credentials",
         "carried",
+        "forged",
         "carried_on",
         "violation_surface",
         "bytes_out",

@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-import secrets
 import ssl
 
+import canary
 import httpx
 import pytest
-from conftest import Env
+from harness import Env
 
 pytestmark = pytest.mark.e2e
 
@@ -16,7 +16,7 @@ def test_rotated_file_value_is_used_by_the_next_request(env: Env) -> None:
     ctx = ssl.create_default_context(cafile=env.proxy.ca_pem)
     with httpx.Client(proxy=env.proxy_url, verify=ctx) as client:
         first = client.get(env.url("api.test", "/t/rot-1"), headers={"X-Key": env.placeholder})
-        rotated = f"CANARYrotated{secrets.token_hex(16)}"
+        rotated = canary.make("rotated")
         env.more_canaries.append(rotated)
         env.secret_file.write_text(rotated + "\n")
         # Same keep-alive connection: the new value must still apply from the next request on.

@@ -114,12 +114,15 @@ class _Target:
         cmd = ["curl", "-sS", "-N", "--http2", "--max-time", "30", "-x", self.env.proxy_url]
         cmd += ["--cacert", str(self.env.proxy.ca_pem), "-D", str(work / "curl-head"), "-X", method]
         cmd += [a for k, v in headers.items() for a in ("-H", f"{k}: {v}")]
-        if body:
-            (work / "curl-body").write_bytes(body)
-            cmd += ["--data-binary", f"@{work / 'curl-body'}"]
+        if body:  # on stdin: a file under basetemp holding a canary would fail the session's scan
+            cmd += ["--data-binary", "@-"]
         start = time.monotonic()
-        proc = subprocess.Popen([*cmd, self.url(path)], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
-        assert proc.stdout is not None
+        proc = subprocess.Popen(
+            [*cmd, self.url(path)], stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL
+        )
+        assert proc.stdin is not None and proc.stdout is not None
+        proc.stdin.write(body)
+        proc.stdin.close()
         pieces, arrivals = [], []
         while piece := os.read(proc.stdout.fileno(), 1 << 16):
             pieces.append(piece)

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import ipaddress
+import socket
+
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
@@ -27,6 +30,19 @@ CANONICAL = [
     ("[::1]", "::1", "ipv6-brackets-removed"),
     ("0:0:0:0:0:0:0:1", "::1", "ipv6-compressed"),
     ("[2001:DB8::1]", "2001:db8::1", "ipv6-upper-case-lowered"),
+    ("127.1", "127.0.0.1", "ipv4-short-form"),
+    ("127.0.1", "127.0.0.1", "ipv4-three-parts"),
+    ("2130706433", "127.0.0.1", "ipv4-decimal"),
+    ("0x7f000001", "127.0.0.1", "ipv4-hex"),
+    ("0X7F.0.0.1", "127.0.0.1", "ipv4-hex-part-upper"),
+    ("0177.0.0.1", "127.0.0.1", "ipv4-octal-part"),
+    ("017700000001", "127.0.0.1", "ipv4-octal"),
+    ("127.000.000.001", "127.0.0.1", "ipv4-zero-padded-octal"),
+    ("127.0.0.1.", "127.0.0.1", "ipv4-trailing-dot"),
+    ("169.254.43518", "169.254.169.254", "ipv4-two-parts"),
+    ("0", "0.0.0.0", "ipv4-zero"),
+    ("1.2.3.4.5", "1.2.3.4.5", "five-numeric-labels-is-a-name"),
+    ("08.1.1.1", "08.1.1.1", "not-octal-is-a-name"),
 ]
 
 
@@ -54,6 +70,9 @@ INVALID = [
     ("a" * 250 + ".com", "longer-than-253"),
     ("☃.com", "idna-disallowed-codepoint"),
     ("bü_cher.example", "idna-underscore-in-u-label"),
+    ("256.1.1.1", "ipv4-part-out-of-range"),
+    ("1.2.65536", "ipv4-last-part-out-of-range"),
+    ("4294967296", "ipv4-decimal-out-of-range"),
 ]
 
 
@@ -65,7 +84,9 @@ def test_canonical_host_refuses_invalid_names_with_host_error_naming_the_value(r
 
 
 _LABEL = st.from_regex(r"\A[a-z0-9]([a-z0-9-]{0,10}[a-z0-9])?\Z")
-_NAMES = st.lists(_LABEL, min_size=1, max_size=5).map(".".join)
+# the last label starts with a letter: all-numeric names are IPv4 spellings (tested above)
+_TLD = st.from_regex(r"\A[a-z]([a-z0-9-]{0,10}[a-z0-9])?\Z")
+_NAMES = st.builds(lambda labels, tld: ".".join([*labels, tld]), st.lists(_LABEL, max_size=4), _TLD)
 
 
 @given(_NAMES)
@@ -246,3 +267,73 @@ def test_split_authority(value: str, expected: tuple[str, int | None]) -> None:
 def test_split_authority_refuses_bad_ports_and_names(value: str) -> None:
     with pytest.raises(HostError):
         split_authority(value)
+
+
+# --- numeric IPv4 spellings, cross-checked with the C library's inet_aton --------------------
+
+
+@st.composite
+def _ipv4_spelling(draw: st.DrawFn) -> tuple[str, str]:
+    """(a random spelling of a random IPv4 address in 1-4 decimal/octal/hex parts, its dotted quad)."""
+    ip = draw(st.ip_addresses(v=4))
+    count = draw(st.integers(1, 4))
+    raw = int(ip).to_bytes(4, "big")
+    parts = [*raw[: count - 1], int.from_bytes(raw[count - 1 :], "big")]
+    spelled = []
+    for part in parts:
+        base, pad = draw(st.sampled_from(["dec", "oct", "hex", "HEX"])), "0" * draw(st.integers(0, 2))
+        spelled.append(
+            str(part)
+            if base == "dec"
+            else "0" + pad + format(part, "o")
+            if base == "oct"
+            else "0x" + pad + format(part, "x")
+            if base == "hex"
+            else "0X" + pad + format(part, "X")
+        )
+    return ".".join(spelled), str(ip)
+
+
+@given(_ipv4_spelling(), st.booleans())
+def test_every_numeric_spelling_of_an_ipv4_is_its_dotted_quad(case: tuple[str, str], dot: bool) -> None:
+    spelling, quad = case
+    assert socket.inet_ntoa(socket.inet_aton(spelling)) == quad  # the generator agrees with libc
+    assert canonical_host(spelling + ("." if dot else "")) == quad
+
+
+def _is_ipv4(host: str) -> bool:
+    try:
+        return ipaddress.ip_address(host).version == 4
+    except ValueError:
+        return False
+
+
+@given(
+    st.lists(st.from_regex(r"\A(0[xX][0-9a-fA-F]{0,9}|[0-9]{1,11})\Z"), min_size=1, max_size=5).map(".".join)
+)
+def test_numeric_names_agree_with_inet_aton(host: str) -> None:
+    """What libc (so getaddrinfo, so a connect) reads as an IPv4 address, canonical_host reads as
+    the same address; what libc refuses is refused or stays a DNS name, never another address."""
+    try:
+        expected: str | None = socket.inet_ntoa(socket.inet_aton(host))
+    except OSError:
+        expected = None
+    try:
+        got: str | None = canonical_host(host)
+    except HostError:
+        got = None
+    if expected is not None:
+        assert got == expected
+    else:
+        assert got is None or not _is_ipv4(got)
+
+
+@given(_NAMES, _NAMES, st.booleans())
+def test_wildcard_matching_ignores_case_and_trailing_dot_but_never_takes_the_apex(
+    sub: str, base: str, dot: bool
+) -> None:
+    pattern = HostPattern.parse(f"*.{base}")
+    tail = "." if dot else ""
+    assert pattern.matches(canonical_host(f"{sub}.{base}".upper() + tail))
+    assert not pattern.matches(canonical_host(base.upper() + tail))
+    assert not pattern.matches(canonical_host(f"x{base}".upper() + tail))

@@ -139,3 +139,45 @@ def test_find_finds_generated_placeholders_in_a_header_value() -> None:
     phs = [generate(n) for n in (16, 32, 64)]
     value = f"a={phs[0]}; b={phs[1]}\t{phs[2]}".encode()
     assert [m.group().decode() for m in find(value)] == phs
+
+
+@pytest.mark.parametrize("length", [16, 17, 32, 64], ids=["min", "min+1", "default", "max"])
+def test_generated_placeholders_carry_a_valid_checksum(length: int) -> None:
+    for _ in range(50):
+        p = generate(length)
+        assert is_placeholder(p) and placeholders.has_valid_checksum(p)
+
+
+CHECKSUM = [
+    ("surr_DemoGithubPlaceholder0001", False, "hand-written-rules-file-placeholder"),
+    (DOC_EXAMPLE, False, "docstring-example"),
+    ("surr_" + "A" * 15, False, "not-a-placeholder"),
+    ("Bearer surr_" + "A" * 20, False, "not-exactly-one"),
+]
+
+
+@pytest.mark.parametrize(("text", "expected"), [r[:2] for r in CHECKSUM], ids=[r[2] for r in CHECKSUM])
+def test_has_valid_checksum_table(text: str, expected: bool) -> None:
+    assert placeholders.has_valid_checksum(text) is expected
+
+
+def test_checksum_is_fixed_and_needs_no_secret() -> None:
+    """A known vector: the checksum depends on the placeholder's text alone (no key), so any
+    surrogate process, and an auditor, computes the same."""
+    stem = "surr_" + "a" * 26
+    assert placeholders.checksum(stem) == placeholders.checksum(stem)
+    assert len(placeholders.checksum(stem)) == placeholders.CHECKSUM_LENGTH
+    assert placeholders.has_valid_checksum(stem + placeholders.checksum(stem))
+
+
+@given(st.text(alphabet=_ALNUM, min_size=10, max_size=58), st.integers(0, 5), st.sampled_from(_ALNUM))
+def test_changing_any_one_checksum_character_invalidates_it(body: str, at: int, ch: str) -> None:
+    stem = "surr_" + body
+    good = placeholders.checksum(stem)
+    bad = good[:at] + ch + good[at + 1 :]
+    assert placeholders.has_valid_checksum(stem + bad) is (bad == good)
+
+
+@given(st.text(alphabet=_ALNUM, min_size=16, max_size=64))
+def test_has_valid_checksum_never_raises(body: str) -> None:
+    assert isinstance(placeholders.has_valid_checksum("surr_" + body), bool)

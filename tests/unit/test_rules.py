@@ -14,6 +14,7 @@ import pytest
 
 from proxy.errors import Problem, RulesError
 from proxy.hosts import HostPattern
+from proxy.limits import Limits
 from proxy.policy import Injection
 from proxy.rules import load_rules
 
@@ -172,6 +173,8 @@ BAD = [
         "claims[0].credentials[1].name",
         "duplicate credential name 'github' in claim 'sandbox-1'",
     ),
+    ("bad-limits-rate.yaml", 7, "pools.demo.limits.requests_per_second", "must be a positive number"),
+    ("bad-limits-connections.yaml", 8, "pools.demo.limits.connections", "connections 0 must be at least 1"),
     ("bad-duplicate-key.yaml", 9, "pools.demo.egress[0].intercept", "duplicate key 'intercept'"),
     ("bad-yaml-syntax.yaml", 8, "", "invalid YAML: expected ',' or ']'"),
     ("bad-empty.yaml", 1, "", "expected a mapping with 'version: 1' and 'pools'"),
@@ -322,3 +325,32 @@ def test_no_warnings_for_the_example_shape(tmp_path: Path) -> None:
     (tmp_path / "rules.yaml").write_text(WARNING_RULES.replace('      - host: "*"\n', ""))
     (tmp_path / "tok").write_text("t")
     assert len(load_rules(tmp_path / "rules.yaml").warnings) == 2  # '*' gone, the others stay
+
+
+def test_limits_default_and_read_from_the_pool(tmp_path: Path) -> None:
+    rules = tmp_path / "r.yaml"
+    rules.write_text(
+        "version: 1\npools:\n  a: {}\n  b:\n"
+        "    limits: {connections: 4, requests_per_second: 0.5, burst: 3}\n"
+    )
+    policy = load_rules(rules)
+    assert policy.pools["a"].limits == Limits()
+    assert policy.pools["b"].limits == Limits(4, 0.5, 3)
+
+
+def test_max_requests_is_read_and_checked(tmp_path: Path) -> None:
+    (tmp_path / "t").write_text("token")
+    body = (
+        "version: 1\npools:\n  p:\n    egress: [{host: a.test}]\nclaims:\n"
+        "  - id: c\n    pool: p\n    proxy_token: file:t\n    credentials:\n"
+        "      - {name: k, value: file:t, placeholder: surr_AAAAAAAAAAAAAAAAAAAA, hosts: [a.test],\n"
+        "         max_requests: N}\n"
+    )
+    (tmp_path / "ok.yaml").write_text(body.replace("N", "5"))
+    assert load_rules(tmp_path / "ok.yaml").claims["c"].credentials[0].max_requests == 5
+    (tmp_path / "bad.yaml").write_text(body.replace("N", "0"))
+    with pytest.raises(RulesError) as e:
+        load_rules(tmp_path / "bad.yaml")
+    (problem,) = e.value.problems
+    assert (problem.line, problem.field) == (11, "claims[0].credentials[0].max_requests")
+    assert "at least 1" in problem.message

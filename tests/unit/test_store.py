@@ -11,6 +11,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import canary
 import pytest
 
 from proxy import placeholders
@@ -27,7 +28,7 @@ from proxy.store import (
     StoreError,
 )
 
-CANARY = b"canary-8c1f3e0b7d6a4f2e9b5c1a0d3e7f6b4a"
+CANARY = canary.register("canary-8c1f3e0b7d6a4f2e9b5c1a0d3e7f6b4a").encode()  # in the session-end scan
 PLACEHOLDER = "surr_TestPlaceholder0123456789"
 
 
@@ -66,7 +67,7 @@ def test_open_creates_a_versioned_wal_file_with_mode_0600(tmp_path: Path, store:
     assert stat.S_IMODE((tmp_path / f"{FILENAME}-wal").stat().st_mode) == 0o600
     db = _raw(store.path)
     try:
-        assert db.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION == 2
+        assert db.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION == 3
         assert db.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
     finally:
         db.close()
@@ -508,3 +509,64 @@ def test_one_of_a_hundred_concurrent_compare_and_sets_wins(
     assert sorted(outcomes) == ["ok"] + [f"stale {v0 + 1}"] * 99
     value, version = store.secret("c1", "gh")
     assert version == v0 + 1 and value.startswith(b"writer ")
+
+
+@pytest.mark.parametrize(
+    ("version", "dropped"),
+    [
+        (1, ("requests_used", "max_requests", "surfaces", "on_misplaced")),
+        (2, ("requests_used", "max_requests")),
+    ],
+    ids=["from-1", "from-2"],
+)
+def test_an_older_store_gains_the_budget_columns_and_keeps_its_data(
+    tmp_path: Path, ring: KeyRing, version: int, dropped: tuple[str, ...]
+) -> None:
+    with Store.open(tmp_path, ring) as s:
+        s.create_claim("c1", "agents")
+        s.put_credential("c1", "gh", value=b"v1", hosts=["api.github.com"])
+    db = _raw(tmp_path / FILENAME)  # back to that version's layout
+    for column in dropped:
+        db.execute(f"ALTER TABLE credentials DROP COLUMN {column}")
+    db.execute(f"PRAGMA user_version = {version}")
+    db.close()
+    with Store.open(tmp_path, ring) as s:
+        record = s.get_credential("c1", "gh")
+        assert record is not None and (record.max_requests, record.requests_used) == (None, 0)
+        assert s.secret("c1", "gh") == (b"v1", 1)
+        s.patch_credential("c1", "gh", max_requests=1)
+        assert s.spend("c1", "gh") and not s.spend("c1", "gh")
+    db = _raw(tmp_path / FILENAME)
+    try:
+        assert db.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION
+    finally:
+        db.close()
+
+
+@pytest.mark.parametrize(
+    ("budget", "spends", "expected"),
+    [(None, 3, [True, True, True]), (2, 3, [True, True, False]), (1, 2, [True, False])],
+    ids=["no-budget", "two", "one"],
+)
+def test_spend_counts_up_to_the_budget(
+    store: Store, budget: int | None, spends: int, expected: list[bool]
+) -> None:
+    _put(store, max_requests=budget)
+    assert [store.spend("c1", "gh") for _ in range(spends)] == expected
+    record = store.get_credential("c1", "gh")
+    assert record is not None and record.requests_used == (0 if budget is None else budget)
+
+
+def test_patch_keeps_the_count_and_put_restarts_it(store: Store) -> None:
+    _put(store, max_requests=1)
+    assert store.spend("c1", "gh") and not store.spend("c1", "gh")
+    store.patch_credential("c1", "gh", value=b"v2")
+    assert not store.spend("c1", "gh")  # a rotated value does not refill the budget
+    store.patch_credential("c1", "gh", max_requests=2)
+    assert store.spend("c1", "gh") and not store.spend("c1", "gh")
+    _put(store, max_requests=1)  # a PUT replaces the credential: a fresh count
+    assert store.spend("c1", "gh")
+
+
+def test_spend_of_an_unknown_credential_is_refused(store: Store) -> None:
+    assert store.spend("c1", "nothing") is False

@@ -212,6 +212,31 @@ def test_body_with_an_unreadable_secret_is_refused(tmp_path: Path) -> None:
     assert e.value.outcome.refusal.reason is Reason.CREDENTIAL_UNAVAILABLE
 
 
+def test_body_swap_counts_the_budget_once_and_a_spent_one_is_refused(tmp_path: Path) -> None:
+    """Regression: a credential swapped only in a body was never counted against max_requests."""
+    c = cred(tmp_path, [Surface.BODY])
+    asked: list[str] = []
+
+    def spend(budget: bool) -> Callable[[Credential], bool]:
+        def count(x: Credential) -> bool:
+            asked.append(x.name)
+            return budget
+
+        return count
+
+    data = P.encode() + b" and again " + P.encode()
+    resolver = BodyResolver({P.encode(): c}, HOST, True, "raw", 0.0, spend(True))
+    s = bodies.Swapper(resolver)
+    assert s.feed(data) + s.finish() == f"{SECRET} and again {SECRET}".encode()
+    assert asked == ["svc"]  # one request, one count, however many placeholders
+    refusing = BodyResolver({P.encode(): c}, HOST, True, "raw", 0.0, spend(False))
+    with pytest.raises(BodyRefused) as e:
+        bodies.Swapper(refusing).feed(data)
+    o = e.value.outcome
+    assert o.refusal is not None and o.refusal.reason is Reason.CREDENTIAL_BUDGET_SPENT and o.terminate
+    assert o.used == {}
+
+
 def test_unregistered_placeholder_in_a_body_is_left_alone(tmp_path: Path) -> None:
     data = b"surr_NotRegisteredAnywhere000004 and more"
     out, outcome = body(cred(tmp_path, [Surface.BODY], "terminate"), data)

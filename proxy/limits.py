@@ -1,0 +1,165 @@
+"""Per-claim limits: concurrent client connections, request rate, and request-head deadlines.
+
+Pure bookkeeping over plain values; the clock is passed in (seconds, any monotonic origin), so
+every rule here is tested with tables. The glue is ``addons/limits.py``.
+
+- **Connections**: a client connection counts toward the claim it was first identified as (its
+  CONNECT, or its first request in transparent mode or plain HTTP) until it closes. A connection
+  over the pool's ``connections`` is refused before anything is connected upstream.
+- **Request rate**: a token bucket per claim (``requests_per_second`` refill, ``burst`` capacity).
+  Every CONNECT and every request takes one token; with none left the request is answered 429
+  with ``Retry-After`` (RFC 9110 §10.2.3; RFC 6585 §4), the whole seconds until a token is back.
+- **Head deadline**: a client connection that is waiting for a request head (just opened, after
+  a CONNECT, or between keep-alive requests) must complete one within the header timeout, or it
+  is closed: a slowloris client dribbling a head, and a connection that is opened and never
+  used, both are. A connection with a request in flight (a slow SSE response, a long upload) is
+  never on this clock; mitmproxy's own idle timeout (``tcp_timeout``) bounds silence there.
+
+Defaults never bother a normal agent (a busy agent makes a few requests per second over a few
+connections) and stop one claim from taking the proxy for itself.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+DEFAULT_CONNECTIONS = 256
+DEFAULT_RATE = 100.0
+DEFAULT_BURST = 200
+
+
+@dataclass(frozen=True, slots=True)
+class Limits:
+    """A pool's limits. ``connections``: open client connections per claim (≥ 1);
+    ``rate``: sustained requests per second per claim (> 0); ``burst``: requests allowed at once
+    after a quiet spell (≥ 1)."""
+
+    connections: int = DEFAULT_CONNECTIONS
+    rate: float = DEFAULT_RATE
+    burst: int = DEFAULT_BURST
+
+
+@dataclass(slots=True)
+class TokenBucket:
+    """``tokens`` fill at ``rate`` per second up to ``burst``; ``now`` is when they were counted."""
+
+    rate: float
+    burst: int
+    tokens: float
+    now: float
+
+    def take(self, now: float) -> float:
+        """Take one token at time ``now``. Returns 0.0 when taken, else the seconds until one is
+        available (nothing is taken then)."""
+        self.tokens = min(float(self.burst), self.tokens + max(0.0, now - self.now) * self.rate)
+        self.now = max(self.now, now)
+        if self.tokens >= 1.0:
+            self.tokens -= 1.0
+            return 0.0
+        return (1.0 - self.tokens) / self.rate
+
+    def full(self, now: float) -> bool:
+        return self.tokens + max(0.0, now - self.now) * self.rate >= self.burst
+
+
+def retry_after(wait: float) -> int:
+    """The ``Retry-After`` value (whole seconds, at least 1) for a wait of ``wait`` seconds."""
+    return max(1, math.ceil(wait))
+
+
+# Buckets of claims that went quiet are dropped once there are this many: a full bucket carries
+# no state worth keeping (a new one starts full too).
+_PRUNE_AT = 4096
+
+
+@dataclass(slots=True)
+class ClaimLimiter:
+    """Connection counts and rate buckets for every claim.
+
+    Connections are keyed by an opaque client-connection id chosen by the caller.
+    """
+
+    conns: dict[str, int] = field(default_factory=dict)  # claim id → open connections
+    owner: dict[str, set[str]] = field(default_factory=dict)  # connection id → claim ids it counts for
+    buckets: dict[str, TokenBucket] = field(default_factory=dict)
+
+    def open(self, conn: str, claim: str, limits: Limits) -> bool:
+        """Count connection ``conn`` toward ``claim``. True when it fits (or already counted),
+        False when the claim already holds ``limits.connections`` (nothing is counted then)."""
+        held = self.owner.get(conn)
+        if held is not None and claim in held:
+            return True
+        if self.conns.get(claim, 0) >= limits.connections:
+            return False
+        self.conns[claim] = self.conns.get(claim, 0) + 1
+        self.owner.setdefault(conn, set()).add(claim)
+        return True
+
+    def close(self, conn: str) -> None:
+        """Connection ``conn`` closed: its slots are free again (unknown ids are ignored)."""
+        for claim in self.owner.pop(conn, ()):
+            left = self.conns.get(claim, 0) - 1
+            if left > 0:
+                self.conns[claim] = left
+            else:
+                self.conns.pop(claim, None)
+
+    def take(self, claim: str, limits: Limits, now: float) -> float:
+        """One request by ``claim`` at ``now``: 0.0 when allowed, else the seconds to wait."""
+        bucket = self.buckets.get(claim)
+        if bucket is None:
+            if len(self.buckets) >= _PRUNE_AT:
+                self.buckets = {k: b for k, b in self.buckets.items() if not b.full(now)}
+            bucket = self.buckets[claim] = TokenBucket(limits.rate, limits.burst, float(limits.burst), now)
+        elif bucket.rate != limits.rate or bucket.burst != limits.burst:  # the rules were reloaded
+            bucket.rate, bucket.burst = limits.rate, limits.burst
+            bucket.tokens = min(bucket.tokens, float(limits.burst))
+        return bucket.take(now)
+
+
+@dataclass(slots=True)
+class HeadDeadlines:
+    """Which client connections are waiting for a request head, and since when.
+
+    ``waiting`` maps connection id → the time it started waiting; ``busy`` counts requests in
+    flight per connection (HTTP/2 carries several); ``done`` holds connections that will never
+    carry another head (an opaque tunnel, a WebSocket).
+    """
+
+    waiting: dict[str, float] = field(default_factory=dict)
+    busy: dict[str, int] = field(default_factory=dict)
+    done: set[str] = field(default_factory=set)
+
+    def wait(self, conn: str, now: float) -> None:
+        """``conn`` opened, or its CONNECT was answered: a head is due."""
+        if conn not in self.done and not self.busy.get(conn):
+            self.waiting[conn] = now
+
+    def head(self, conn: str) -> None:
+        """A complete request head arrived on ``conn``."""
+        self.waiting.pop(conn, None)
+        self.busy[conn] = self.busy.get(conn, 0) + 1
+
+    def finished(self, conn: str, now: float) -> None:
+        """A request on ``conn`` ended (answered, refused or failed)."""
+        left = self.busy.get(conn, 0) - 1
+        if left > 0:
+            self.busy[conn] = left
+            return
+        self.busy.pop(conn, None)
+        self.wait(conn, now)
+
+    def exempt(self, conn: str) -> None:
+        """``conn`` became a byte stream (opaque tunnel, WebSocket): no more heads to wait for."""
+        self.done.add(conn)
+        self.waiting.pop(conn, None)
+
+    def close(self, conn: str) -> None:
+        self.waiting.pop(conn, None)
+        self.busy.pop(conn, None)
+        self.done.discard(conn)
+
+    def overdue(self, now: float, timeout: float) -> list[str]:
+        """Connections that have waited for a head longer than ``timeout`` seconds."""
+        return [c for c, since in self.waiting.items() if now - since > timeout]

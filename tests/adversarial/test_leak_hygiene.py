@@ -1,0 +1,231 @@
+"""Leak hygiene: the secret never appears in a deny page, an error body, a reflected response, a
+log line or a core dump; the engine's own logs never print request content.
+
+Defences: proxy/decide.py (deny bodies carry names and reasons, never values), proxy/scrub.py via
+addons/scrub.py (a reflecting upstream gets the placeholder back), proxy/engine.py
+``_log_to_stderr`` (WARNING level: mitmproxy never logs header values or bodies there),
+proxy/hardening.py ``harden`` called by proxy/cli.py ``main`` (no core dumps, not dumpable).
+The session-wide scan of every file the suite wrote is tests/conftest.py.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import secrets
+import shutil
+import socket
+import ssl
+import subprocess
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import canary
+import pytest
+from harness import ProxyProcess, World
+from servers import TestCA
+
+WIDE_PH = "surr_HostileWidePlaceholder002"
+
+
+def test_deny_pages_and_error_bodies_never_hold_the_secret(world: World) -> None:
+    ph = world.placeholder
+    refusals = {
+        "violation": world.curl(
+            "-H", f"Authorization: Bearer {ph}", world.url("/leak-violation", "other.test")
+        ),
+        "method": world.curl("-X", "POST", "-H", f"Authorization: Bearer {ph}", world.url("/v1/leak-method")),
+        "trace": world.curl("-X", "TRACE", "-H", f"Authorization: Bearer {ph}", world.url("/v1/leak-trace")),
+        "cleartext": world.curl(
+            "-H", f"Authorization: Bearer {ph}", f"http://plain.test:{world.upstream.port}/"
+        ),
+        "bad-tls": world.curl("-H", f"Authorization: Bearer {ph}", world.url("/leak-tls", "mismatch.test")),
+    }
+    statuses = {k: int(v.stdout.rsplit(b"\n", 1)[-1]) for k, v in refusals.items()}
+    assert statuses == {"violation": 403, "method": 403, "trace": 405, "cleartext": 403, "bad-tls": 502}
+    canary.assert_absent({f"{k} response": v.stdout + v.stderr for k, v in refusals.items()}, [world.secret])
+
+
+@pytest.mark.parametrize("path", ["/reflect", "/reflect-split", "/reflect-gzip"])
+def test_a_reflecting_upstream_hands_back_the_placeholder(world: World, path: str) -> None:
+    done = world.curl(
+        "--compressed",
+        "-i",
+        "-H",
+        f"Authorization: Bearer {WIDE_PH}",
+        world.url(path, "a.wild.test"),
+        claim="wide",
+    )
+    assert done.stdout.endswith(b"200"), done
+    assert f"Bearer {WIDE_PH}".encode() in done.stdout  # the upstream did reflect it
+    canary.assert_absent({f"{path} response": done.stdout}, [world.secret])
+
+
+def test_engine_logs_never_print_request_content(world: World) -> None:
+    """Requests carrying a content canary in every place (headers, query, body, malformed heads,
+    broken chunked bodies, garbage after CONNECT): stderr never shows it. (The audit event records
+    the method, path and mitmproxy's error sentence by design, which can quote the sandbox's own
+    bytes: so this value is not registered with the session-wide scan.)"""
+    content = "CONTENT" + secrets.token_hex(12)
+    port = world.upstream.port
+    world.curl("-H", f"X-Content: {content}", "-d", f"body={content}", world.url(f"/v1/c?q={content}"))
+    world.curl("-H", f"Authorization: Bearer {content}", world.url("/x", "other.test"))
+    raw = [
+        f"GET /v1/a HTTP/1.1\r\nHost: api.test:{port}\r\nX-{content}\x01: v\r\nConnection: close\r\n\r\n",
+        f"GET /v1/b?{content} HTTP/1.1\r\nHost: api.test:{port}\r\nX: {content}\r\n folded\r\n"
+        "Connection: close\r\n\r\n",
+        f"POST /v1/c HTTP/1.1\r\nHost: api.test:{port}\r\nTransfer-Encoding: chunked\r\nConnection: close\r\n"
+        f"\r\nzz{content}\r\n",
+        f"{content} / HTTP/1.1\r\nConnection: close\r\n\r\n",
+        f"GET /v1/d HTTP/1.1\r\nHost: api.test:{port}\r\nContent-Length: {content}\r\n"
+        "Connection: close\r\n\r\n",
+    ]
+    for head in raw:
+        world.tunnel_request(head.encode(), read_timeout=3)
+    with socket.create_connection(("127.0.0.1", world.proxy.port), timeout=3) as s:  # garbage, no CONNECT
+        s.sendall(f"\x16\x03\x01{content}\r\n\r\n".encode())
+        with contextlib.suppress(TimeoutError, ConnectionError):
+            world.received.append(s.recv(65536))
+    time.sleep(0.5)  # let the proxy finish logging
+    stderr = world.proxy.stderr_path.read_bytes()
+    assert stderr, "the proxy wrote nothing to stderr at all: the check would be empty"
+    canary.assert_absent({"proxy stderr": stderr}, [content, world.secret])
+
+
+@pytest.fixture(scope="module")
+def hardened(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ProxyProcess]:
+    """A proxy whose dumpable flag can be read from outside: non-dumpable processes' /proc files
+    belong to root (proc(5)). As root, the proxy runs with gid 65534, so a dumpable one would show
+    that gid and a non-dumpable one gid 0."""
+    tmp = tmp_path_factory.mktemp("hardened")
+    (tmp / "token").write_text("t")
+    (tmp / "rules.yaml").write_text("version: 1\npools:\n  p:\n    egress: []\n")
+    proxy = ProxyProcess(tmp / "rules.yaml", tmp)
+    if os.getuid() == 0:
+        setpriv = shutil.which("setpriv")
+        if setpriv is None:
+            pytest.skip("running as root needs setpriv (util-linux) to observe the dumpable flag")
+        proxy.args = [setpriv, "--regid=65534", "--clear-groups", *proxy.args]
+        os.chmod(tmp, 0o755)
+    proxy.start()
+    try:
+        yield proxy
+    finally:
+        proxy.stop()
+
+
+def test_the_running_proxy_cannot_dump_core(hardened: ProxyProcess) -> None:
+    assert hardened.proc is not None
+    limits = Path(f"/proc/{hardened.proc.pid}/limits").read_text().splitlines()
+    [core] = [line for line in limits if line.startswith("Max core file size")]
+    assert core.split()[4:6] == ["0", "0"], core
+
+
+def test_the_running_proxy_is_not_dumpable(hardened: ProxyProcess) -> None:
+    assert hardened.proc is not None
+    st = os.stat(f"/proc/{hardened.proc.pid}/status")  # the directory's own inode may be stale
+    if os.getuid() == 0:
+        assert st.st_gid == 0, "a dumpable proxy's /proc entry would carry its gid 65534"
+    else:
+        assert st.st_uid == 0, "a dumpable proxy's /proc entry would belong to its own user"
+
+
+# Each quotes the secret where mitmproxy's parser errors quote the offending bytes; the first
+# fails header validation, which mitmproxy answers with an unconditional error page.
+MALFORMED = [
+    pytest.param(b"HTTP/1.1 200 OK\r\nX-Bad\x01%s: v\r\nContent-Length: 0\r\n\r\n", id="invalid-header-name"),
+    pytest.param(b"HTTP/1.1 200 OK\r\nContent-Length: %s\r\n\r\n", id="invalid-content-length"),
+    pytest.param(b"HTTP/1.1 %s OK\r\nContent-Length: 0\r\n\r\n", id="invalid-status"),
+    pytest.param(b"%s\r\n\r\n", id="garbage-status-line"),
+    pytest.param(b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n%s\r\n", id="invalid-chunk-size"),
+]
+
+
+class _Reflector:
+    """A hostile HTTPS upstream that answers every request with a malformed response quoting the
+    Authorization value it received (the real secret, after substitution)."""
+
+    def __init__(self, ca: TestCA, name: str, template: bytes) -> None:
+        self.ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+        ca.ca.issue_cert(name).configure_cert(self.ctx)
+        self.template = template
+        self.sock = socket.create_server(("127.0.0.1", 0))
+        self.port = self.sock.getsockname()[1]
+        self.seen: list[bytes] = []
+        self.thread = threading.Thread(target=self._serve, daemon=True)
+        self.thread.start()
+
+    def _serve(self) -> None:
+        self.sock.settimeout(20)
+        with contextlib.suppress(OSError), self.ctx.wrap_socket(self.sock.accept()[0], server_side=True) as c:
+            head = b""
+            while b"\r\n\r\n" not in head and (chunk := c.recv(65536)):
+                head += chunk
+            auth = next(
+                (
+                    line.split(b":", 1)[1].strip()
+                    for line in head.split(b"\r\n")
+                    if line.lower().startswith(b"authorization:")
+                ),
+                b"",
+            )
+            self.seen.append(auth)
+            c.sendall(self.template % auth.replace(b" ", b""))
+
+    def close(self) -> None:
+        self.sock.close()
+        self.thread.join(5)
+
+
+@pytest.mark.parametrize("template", MALFORMED)
+def test_a_malformed_response_quoting_the_secret_never_shows_it(tmp_path: Path, template: bytes) -> None:
+    """mitmproxy's parse errors quote the offending bytes: they must not carry the secret into the
+    sandbox's error page, the audit event or the log."""
+    secret = canary.make("reflectbad")
+    canary.source(tmp_path / "secret", secret)
+    (tmp_path / "token").write_text("t")
+    ca = TestCA(tmp_path)
+    upstream = _Reflector(ca, "evil.test", template)
+    (tmp_path / "rules.yaml").write_text(
+        f"version: 1\npools:\n  p:\n    egress:\n      - host: evil.test\n        ports: [{upstream.port}]\n"
+        "claims:\n  - id: c\n    pool: p\n    proxy_token: file:token\n    credentials:\n"
+        "      - name: k\n        value: file:secret\n        placeholder: surr_ReflectBadPlaceholder0001\n"
+        "        hosts: [evil.test]\n"
+    )
+    proxy = ProxyProcess(
+        tmp_path / "rules.yaml", tmp_path, upstream_ca=ca.ca_pem, resolve={"evil.test": "127.0.0.1"}
+    )
+    proxy.start()
+    try:
+        done = subprocess.run(
+            [
+                "curl",
+                "-sS",
+                "-i",
+                "-x",
+                proxy.url("c", "t"),
+                "--cacert",
+                str(proxy.ca_pem),
+                "-H",
+                "Authorization: Bearer surr_ReflectBadPlaceholder0001",
+                f"https://evil.test:{upstream.port}/x",
+            ],
+            capture_output=True,
+            timeout=30,
+            check=False,
+        )
+        time.sleep(0.3)
+    finally:
+        proxy.stop()
+        upstream.close()
+    assert upstream.seen == [f"Bearer {secret}".encode()]  # it did get the secret, and quoted it
+    canary.assert_absent(
+        {
+            "client-received bytes": done.stdout + done.stderr,
+            "audit file": proxy.audit_path.read_bytes(),
+            "proxy stderr": proxy.stderr_path.read_bytes(),
+        },
+        [secret],
+    )

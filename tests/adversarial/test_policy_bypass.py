@@ -1,0 +1,62 @@
+"""Policy bypass: rule precedence and connection state must not let a request reach what its
+intercepting rule forbids. Defences: proxy/decide.py (an opaque rule never approves a request
+inside an intercepted tunnel), addons/identify.py and addons/policy.py (a refused CONNECT leaves
+no tunnel state behind)."""
+
+from __future__ import annotations
+
+import socket
+
+from harness import World
+
+
+def test_a_later_opaque_rule_never_approves_a_request_in_an_intercepted_tunnel(world: World) -> None:
+    """Was: POST /admin on api.test (intercepting rule: GET /v1 only) was allowed by the later
+    `*` rule with intercept: false, and got the secret."""
+    before = world.upstream.connections
+    done = world.curl(
+        "-X",
+        "POST",
+        "-d",
+        "x=1",
+        "-H",
+        f"Authorization: Bearer {world.placeholder}",
+        world.url("/admin/delete"),
+    )
+    assert done.stdout.endswith(b"403") and b"method_not_allowed" in done.stdout
+    assert world.paths("/admin") == [] and world.upstream.connections == before
+    ok = world.curl("-H", f"Authorization: Bearer {world.placeholder}", world.url("/v1/ok"))
+    assert ok.stdout.endswith(b"200")
+
+
+def test_refused_connect_leaves_no_tunnel_behind(world: World) -> None:
+    """Was: after a refused CONNECT, the next plain-HTTP request on the same connection was
+    judged against the refused tunnel's host (421)."""
+    with socket.create_connection(("127.0.0.1", world.proxy.port), timeout=10) as s:
+        s.sendall(
+            f"CONNECT nowhere.test:443 HTTP/1.1\r\nHost: nowhere.test:443\r\n"
+            f"Proxy-Authorization: {world.proxy_auth()}\r\n\r\n".encode()
+        )
+        first = s.recv(65536)
+        other = f"other.test:{world.upstream.port}"
+        s.sendall(
+            f"GET http://{other}/after HTTP/1.1\r\nHost: {other}\r\n"
+            f"Proxy-Authorization: {world.proxy_auth()}\r\nConnection: close\r\n\r\n".encode()
+        )
+        second = b""
+        while chunk := s.recv(65536):
+            second += chunk
+    world.received += [first, second]
+    assert first.startswith(b"HTTP/1.1 403")
+    assert b"421" not in second.split(b"\r\n", 1)[0]
+
+
+def test_an_unauthenticated_request_never_reaches_an_upstream(world: World) -> None:
+    before = world.upstream.connections
+    with socket.create_connection(("127.0.0.1", world.proxy.port), timeout=10) as s:
+        port = world.upstream.port
+        s.sendall(f"CONNECT api.test:{port} HTTP/1.1\r\nHost: api.test:{port}\r\n\r\n".encode())
+        data = s.recv(65536)
+    world.received.append(data)
+    assert data.startswith(b"HTTP/1.1 407")
+    assert world.upstream.connections == before

@@ -1,0 +1,132 @@
+"""Self-protection: the proxy's own listeners (the proxy port and the control API's TCP port) are
+unreachable through the proxy in any spelling, and a request through the proxy to itself is
+refused by resolved address and port, so it cannot loop. Defence: addons/resolve.py
+(``Resolve._checked``: own ports on a local address, after resolution) with the own ports set in
+proxy/engine.py ``build_master``.
+
+The pool here allows every host on every port (opaque tunnels and plain HTTP), so only the
+self-protection stands between the sandbox and the listeners.
+"""
+
+from __future__ import annotations
+
+import socket
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+import httpx
+import pytest
+from harness import ProxyProcess, free_port, status_line
+
+SPELLINGS = [
+    "127.0.0.1",
+    "127.1",
+    "0x7f000001",
+    "2130706433",
+    "017700000001",
+    "0",
+    "0.0.0.0",
+    "[::ffff:127.0.0.1]",
+    "localhost",
+    "LocalHost.",
+    "[::1]",
+]
+
+
+@dataclass
+class Own:
+    proxy: ProxyProcess
+    control_port: int
+    auth: str = "Basic YzpzZWxmdG9rZW4="  # c:selftoken
+
+
+@pytest.fixture(scope="module")
+def own(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Own]:
+    tmp = tmp_path_factory.mktemp("own")
+    (tmp / "token").write_text("selftoken")
+    (tmp / "operator").write_text("operator-token-" + "x" * 16)
+    rules = tmp / "rules.yaml"
+    rules.write_text(
+        "version: 1\npools:\n  p:\n    egress:\n"
+        "      - host: '*'\n        ports: []\n        intercept: false\n"
+        "claims:\n  - id: c\n    pool: p\n    proxy_token: file:token\n"
+    )
+    control_port = free_port()
+    proxy = ProxyProcess(rules, tmp)
+    proxy.args += [
+        "--control-tcp",
+        f"127.0.0.1:{control_port}",
+        "--control-token-file",
+        str(tmp / "operator"),
+    ]
+    proxy.start()
+    try:
+        deadline = time.monotonic() + 15
+        while time.monotonic() < deadline:
+            try:
+                if httpx.get(f"http://127.0.0.1:{control_port}/healthz").status_code == 200:
+                    break
+            except httpx.TransportError:
+                time.sleep(0.05)
+        yield Own(proxy, control_port)
+    finally:
+        proxy.stop()
+
+
+def _exchange(own: Own, data: bytes) -> bytes:
+    with socket.create_connection(("127.0.0.1", own.proxy.port), timeout=10) as s:
+        s.sendall(data)
+        out = b""
+        try:
+            while chunk := s.recv(65536):
+                out += chunk
+        except ConnectionError:
+            pass
+    return out
+
+
+def _ports(own: Own) -> dict[str, int]:
+    return {"proxy": own.proxy.port, "control": own.control_port}
+
+
+@pytest.mark.parametrize("which", ["proxy", "control"])
+@pytest.mark.parametrize("spelling", SPELLINGS)
+def test_plain_http_to_an_own_listener_is_refused_in_any_spelling(
+    own: Own, spelling: str, which: str
+) -> None:
+    authority = f"{spelling}:{_ports(own)[which]}"
+    answer = _exchange(
+        own,
+        f"GET http://{authority}/v1/claims HTTP/1.1\r\nHost: {authority}\r\n"
+        f"Proxy-Authorization: {own.auth}\r\nConnection: close\r\n\r\n".encode(),
+    )
+    assert status_line(answer) == b"403" and b"own_listener" in answer, answer[:300]
+
+
+@pytest.mark.parametrize("which", ["proxy", "control"])
+@pytest.mark.parametrize("spelling", SPELLINGS)
+def test_a_tunnel_to_an_own_listener_is_closed_without_a_loop(own: Own, spelling: str, which: str) -> None:
+    """The opaque tunnel is allowed by the rule, but its upstream connection is refused: the
+    client gets a closed tunnel, and the proxy saw exactly one CONNECT (none through itself)."""
+    authority = f"{spelling}:{_ports(own)[which]}"
+    before = len([e for e in own.proxy.audit_events() if e.get("method") == "CONNECT"])
+    answer = _exchange(
+        own,
+        f"CONNECT {authority} HTTP/1.1\r\nHost: {authority}\r\nProxy-Authorization: {own.auth}\r\n\r\n"
+        f"GET /v1/claims HTTP/1.1\r\nHost: {authority}\r\nConnection: close\r\n\r\n".encode(),
+    )
+    # the proxy's own answer to the CONNECT at most: no response from the listener came back
+    assert answer.count(b"HTTP/1.1 ") <= 1, answer[:400]
+    deadline = time.monotonic() + 5
+    while time.monotonic() < deadline:
+        connects = [e for e in own.proxy.audit_events() if e.get("method") == "CONNECT"]
+        if len(connects) > before:
+            break
+        time.sleep(0.05)
+    assert len(connects) == before + 1, connects[before:]
+
+
+def test_own_listener_refusals_are_audited(own: Own) -> None:
+    reasons = {e.get("reason") for e in own.proxy.audit_events() if e.get("event") == "request"}
+    assert "own_listener" in reasons

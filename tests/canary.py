@@ -1,0 +1,139 @@
+"""Canary secrets, and the scan that proves none of them leaked (DESIGN.md invariant 1).
+
+Tests use :func:`make` for every real credential value they give the proxy: a distinctive random
+string, remembered for the session. A test that writes such a value to a file the proxy reads
+(``value: file:...``) does it with :func:`source`, which registers that one path as the secret's
+source: the only file allowed to hold it. At the end of the session the root conftest scans every
+file under pytest's basetemp (audit logs, stores and their -wal/-shm, stderr captures, CA dirs,
+client outputs) with :func:`scan_tree`; modules also check the bytes their clients received with
+:func:`assert_absent`.
+
+A value is looked for in the forms a careless code path would write it in: raw, base64 (standard
+and URL-safe, at each of the three byte alignments, as inside ``Basic user:secret``),
+percent-encoded and JSON ``\\u``-escaped (every byte escaped, upper- and lower-case hex). A
+report names the file, the form and the canary's tag, never the value.
+"""
+
+from __future__ import annotations
+
+import base64
+import os
+import secrets
+from collections.abc import Iterable, Mapping
+from pathlib import Path
+
+_values: list[str] = []
+_exempt: set[Path] = set()
+
+
+def make(tag: str) -> str:
+    """A fresh canary secret for this session: ``CANARY<tag><24 hex>`` (letters and digits only)."""
+    value = f"CANARY{tag}{secrets.token_hex(12)}"
+    _values.append(value)
+    return value
+
+
+def register(value: str) -> str:
+    """Watch for a secret value a test made some other way (e.g. a fixed constant)."""
+    _values.append(value)
+    return value
+
+
+def source(path: Path, value: str) -> Path:
+    """Write ``value`` (and a newline) to ``path``, the secret's by-design source file."""
+    path.write_text(value + "\n")
+    return exempt(path)
+
+
+def exempt(path: Path) -> Path:
+    """Register one file that holds a canary by design (a test's record of what an upstream saw)."""
+    _exempt.add(path.resolve())
+    return path
+
+
+def values() -> list[str]:
+    return list(_values)
+
+
+def exempted() -> frozenset[Path]:
+    return frozenset(_exempt)
+
+
+def forms(value: str) -> dict[str, bytes]:
+    """The spellings of ``value`` that are searched for, by name."""
+    raw = value.encode()
+    out = {"raw": raw}
+    for align in range(3):
+        for name, encode in (("base64", base64.b64encode), ("base64url", base64.urlsafe_b64encode)):
+            encoded = encode(b"\0" * align + raw)
+            # the first group holds the alignment bytes, the last one depends on what follows
+            form = encoded[4 if align else 0 : -4]
+            if form not in out.values():  # URL-safe is often the same as standard
+                out[f"{name}+{align}"] = form
+    out["percent"] = "".join(f"%{b:02X}" for b in raw).encode()
+    out["percent-lower"] = "".join(f"%{b:02x}" for b in raw).encode()
+    out["json-escaped"] = "".join(f"\\u{b:04x}" for b in raw).encode()
+    out["json-escaped-upper"] = "".join(f"\\u{b:04X}" for b in raw).encode()
+    return out
+
+
+def _tag(value: str) -> str:
+    return value[: max(len(value) - 24, 8)] + "…"  # CANARY<tag>…: says which, not the value
+
+
+class _Index:
+    """Every form of every watched value, grouped by form, each group with the common prefix of
+    its members: a file is searched for a group's members only when it holds that prefix, so a
+    session's hundreds of canaries cost one pass per form over each file."""
+
+    def __init__(self, watched: Iterable[str]) -> None:
+        self.groups: dict[str, tuple[bytes, list[tuple[str, bytes]]]] = {}
+        members: dict[str, list[tuple[str, bytes]]] = {}
+        for value in dict.fromkeys(watched):
+            for name, form in forms(value).items():
+                if form:
+                    members.setdefault(name, []).append((_tag(value), form))
+        for name, group in members.items():
+            prefix = os.path.commonprefix([f for _, f in group])
+            self.groups[name] = (prefix, group)
+
+    def find(self, data: bytes) -> list[str]:
+        return [
+            f"{tag} as {name}"
+            for name, (prefix, group) in self.groups.items()
+            if prefix in data
+            for tag, form in group
+            if form in data
+        ]
+
+
+def find(data: bytes, watched: Iterable[str]) -> list[str]:
+    """``"<tag> as <form>"`` for every watched value found in ``data``."""
+    return _Index(watched).find(data)
+
+
+def assert_absent(artifacts: Mapping[str, bytes], watched: Iterable[str] | None = None) -> None:
+    """Fail naming the artifact and form when a canary (default: every one made) is in one."""
+    index = _Index(_values if watched is None else watched)
+    found = [f"{what}: {hit}" for what, data in artifacts.items() for hit in index.find(data)]
+    assert not found, "canary secret found in " + "; ".join(found)
+
+
+def scan_tree(root: Path, watched: Iterable[str], exempt: Iterable[Path] = ()) -> list[str]:
+    """``"<path>: <tag> as <form>"`` for every file under ``root`` holding a watched value.
+
+    Files in ``exempt`` (resolved paths) are skipped; sockets, FIFOs and unreadable files too.
+    """
+    index, skip = _Index(watched), {p.resolve() for p in exempt}
+    hits: list[str] = []
+    if not index.groups or not root.exists():
+        return hits
+    for path in sorted(root.rglob("*")):
+        if path.is_symlink() or not path.is_file() or path.resolve() in skip:
+            continue
+        try:
+            data = path.read_bytes()
+        except OSError:
+            continue
+        hits += [f"{path}: {hit}" for hit in index.find(data)]
+    return hits
