@@ -129,6 +129,14 @@ def _forms(secret: bytes, placeholder: bytes) -> list[_Form]:
 _ESCAPE = rb"%[0-9A-Fa-f]{2}|\\u[0-9A-Fa-f]{4}|\\[/\"\\]"
 
 
+# _ESCAPE's escapes as fixed strings over a skeleton of the data: hex digits read "h", the bytes an
+# escape is made of stay, everything else is NUL.
+_SKELETON = bytes(
+    ord("h") if chr(b) in "0123456789abcdefABCDEF" else b if chr(b) in '%\\u/"+' else 0 for b in range(256)
+)
+_KINDS = (b"%hh", b"\\uhhhh", b"\\/", b'\\"', b"\\\\")
+
+
 def _regex(units: tuple[Unit, ...]) -> bytes:
     return b"".join(b"(?:" + b"|".join(re.escape(a) for a in u) + b")" for u in units)
 
@@ -162,7 +170,7 @@ class _Compiled:
     escape: re.Pattern[bytes]
     starts: dict[int, list[_Form]]
     longest: int
-    heads: tuple[bytes, ...]  # the bytes an escape starts with
+    kinds: tuple[bytes, ...]  # each kind of escape, as it reads in a skeleton (see _escapes)
     first: re.Pattern[bytes]  # any byte a form may start with
 
 
@@ -201,7 +209,7 @@ def _compile(pairs: tuple[tuple[bytes, bytes], ...], escapes: bool) -> _Compiled
         else None,
         escape=re.compile(_ESCAPE + (rb"|\+" if spaces else b"")),
         starts=starts,
-        heads=(b"%", b"\\", b"+") if spaces else (b"%", b"\\"),
+        kinds=_KINDS + ((b"+",) if spaces else ()),
         first=re.compile(b"[" + b"".join(re.escape(bytes([b])) for b in first) + b"]" if first else b"(?!)"),
         longest=max((sum(max(map(len, u)) for u in f.units) for f in ordered), default=0),
     )
@@ -217,7 +225,8 @@ class Scrubber:
         c = _compile(tuple(pairs), escapes)
         self._forms, self._each, self._raw, self._literal = c.forms, c.each, c.raw, c.literal
         self._full, self._escape, self._starts, self._longest = c.full, c.escape, c.starts, c.longest
-        self._heads, self._first = c.heads, c.first
+        self._kinds, self._first = c.kinds, c.first
+        self._skeleton: tuple[bytes, bytes] | None = None  # (data, its skeleton), see _escapes
         self._carry = b""
 
     @property
@@ -258,16 +267,28 @@ class Scrubber:
         return (lit.start(), lit.end(), self._raw[lit.group()]) if lit else None
 
     def _escapes(self, data: bytes, pos: int) -> Iterator[int]:
-        """Where escapes start in ``data`` from ``pos``, in order. bytes.find (memchr) skips to
-        each candidate byte far faster than ``re`` steps through the bytes between them."""
-        heads = self._heads
-        nxt = {h: data.find(h, pos) for h in heads}
+        """Where escapes start in ``data`` from ``pos``, in order.
+
+        Few ``%``/``\\`` bytes (text): find each with memchr and check it. Many (binary data):
+        map ``data`` to a skeleton (hex digits to ``h``, the escape bytes kept, all else NUL) in
+        which each kind of escape is one fixed string bytes.find locates, so only real escapes
+        cost a Python step.
+        """
+        heads: tuple[bytes, ...] = (b"%", b"\\", b"+") if b"+" in self._kinds else (b"%", b"\\")
+        if sum(data.count(h, pos) for h in heads) <= 64:
+            text, kinds, check = data, heads, True
+        else:
+            if self._skeleton is None or self._skeleton[0] is not data:
+                self._skeleton = (data, data.translate(_SKELETON))
+            text, kinds, check = self._skeleton[1], self._kinds, False
+        nxt = {k: text.find(k, pos) for k in kinds}
         while live := [i for i in nxt.values() if i >= 0]:
             i = min(live)
-            if self._escape.match(data, i):
+            if not check or self._escape.match(data, i):
                 yield i
-            h = data[i : i + 1]
-            nxt[h] = data.find(h, i + 1)
+            for k, at in nxt.items():
+                if at == i:
+                    nxt[k] = text.find(k, i + 1)
 
     def _scan(self, data: bytes, cut: int) -> tuple[bytes, int]:
         """Replace the matches starting before ``cut``; returns the output and where it stops."""

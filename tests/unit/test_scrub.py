@@ -207,3 +207,15 @@ def test_escaped_forms_chunking_never_changes_the_output_and_no_form_survives(
     chunks = [text[a:b] for a, b in zip([0, *points], [*points, len(text)], strict=True)]
     assert run(pairs, chunks) == whole
     assert _leaks(whole) == []
+
+
+@pytest.mark.parametrize("noise", [b"%", b"\\", b"%zz\\q"], ids=["percent", "backslash", "mixed"])
+def test_escapes_are_found_among_many_stray_escape_bytes(noise: bytes) -> None:
+    """Past 64 stray ``%``/``\\`` bytes the escape finder switches method: same result."""
+    forms = [f for name, f in FORMS.items() if not name.startswith(("b64", "basic"))]
+    body = (noise * 50).join(forms) + noise * 100
+    pairs = [(SECRET.encode(), PH.encode())]
+    out = run(pairs, [body])
+    assert _leaks(out) == []
+    assert out.count(PH.encode()) == len(forms)
+    assert run(pairs, [body[i : i + 97] for i in range(0, len(body), 97)]) == out
