@@ -52,13 +52,16 @@ class Hooks:
         flow.metadata[facts.HOOK] = route
         # the head as the sandbox sent it, whatever a later addon does to the flow's headers
         flow.metadata[_HEAD] = [(k, v) for k, v in flow.request.headers.items(multi=True)]
+        # mitmproxy reads an undeclared body up to stream_large_bodies and then streams it to the
+        # upstream: a hook request must declare its body, so that it is read here, whole, or refused.
         length = flow.request.headers.get("content-length")
         declared = length is not None and length.isascii() and length.isdigit()
-        if (declared and int(length or 0) > hooks.MAX_BODY) or (
-            not declared
-            and flow.request.http_version.startswith("HTTP/1")
-            and "transfer-encoding" in flow.request.headers
-        ):
+        undeclared = not declared and (
+            "transfer-encoding" in flow.request.headers
+            if flow.request.http_version.startswith("HTTP/1")
+            else flow.request.method in ("POST", "PUT", "PATCH")  # HTTP/2: no framing header to tell
+        )
+        if undeclared or (declared and int(length or 0) > hooks.MAX_BODY):
             _refuse(
                 flow,
                 Reason.HOOK_FAILED,

@@ -132,3 +132,20 @@ def test_a_request_outside_the_route_still_goes_upstream(env: Env, hooked: Path)
         r = client.get(env.url("api.test", "/hook/ok"))  # GET: the route is POST only
     assert r.status_code == 200
     assert [x.path for x in env.upstream.requests if x.path == "/hook/ok"] == ["/hook/ok"]
+
+
+def test_a_body_over_the_hook_bound_is_refused_and_no_command_runs(env: Env, hooked: Path) -> None:
+    hooked.unlink(missing_ok=True)
+    ctx = ssl.create_default_context(cafile=env.proxy.ca_pem)
+    with httpx.Client(proxy=env.proxy_url, verify=ctx, timeout=20) as client:
+        try:
+            status = client.post(
+                env.url("api.test", "/hook/ok?big=1"), content=b"x" * (100 * 1024)
+            ).status_code
+        except httpx.HTTPError:
+            status = None  # a refusal of a body this large closes the connection (facts.refuse)
+    assert status in (None, 413)
+    event = env.proxy.wait_event(path="/hook/ok?big=REDACTED")
+    assert event["reason"] == "hook_failed" and "at most 65536 bytes" in event["message"]
+    assert not hooked.exists()
+    assert [x for x in env.upstream.requests if x.path.startswith("/hook/ok?big")] == []
