@@ -10,9 +10,14 @@ Each addon handles one concern and talks to the others only through ``flow.metad
                 TRACE toward credentials); drop hop-by-hop headers
 2. policy     — egress rules decide; deny before any upstream TCP/TLS; authority agreement
    forgery    — a placeholder with surrogate's checksum that this claim does not hold: refused
+   hooks      — a hook route's request is answered by an operator command (no upstream); it runs
+                after policy (only allowed requests) and before substitute (it sees placeholders,
+                never secrets), and before stream (its body is read whole, bounded)
 3. substitute — placeholders → secrets, injections, violations
 4. stream     — forward every body read as it arrives (SSE), count bytes
    scrub      — secrets → placeholders in responses, on the stream stream set up
+   oauth      — a token endpoint's response: real tokens into the store, placeholders onward; it
+                wraps scrub's stream (it reads the body decoded and scrubbed), so it comes after
 5. resolve    — pinned names → addresses, before mitmproxy's own loop check
 6. audit      — one JSON event per flow, after every decision above is known
 7. metrics    — Prometheus counters from the same facts
@@ -30,10 +35,12 @@ from mitmproxy.addons import errorcheck, next_layer, proxyserver, tlsconfig
 
 from addons.audit import Audit
 from addons.forgery import Forgery
+from addons.hooks import Hooks
 from addons.hygiene import Hygiene
 from addons.identify import Identify
 from addons.limits import Limiter
 from addons.metrics import Metrics
+from addons.oauth import OAuthCapture
 from addons.policy import Policy
 from addons.resolve import Resolve
 from addons.scrub import Scrub
@@ -50,9 +57,11 @@ def chain(state: State) -> list[Any]:
         Hygiene(),
         Policy(state),
         Forgery(),
+        Hooks(state),
         Substitute(state),
         Stream(),
         Scrub(),
+        OAuthCapture(state),
         Resolve(state),
         Audit(),
         Metrics(state),

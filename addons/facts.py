@@ -21,6 +21,7 @@ A transparent-mode TLS pass-through has no flow at all: policy leaves what it de
 :data:`PASSTHROUGH` (by client connection id) for audit, which logs it once the upstream
 connection opened or failed.
 - ``surrogate.forged`` (list[str])      forgery: where forged placeholders were found
+- ``surrogate.hook`` (HookRoute)        hooks: the route that answers this request (no upstream)
 """
 
 from __future__ import annotations
@@ -51,6 +52,7 @@ CARRIED_ON = "surrogate.carried_on"
 VIOLATION_SURFACE = "surrogate.violation_surface"
 BYTES = "surrogate.bytes"
 FORGED = "surrogate.forged"
+HOOK = "surrogate.hook"
 
 REQUEST_ID_HEADER = "X-Surrogate-Request-Id"
 

@@ -42,7 +42,7 @@ def _counting(counts: list[int], inner: Chunks) -> Callable[[bytes], list[bytes]
 class Stream:
     @facts.fail_closed
     def requestheaders(self, flow: http.HTTPFlow) -> None:
-        if flow.response or flow.error:
+        if flow.response or flow.error or facts.HOOK in flow.metadata:  # a hook reads its body whole
             return
         counts = flow.metadata.setdefault(facts.BYTES, [0, 0])
         inner = flow.request.stream

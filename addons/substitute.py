@@ -75,7 +75,7 @@ class Substitute:
 
     @facts.fail_closed
     def requestheaders(self, flow: http.HTTPFlow) -> None:
-        if flow.response or flow.error:
+        if flow.response or flow.error or facts.HOOK in flow.metadata:  # answered here: nothing to swap
             return
         allowed = flow.metadata.get(facts.DECISION)
         if allowed is None or not allowed.allowed:  # never swap on a flow the policy did not allow

@@ -85,6 +85,12 @@ class CredentialPut(_In):
     max_requests: int | None = Field(None, ge=1, description="request budget; absent: none")
     surfaces: list[SurfaceName] | None = Field(None, description=_SURFACES_DOC)
     on_misplaced: MisplacedAction | None = Field(None, description=_MISPLACED_DOC)
+    oauth: dict[str, Any] | None = Field(
+        None,
+        description='OAuth token capture (proxy/oauth.py): {"token_endpoint": {"host", "path"}, '
+        '"access_token": <credential name>, "id_token": <credential name>}; '
+        "this credential is the refresh token",
+    )
 
 
 class CredentialPatch(_In):
@@ -387,6 +393,7 @@ def make_app(control: Control, operator_token: str | None = None) -> FastAPI:
             "max_requests": body.max_requests,
             "surfaces": body.surfaces,
             "on_misplaced": body.on_misplaced,
+            "oauth": body.oauth,
         }
         record, cov, created = control.put_credential(who, claim, name, fields, version)
         response.status_code = 201 if created else 200

@@ -23,6 +23,7 @@ from proxy import audit, placeholders
 from proxy.errors import HostError, SecretUnavailable, SurrogateError
 from proxy.hosts import HostPattern
 from proxy.metrics import Metrics
+from proxy.oauth import parse_spec
 from proxy.policy import Pool
 from proxy.registry import Registry
 from proxy.rules import opaque_shadow
@@ -240,6 +241,10 @@ class Control:
         value = _check_value(body["value"])
         placeholder = body.get("placeholder")
         _check_placeholder(placeholder)
+        try:
+            oauth = parse_spec(body["oauth"]) if body.get("oauth") is not None else None
+        except ValueError as e:
+            raise ControlError(422, "invalid_request", str(e), "oauth") from None
         old = self.store.get_credential(claim_id, name)
         try:
             record = self.store.put_credential(
@@ -256,6 +261,8 @@ class Control:
                 surfaces=body.get("surfaces"),
                 on_misplaced=body.get("on_misplaced"),
             )
+            # a second short transaction: a PUT replaces, so no "oauth" clears the capture
+            self.store.set_oauth(claim_id, name, oauth.to_json() if oauth else None)
         except ValueError as e:
             raise ControlError(422, "invalid_request", str(e)) from None
         except SurrogateError as e:

@@ -56,6 +56,10 @@ class Reason(StrEnum):
     RATE_LIMITED = "rate_limited"
     FORGED_PLACEHOLDER = "forged_placeholder"
     CREDENTIAL_BUDGET_SPENT = "credential_budget_spent"
+    UNSCANNABLE_RESPONSE = "unscannable_response"
+    HOOK_ANSWERED = "hook_answered"
+    HOOK_TIMEOUT = "hook_timeout"
+    HOOK_FAILED = "hook_failed"
 
 
 @dataclass(frozen=True, slots=True)
@@ -79,6 +83,8 @@ def deny(reason: Reason, message: str, status: int = 403, rule: EgressRule | Non
         Reason.UPSTREAM_ERROR,
         Reason.INTERNAL_ERROR,
         Reason.UNRESOLVABLE,
+        Reason.HOOK_TIMEOUT,
+        Reason.HOOK_FAILED,
     ):
         action = Action.ERROR
     return Decision(action, reason, message, rule, status)

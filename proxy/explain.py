@@ -439,6 +439,10 @@ _AFTER_EGRESS = {
     "special_address",
     "upstream_error",
     "client_closed",
+    "unscannable_response",
+    "hook_answered",
+    "hook_timeout",
+    "hook_failed",
 }
 
 

@@ -41,9 +41,7 @@ def _numeric_ipv4(host: str, raw: str) -> str | None:
     parts = host.split(".")
     if len(parts) > 4 or not all(_IPV4_PART.fullmatch(p) for p in parts):
         return None
-    nums = [
-        int(p[2:], 16) if p.startswith("0x") else int(p, 8 if p.startswith("0") else 10) for p in parts
-    ]
+    nums = [int(p[2:], 16) if p.startswith("0x") else int(p, 8 if p.startswith("0") else 10) for p in parts]
     last_max = 256 ** (5 - len(nums))  # the last part fills the remaining bytes
     if any(n > 255 for n in nums[:-1]) or nums[-1] >= last_max:
         raise HostError(f"invalid host name {raw!r}: a numeric IPv4 spelling out of range")

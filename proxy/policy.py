@@ -12,12 +12,16 @@ import hmac
 import ipaddress
 from dataclasses import dataclass, field
 from enum import StrEnum
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
 from proxy.errors import Problem, SecretUnavailable
 from proxy.hosts import HostPattern
 from proxy.limits import Limits
 from proxy.secrets import Secret, ValueSource
+
+if TYPE_CHECKING:
+    from proxy.hooks import HookRoute
+    from proxy.oauth import OAuthSpec
 
 Network = ipaddress.IPv4Network | ipaddress.IPv6Network
 
@@ -74,6 +78,7 @@ class Pool:
     report: bool = False  # report mode for the whole pool
     limits: Limits = Limits()  # per-claim connections and request rate (proxy/limits.py)
     unsafe_any_host: bool = False  # a '*' egress rule may stand beside credentials
+    hooks: tuple[HookRoute, ...] = ()  # routes an operator command answers (proxy.hooks)
 
     def any_host_rule(self) -> EgressRule | None:
         """The first '*' egress rule, when credentials may not live beside it (else None)."""
@@ -132,6 +137,7 @@ class Credential:
     max_requests: int | None = None  # request budget (counted by the registry); None: none
     surfaces: frozenset[Surface] = DEFAULT_SURFACES
     on_misplaced: Misplaced = Misplaced.CARRY
+    oauth: OAuthSpec | None = None  # token capture: this credential is the refresh token (proxy.oauth)
 
     def enables(self, surface: Surface) -> bool:
         """True when a placeholder found on ``surface`` may be swapped (toward a bound host)."""

@@ -15,10 +15,11 @@ import functools
 import ipaddress
 import logging
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from proxy.errors import SecretUnavailable, SurrogateError
 from proxy.hosts import HostPattern
+from proxy.oauth import OAuthSpec, parse_spec
 from proxy.policy import DEFAULT_SURFACES, Claim, Credential, Injection, Misplaced, Network, Policy, Surface
 from proxy.secrets import Secret, checked_value
 
@@ -36,6 +37,7 @@ class StoreValue:
     claim_id: str
     name: str
     _cached: tuple[Secret, int] | None = field(default=None, repr=False)
+    _history: list[tuple[Secret, float]] | None = field(default=None, repr=False)
 
     def current(self) -> tuple[Secret, int]:
         if self._cached is None:
@@ -49,6 +51,18 @@ class StoreValue:
             self._cached = (Secret(value), version)
         return self._cached
 
+    def previous(self, since: float) -> list[Secret]:
+        """Previous values kept by the store, superseded at or after ``since``, newest first
+        (decrypted once per version of this credential; unreadable ones are skipped)."""
+        if self._history is None:
+            try:
+                rows = self.store.previous_secrets(self.claim_id, self.name)
+            except SurrogateError as e:
+                log.warning("previous values of credential %r unreadable: %s", self.name, type(e).__name__)
+                rows = []
+            self._history = [(Secret(v.decode("utf-8", "replace")), at) for v, _, at in rows]
+        return [s for s, at in self._history if at >= since]
+
 
 @dataclass(frozen=True, slots=True)
 class StoreToken:
@@ -60,6 +74,14 @@ class StoreToken:
             return self.store.check_token(self.claim_id, token)
         except SurrogateError:
             return False
+
+
+def oauth_spec(doc: dict[str, Any]) -> OAuthSpec | None:
+    """A stored spec (validated when it was written); None if it no longer parses."""
+    try:
+        return parse_spec(doc)
+    except ValueError:
+        return None
 
 
 @functools.lru_cache(maxsize=4096)
@@ -116,6 +138,7 @@ class Registry:
             if version == self._seen:
                 return set()
             claims, creds = self.store.snapshot()
+            specs = self.store.oauth_specs()
         except SurrogateError as e:  # keep serving the last good index
             log.warning("credential store unreadable, keeping the last index: %s", e)
             return set()
@@ -125,7 +148,9 @@ class Registry:
             # An unchanged version is the same credential: reuse it (and its decrypted value), so
             # one write costs one credential's rebuild, not every credential's.
             known = self._built.get((r.claim_id, r.name))
-            if known is not None and known[0] == r.version:
+            spec = specs.get((r.claim_id, r.name))
+            oauth = oauth_spec(spec) if spec is not None else None
+            if known is not None and known[0] == r.version and known[1].oauth == oauth:
                 cred = known[1]
             else:
                 cred = Credential(
@@ -138,6 +163,7 @@ class Registry:
                     r.max_requests,
                     surfaces=DEFAULT_SURFACES if r.surfaces is None else frozenset(map(Surface, r.surfaces)),
                     on_misplaced=Misplaced(r.on_misplaced or Misplaced.CARRY),
+                    oauth=oauth,
                 )
             built[r.claim_id, r.name] = (r.version, cred)
             by_claim.setdefault(r.claim_id, []).append(cred)

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import dataclasses
 import ipaddress
+import os
 import re
 from pathlib import Path
 from typing import Any, Literal, get_args, get_origin
@@ -27,7 +28,7 @@ from typing import Any, Literal, get_args, get_origin
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from proxy import placeholders
+from proxy import hooks, placeholders
 from proxy.errors import HostError, Problem, RulesError, SecretUnavailable
 from proxy.hosts import HostPattern
 from proxy.limits import DEFAULT_BURST, DEFAULT_CONNECTIONS, DEFAULT_RATE, Limits
@@ -64,6 +65,14 @@ class RuleModel(_Model):
     report: bool = False
 
 
+class HookModel(_Model):
+    host: str
+    methods: list[str] = Field(default_factory=list)
+    paths: list[str] = Field(default_factory=lambda: ["/"])
+    command: list[str]
+    timeout: float = hooks.DEFAULT_TIMEOUT
+
+
 class LimitsModel(_Model):
     connections: int = DEFAULT_CONNECTIONS
     requests_per_second: float = DEFAULT_RATE
@@ -72,6 +81,7 @@ class LimitsModel(_Model):
 
 class PoolModel(_Model):
     egress: list[RuleModel] = Field(default_factory=list)
+    hooks: list[HookModel] = Field(default_factory=list)
     allow_reroute: bool = False
     allow_cidrs: list[str] = Field(default_factory=list)
     report: bool = False
@@ -270,6 +280,12 @@ def _build(model: RulesModel, base_dir: Path, marks: _Marks) -> Policy:
         pools[pname] = Pool(
             pname, tuple(rules), pm.allow_reroute, allow, pm.report, limits, pm.unsafe_any_host
         )
+        routes = [
+            _hook(pname, i, hm, ("pools", pname, "hooks", i), base_dir, marks)
+            for i, hm in enumerate(pm.hooks)
+        ]
+        if routes:
+            pools[pname] = dataclasses.replace(pools[pname], hooks=tuple(r for r in routes if r is not None))
 
     claims: dict[str, Claim] = {}
     seen_placeholders: dict[str, str] = {}
@@ -340,6 +356,46 @@ def _rule(pool: str, i: int, rm: RuleModel, loc: Loc, marks: _Marks) -> EgressRu
         tuple(rm.paths),
         rm.intercept,
         rm.report,
+    )
+
+
+def _hook(
+    pool: str, i: int, hm: HookModel, loc: Loc, base_dir: Path, marks: _Marks
+) -> hooks.HookRoute | None:
+    """A hook route; its command's program must exist and be executable (a relative path is taken
+    from the rules file's folder)."""
+    n = len(marks.problems)
+    try:
+        host = HostPattern.parse(hm.host)
+    except HostError as e:
+        marks.add(loc + ("host",), str(e))
+    for j, method in enumerate(hm.methods):
+        if not _TOKEN.match(method) or method != method.upper():
+            marks.add(loc + ("methods", j), f"method {method!r} must be an upper-case token like POST")
+    for j, prefix in enumerate(hm.paths):
+        if not prefix.startswith("/") or "?" in prefix:
+            marks.add(loc + ("paths", j), f"path prefix {prefix!r} must start with '/' and hold no query")
+    if not 0 < hm.timeout <= 300:
+        marks.add(loc + ("timeout",), f"timeout {hm.timeout} must be more than 0 and at most 300 seconds")
+    program = ""
+    if not hm.command or not hm.command[0]:
+        marks.add(loc + ("command",), "command must be a non-empty list: the program, then its arguments")
+    else:
+        program = str(base_dir / os.path.expanduser(hm.command[0]))
+        if not (os.path.isfile(program) and os.access(program, os.X_OK)):
+            marks.add(
+                loc + ("command", 0),
+                f"program {program!r} is not an executable file (give a path; commands run without a shell)",
+            )
+    if len(marks.problems) > n:
+        return None
+    return hooks.HookRoute(
+        f"{pool}.hooks[{i}]",
+        host,
+        frozenset(hm.methods),
+        tuple(hm.paths),
+        (program, *hm.command[1:]),
+        float(hm.timeout),
     )
 
 

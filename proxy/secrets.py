@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import os
 import re
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -79,6 +80,7 @@ class ValueSource:
     _secret: Secret | None = field(default=None, repr=False)
     _stamp: tuple[int, int, int] | None = field(default=None, repr=False)
     version: int = 0
+    _previous: list[tuple[Secret, float]] = field(default_factory=list, repr=False)
 
     @classmethod
     def parse(cls, spec: str, base_dir: Path) -> ValueSource:
@@ -121,7 +123,14 @@ class ValueSource:
         assert self._secret is not None
         return self._secret, self.version
 
+    def previous(self, since: float) -> list[Secret]:
+        """Values this source read before the current one, superseded at or after ``since``
+        (unix seconds), newest first; at most 8 are kept (see :mod:`proxy.live`)."""
+        return [s for s, at in reversed(self._previous) if at >= since]
+
     def _bump(self, value: str) -> None:
         if self._secret is None or self._secret.reveal() != value:
+            if self._secret is not None:
+                self._previous = [*self._previous[-7:], (self._secret, time.time())]
             self._secret = Secret(value)
             self.version += 1

@@ -15,9 +15,17 @@ Schema (``PRAGMA user_version = 3``; created when absent, older files migrated i
                 on_misplaced   -- null: carry; since version 2
                 max_requests   -- the request budget, NULL: none; since version 3
                 requests_used) -- requests that carried the secret; reset by a PUT, kept by a PATCH
+    credential_history(claim_id, name -> credentials ON DELETE CASCADE, version, PK of the three,
+                superseded_at, key_id, value BLOB  -- a replaced value, sealed as it was stored)
+    credential_oauth(claim_id, name -> credentials ON DELETE CASCADE, PK of the two,
+                spec JSON  -- OAuth token capture, see proxy.oauth)
 
 A migration only adds columns (``ALTER TABLE ... ADD COLUMN``, nullable or with a default) in one
 write transaction, so an older store keeps every row and reads as the defaults it was written with.
+
+A replaced value is kept in ``credential_history`` for response scrubbing (see
+:mod:`proxy.live`: at most 8 per credential, for 24 hours); that table is created on open when
+absent, whatever the schema version (it needs no migration); so is ``credential_oauth``.
 
 A value is encrypted with associated data ``claim_id NUL name NUL version``, so a ciphertext
 copied to another row or version fails to decrypt; a metadata change bumps the version and so
@@ -93,6 +101,20 @@ _MIGRATIONS: dict[int, tuple[str, ...]] = {
         "ALTER TABLE credentials ADD COLUMN requests_used INTEGER NOT NULL DEFAULT 0",
     ),
 }
+# Previous values kept for scrubbing (proxy.live); added beside schema 1, so created when absent
+# on open whatever the file's age. A row is a superseded credentials.value, copied sealed as it was.
+_HISTORY = """CREATE TABLE IF NOT EXISTS credential_history (
+      claim_id TEXT NOT NULL, name TEXT NOT NULL, version INTEGER NOT NULL, superseded_at REAL NOT NULL,
+      key_id TEXT NOT NULL, value BLOB NOT NULL, PRIMARY KEY (claim_id, name, version),
+      FOREIGN KEY (claim_id, name) REFERENCES credentials(claim_id, name) ON DELETE CASCADE) STRICT"""
+_HISTORY_OF = """SELECT key_id, value, version, superseded_at FROM credential_history
+    WHERE claim_id = ? AND name = ? ORDER BY version DESC"""
+# A credential's OAuth token capture (proxy.oauth), beside it like credential_history.
+_OAUTH = """CREATE TABLE IF NOT EXISTS credential_oauth (
+      claim_id TEXT NOT NULL, name TEXT NOT NULL, spec TEXT NOT NULL, PRIMARY KEY (claim_id, name),
+      FOREIGN KEY (claim_id, name) REFERENCES credentials(claim_id, name) ON DELETE CASCADE) STRICT"""
+HISTORY_SECONDS = 24 * 3600.0  # proxy.live.LIVE_SECONDS: how long a superseded value is kept
+HISTORY_VERSIONS = 8  # proxy.live.LIVE_VERSIONS: at most this many per credential
 # Whole statements, never built from strings: the column lists are spelled out in each.
 _CLAIMS = "SELECT id, pool, sources, version, created_at, updated_at FROM claims"
 _CLAIM = "SELECT id, pool, sources, version, created_at, updated_at FROM claims WHERE id = ?"
@@ -205,6 +227,9 @@ class CredentialStore(Protocol):
     def list_credentials(self, claim_id: str) -> list[CredentialRecord]: ...
     def delete_credential(self, claim_id: str, name: str, if_match: int | None = None) -> bool: ...
     def secret(self, claim_id: str, name: str) -> tuple[bytes, int]: ...
+    def previous_secrets(self, claim_id: str, name: str) -> list[tuple[bytes, int, float]]: ...
+    def set_oauth(self, claim_id: str, name: str, spec: dict[str, Any] | None) -> None: ...
+    def oauth_specs(self) -> dict[tuple[str, str], dict[str, Any]]: ...
     def touch_used(self, claim_id: str, name: str, at: float) -> None: ...
     def spend(self, claim_id: str, name: str) -> bool: ...
     def data_version(self) -> int: ...
@@ -347,6 +372,11 @@ class Store:
                         for statement in _MIGRATIONS[step]:
                             db.execute(statement)
                     db.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
+            have = {r[0] for r in db.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
+            if not {"credential_history", "credential_oauth"} <= have:
+                with store._write():
+                    db.execute(_HISTORY)
+                    db.execute(_OAUTH)
         except sqlite3.DatabaseError as e:
             db.close()
             raise StoreError(f"store {path} is not a usable SQLite database: {e}") from None
@@ -506,6 +536,32 @@ class Store:
             raise NotFound(f"credential {name!r} of claim {claim_id!r} not found")
         return self._decrypt(claim_id, name, *row), row[2]
 
+    def set_oauth(self, claim_id: str, name: str, spec: dict[str, Any] | None) -> None:
+        """Declare (a JSON-able dict, see proxy.oauth) or clear (None) a credential's token capture."""
+        with self._write() as db:
+            if not db.execute(
+                "SELECT 1 FROM credentials WHERE claim_id = ? AND name = ?", (claim_id, name)
+            ).fetchone():
+                raise NotFound(f"credential {name!r} of claim {claim_id!r} not found")
+            db.execute("DELETE FROM credential_oauth WHERE claim_id = ? AND name = ?", (claim_id, name))
+            if spec is not None:
+                db.execute(
+                    "INSERT INTO credential_oauth VALUES (?, ?, ?)", (claim_id, name, json.dumps(spec))
+                )
+
+    def oauth_specs(self) -> dict[tuple[str, str], dict[str, Any]]:
+        """Every declared token capture, by (claim id, credential name)."""
+        with self._lock:
+            rows = self._db.execute("SELECT claim_id, name, spec FROM credential_oauth").fetchall()
+        return {(c, n): json.loads(spec) for c, n, spec in rows}
+
+    def previous_secrets(self, claim_id: str, name: str) -> list[tuple[bytes, int, float]]:
+        """The kept previous values of a credential: (value, version, superseded_at), newest
+        first. Raises DecryptError when one does not decrypt."""
+        with self._lock:
+            rows = self._db.execute(_HISTORY_OF, (claim_id, name)).fetchall()
+        return [(self._decrypt(claim_id, name, k, v, ver), ver, at) for k, v, ver, at in rows]
+
     def touch_used(self, claim_id: str, name: str, at: float) -> None:
         """Record a use. Best effort: at most one write a second per credential, skipped when busy.
 
@@ -593,6 +649,20 @@ class Store:
                     kid, blob = self._keyring.encrypt(plain, _aad(claim_id, name, version))
                     sql = "UPDATE credentials SET key_id = ?, value = ? WHERE claim_id = ? AND name = ?"
                     db.execute(sql, (kid, blob, claim_id, name))
+                sql = (
+                    "SELECT claim_id, name, key_id, value, version FROM credential_history "
+                    "WHERE key_id != ? LIMIT ?"
+                )
+                old = db.execute(sql, (self._keyring.current, batch_size)).fetchall()
+                for claim_id, name, key_id, blob, version in old:
+                    plain = self._decrypt(claim_id, name, key_id, blob, version)
+                    kid, blob = self._keyring.encrypt(plain, _aad(claim_id, name, version))
+                    sql = (
+                        "UPDATE credential_history SET key_id = ?, value = ? "
+                        "WHERE claim_id = ? AND name = ? AND version = ?"
+                    )
+                    db.execute(sql, (kid, blob, claim_id, name, version))
+                rows += old
             done += len(rows)
             if not rows:
                 break
@@ -600,6 +670,7 @@ class Store:
             return done  # stopped by max_batches: old keys are still needed
         with self._write() as db:  # writers re-read the key file inside their own transaction
             used = {r[0] for r in db.execute("SELECT DISTINCT key_id FROM credentials")}
+            used |= {r[0] for r in db.execute("SELECT DISTINCT key_id FROM credential_history")}
             for kid in set(self._keyring.key_ids) - used - {self._keyring.current}:
                 self._keyring.retire(kid)
         return done
@@ -627,16 +698,33 @@ class Store:
         except DecryptError as e:
             raise DecryptError(f"credential {name!r} of claim {claim_id!r}: {e}") from None
 
+    def _keep_previous(self, db: sqlite3.Connection, old: CredentialRecord, sealed: tuple[Any, ...]) -> None:
+        """Keep ``old``'s superseded value (sealed as it was) and drop what is past keeping."""
+        now, key = time.time(), (old.claim_id, old.name)
+        db.execute(
+            "INSERT OR REPLACE INTO credential_history VALUES (?, ?, ?, ?, ?, ?)",
+            (*key, old.version, now, sealed[0], sealed[1]),
+        )
+        db.execute("DELETE FROM credential_history WHERE superseded_at < ?", (now - HISTORY_SECONDS,))
+        db.execute(
+            "DELETE FROM credential_history WHERE claim_id = ? AND name = ? AND version NOT IN "
+            "(SELECT version FROM credential_history WHERE claim_id = ? AND name = ? "
+            "ORDER BY version DESC LIMIT ?)",
+            (*key, *key, HISTORY_VERSIONS),
+        )
+
     def _save(
         self, db: sqlite3.Connection, old: CredentialRecord, changes: dict[str, Any]
     ) -> CredentialRecord:
         """Write ``old`` with ``changes`` at the next version, (re-)encrypting the value under that
         version's associated data. ``old`` may be a stand-in at version 0 for a new credential."""
         value = changes.pop("value", None)
+        sealed = db.execute(_SEALED, (old.claim_id, old.name)).fetchone() if old.version else None
         if value is None:
-            value = self._decrypt(
-                old.claim_id, old.name, *db.execute(_SEALED, (old.claim_id, old.name)).fetchone()
-            )
+            assert sealed is not None  # a stand-in (version 0) always brings its value
+            value = self._decrypt(old.claim_id, old.name, *sealed)
+        elif sealed is not None and self._decrypt(old.claim_id, old.name, *sealed) != value:
+            self._keep_previous(db, old, sealed)
         if not isinstance(value, bytes):
             raise TypeError("value must be bytes")
         if "hosts" in changes:

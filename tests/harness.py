@@ -220,6 +220,7 @@ class Env:
     inj_placeholder: str = "surr_E2eInjectedPlaceholder03"
     received: list[bytes] = field(default_factory=list)
     more_canaries: list[str] = field(default_factory=list)  # values a test rotated in
+    ca: Any = None  # the upstream's servers.TestCA, for tests that start another upstream
 
     @property
     def canaries(self) -> list[str]:

@@ -2,7 +2,9 @@
 
 Endpoints: GET /sse, GET /bytes/<n>, POST|PUT /upload, /git/... (git smart HTTP through the real
 git-http-backend CGI), /reflect* (a hostile echo of the Authorization header, for the scrubbing
-tests), and a JSON catch-all. No other response echoes a request header value.
+tests), /echo (a hostile echo of every header, the query and the body, raw and escaped, in any
+content coding or as SSE; also decompression bombs), and a JSON catch-all. No other response
+echoes a request header value.
 """
 
 from __future__ import annotations
@@ -10,6 +12,7 @@ from __future__ import annotations
 import base64
 import binascii
 import contextlib
+import functools
 import gzip
 import hmac
 import json
@@ -23,14 +26,18 @@ import ssl
 import subprocess
 import tempfile
 import threading
+import zlib
 from collections.abc import Iterator
 from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler
 from types import TracebackType
 from typing import IO
-from urllib.parse import unquote, urlsplit
+from urllib.parse import parse_qsl, quote, quote_plus, unquote, urlsplit
 
+import brotli  # type: ignore[import-untyped]
 import trustme
+
+from proxy.decode import zstd
 
 CHUNK = 64 * 1024
 GIT_HTTP_BACKEND = "/usr/lib/git-core/git-http-backend"
@@ -55,6 +62,44 @@ class Recorded:
     path: str  # raw request target, including query
     headers: list[tuple[str, str]]  # in order, as received
     body_len: int
+
+
+def echo_lines(headers: list[tuple[str, str]], target: str, body: bytes) -> list[bytes]:
+    """/echo's lines: the target, the body, then each header value, the target and the body, raw
+    and escaped: percent (all, and form-style), JSON (default and all ``\\u``), base64 alone
+    (standard, URL-safe unpadded) and inside a longer run at each of the three alignments."""
+    lines = [target.encode(), body]
+    for v in [v for _, v in headers] + [target, body.decode("utf-8", "replace")]:
+        raw = v.encode()
+        lines += [
+            raw,
+            quote(v, safe="").encode(),
+            quote_plus(v).encode(),
+            json.dumps(v).encode(),
+            "".join(f"\\u{ord(c):04x}" for c in v if ord(c) < 0x10000).encode(),
+            base64.b64encode(raw),
+            base64.urlsafe_b64encode(raw).rstrip(b"="),
+            *(base64.b64encode(b"x" * k + raw + b"yz") for k in (1, 2, 3)),
+        ]
+    return lines
+
+
+def compress(enc: str, data: bytes) -> bytes:
+    if enc == "gzip":
+        return gzip.compress(data)
+    if enc == "deflate":
+        return zlib.compress(data)
+    if enc == "br":
+        return brotli.compress(data)
+    if enc == "zstd":
+        return zstd.compress(data)
+    return data  # identity, or a coding the proxy cannot decode (sent as is, mislabelled)
+
+
+@functools.cache
+def bomb(enc: str) -> bytes:
+    """200 MiB of zeros in ``enc`` (a few hundred KiB at most), built once."""
+    return compress(enc, b"\0" * (200 << 20))
 
 
 def _isolated_git_env() -> dict[str, str]:
@@ -110,6 +155,10 @@ class _Handler(BaseHTTPRequestHandler):
             return self._sse()
         if self.command == "GET" and (m := re.fullmatch(r"/bytes/(\d+)", path)):
             return self._bytes(int(m[1]))
+        if path == "/echo":
+            return self._echo()
+        if self.command == "POST" and path == "/oauth/token":
+            return self._token()
         received = sum(len(c) for c in self._body())
         self._record(received)
         if path.startswith("/reflect"):
@@ -194,6 +243,61 @@ class _Handler(BaseHTTPRequestHandler):
         self.send_header("Content-Length", str(len(body)))
         self.end_headers()
         self.wfile.write(body)
+
+    def _echo(self) -> None:
+        """GET|POST /echo?enc=identity|gzip|deflate|br|zstd|<other>&sse=1&bomb=1: every request
+        header value, the raw query and the body, each raw and in the escaped forms scrubbing must
+        catch (percent, JSON \\u, base64 alone and inside a longer run at every alignment). With
+        ``sse=1`` each line is one event, sent in two reads 5 ms apart (gzip with a sync flush
+        per read); with ``bomb=1`` the body is 200 MiB of zeros, compressed."""
+        body = b"".join(self._body())
+        self._record(len(body))
+        query = dict(parse_qsl(urlsplit(self.path).query))
+        enc = query.get("enc", "identity")
+        lines = [] if query.get("bomb") else echo_lines(list(self.headers.items()), self.path, body)
+        data = bomb(enc) if query.get("bomb") else b"\n".join(lines) + b"\n"
+        self.send_response(200)
+        self.send_header("Content-Type", "text/event-stream" if query.get("sse") else "text/plain")
+        self.send_header("X-Echo", self.headers.get("Authorization") or "-")
+        if enc != "identity":
+            self.send_header("Content-Encoding", enc)
+        if not query.get("sse"):
+            if not query.get("bomb"):
+                data = compress(enc, data)
+            self.send_header("Content-Length", str(len(data)))
+            self.end_headers()
+            self.wfile.write(data)
+            return
+        self.send_header("Transfer-Encoding", "chunked")
+        self.end_headers()
+        z = zlib.compressobj(wbits=31) if enc == "gzip" else None
+        for line in lines:
+            event = b"data: " + line + b"\n\n"
+            for part in (event[: len(event) // 2], event[len(event) // 2 :]):
+                self._chunk(z.compress(part) + z.flush(zlib.Z_SYNC_FLUSH) if z else part)
+                threading.Event().wait(0.005)
+        if z:
+            self._chunk(z.flush())
+        self.wfile.write(b"0\r\n\r\n")
+
+    def _token(self) -> None:
+        """A fake OAuth 2.0 token endpoint (RFC 6749 §6): a refresh_token grant (form body) with a
+        refresh token it issued (or ``upstream.oauth_refresh``, the first) gets new access,
+        refresh and id tokens (recorded in ``upstream.oauth_issued``); anything else 400."""
+        body = b"".join(self._body())
+        self._record(len(body))
+        form = dict(parse_qsl(body.decode("utf-8", "replace")))
+        up = self.upstream
+        self.upstream.oauth_seen.append(form.get("refresh_token", ""))
+        known = {up.oauth_refresh, *(t["refresh_token"] for t in up.oauth_issued)}
+        if form.get("grant_type") != "refresh_token" or form.get("refresh_token") not in known:
+            return self._json({"error": "invalid_grant"}, status=400)
+        issued = {
+            k: f"CANARY{k.replace('_', '')}{os.urandom(12).hex()}"
+            for k in ("access_token", "refresh_token", "id_token")
+        }
+        up.oauth_issued.append(issued)
+        self._json({**issued, "token_type": "Bearer", "expires_in": 3600})
 
     def _sse(self) -> None:
         self._record(0)
@@ -335,6 +439,9 @@ class Upstream:
         self.requests: list[Recorded] = []
         self.connections = 0
         self.sse_release = threading.Event()
+        self.oauth_refresh = ""  # /oauth/token: the first refresh token it accepts
+        self.oauth_seen: list[str] = []  # refresh tokens received
+        self.oauth_issued: list[dict[str, str]] = []  # tokens handed out
         self.port = 0
         self._tmpdir = tmpdir
         self._ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)

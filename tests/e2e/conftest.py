@@ -88,7 +88,7 @@ def env(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Env]:
         resolve={n: "127.0.0.1" for n in NAMES},
         env={"E2E_INJECTED_SECRET": injected},
     )
-    e = Env(upstream, ca.ca_pem, proxy, token, token2, secret, injected, secret2, tmp / "secret-gh")
+    e = Env(upstream, ca.ca_pem, proxy, token, token2, secret, injected, secret2, tmp / "secret-gh", ca=ca)
     try:
         proxy.start()
         yield e

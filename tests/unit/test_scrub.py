@@ -2,6 +2,11 @@
 
 from __future__ import annotations
 
+import base64
+import json
+import re
+import urllib.parse
+
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -67,3 +72,150 @@ def test_chunking_never_changes_the_output_and_no_secret_survives(
     chunks = [text[a:b] for a, b in zip([0, *points], [*points, len(text)], strict=True)]
     assert run(PAIRS, chunks) == whole
     assert b"SECRETabc123" not in whole
+
+
+# --- escaped forms ------------------------------------------------------------------------------
+
+SECRET = 'sk-live/Ab+c=d!"e\\f 0123456789€𝄞'
+PH = "surr_AAAAAAAAAAAAAAAAAAAAAAAA"
+
+
+def _b64run(prefix: bytes, suffix: bytes, urlsafe: bool = False) -> bytes:
+    enc = base64.urlsafe_b64encode if urlsafe else base64.standard_b64encode
+    return enc(prefix + SECRET.encode() + suffix)
+
+
+def _all_u(text: str) -> str:
+    units = text.encode("utf-16-be")
+    return "".join(f"\\u{int.from_bytes(units[i : i + 2]):04x}" for i in range(0, len(units), 2))
+
+
+def _lower_hex(text: str) -> str:
+    return re.sub(r"%[0-9A-F]{2}", lambda m: m.group().lower(), text)
+
+
+FORMS = {
+    "raw": SECRET.encode(),
+    "percent-upper": urllib.parse.quote(SECRET, safe="").encode(),
+    "percent-lower": _lower_hex(urllib.parse.quote(SECRET, safe="")).encode(),
+    "percent-plus": urllib.parse.quote_plus(SECRET).encode(),
+    "percent-keep-slash": urllib.parse.quote(SECRET).encode(),
+    "json": json.dumps(SECRET, ensure_ascii=False).encode(),
+    "json-ascii": json.dumps(SECRET).encode(),
+    "json-slash": json.dumps(SECRET).replace("/", "\\/").encode(),
+    "json-all-u-lower": _all_u(SECRET).encode(),
+    "json-all-u-upper": _all_u(SECRET).upper().replace("\\U", "\\u").encode(),
+    "b64-alone": base64.standard_b64encode(SECRET.encode()),
+    "b64url-alone-unpadded": base64.urlsafe_b64encode(SECRET.encode()).rstrip(b"="),
+    "b64-align0": _b64run(b"abc", b"xyz"),
+    "b64-align1": _b64run(b"a", b"xyz"),
+    "b64-align2": _b64run(b"ab", b"xy"),
+    "b64url-align1": _b64run(b"a", b"x", urlsafe=True),
+    "basic-user-secret": b"Basic " + base64.b64encode(b"user:" + SECRET.encode()),
+    "b64-json-slash-escaped": json.dumps(_b64run(b"ab", b"x").decode()).replace("/", "\\/").encode(),
+    "b64-percent-encoded": urllib.parse.quote(_b64run(b"a", b"").decode(), safe="").encode(),
+}
+
+
+def _leaks(out: bytes) -> list[str]:
+    """Which FORMS-style spellings of SECRET (or its base64 slices) are still in ``out``."""
+    found = [name for name, form in FORMS.items() if not name.startswith("b") and form in out]
+    for urlsafe in (False, True):
+        for k in range(3):
+            enc = base64.urlsafe_b64encode if urlsafe else base64.standard_b64encode
+            n = len(SECRET.encode())
+            core = enc(b"\0" * k + SECRET.encode())[-(-8 * k // 6) : 8 * (k + n) // 6]
+            if core in out or core.replace(b"/", b"\\/") in out:
+                found.append(f"base64 slice k={k} urlsafe={urlsafe}")
+    return found
+
+
+@pytest.mark.parametrize("form", list(FORMS.values()), ids=list(FORMS))
+def test_every_supported_form_is_scrubbed(form: bytes) -> None:
+    out = run([(SECRET.encode(), PH.encode())], [b"<" + form + b">"])
+    assert _leaks(out) == []
+    assert out != b"<" + form + b">"
+
+
+@pytest.mark.parametrize(
+    ("form", "expected"),
+    [
+        (FORMS["percent-upper"], PH.encode()),
+        (FORMS["json-slash"], b'"' + PH.encode() + b'"'),
+        (FORMS["b64-alone"], base64.standard_b64encode(PH.encode())),
+        (FORMS["b64url-alone-unpadded"], base64.urlsafe_b64encode(PH.encode()).rstrip(b"=")),
+    ],
+    ids=["percent", "json", "b64-padded", "b64url-unpadded"],
+)
+def test_replacement_is_the_placeholder_in_the_same_spelling(form: bytes, expected: bytes) -> None:
+    assert run([(SECRET.encode(), PH.encode())], [form]) == expected
+
+
+def test_basic_credentials_decode_to_the_user_and_the_placeholder_but_its_last_bytes() -> None:
+    """S starts 5 bytes into the run (alignment 2) and its first byte shares its top bits with P's
+    ('s'); the run's length no longer fits whole groups, so only whole groups are decoded."""
+    out = run([(SECRET.encode(), PH.encode())], [FORMS["basic-user-secret"]]).removeprefix(b"Basic ")
+    decoded = base64.b64decode(out[: len(out) // 4 * 4])
+    assert decoded.startswith(b"user:" + PH.encode()[:-2])
+
+
+def test_short_secrets_get_no_base64_forms() -> None:
+    assert run([(b"abc", b"surr_X")], [base64.b64encode(b"abc"), b" abc"]) == b"YWJj surr_X"
+
+
+def test_the_carry_is_bounded_by_the_longest_form() -> None:
+    s = Scrubber([(SECRET.encode(), PH.encode())])
+    prefix = FORMS["json-all-u-lower"][:-1]
+    assert s.feed(prefix) == b""
+    assert 0 < len(prefix) < s.longest
+    assert s.feed(b"!") == prefix + b"!"
+
+
+def test_an_sse_event_with_escapes_is_not_held_back() -> None:
+    s = Scrubber([(SECRET.encode(), PH.encode())])
+    event = b'data: {"text": "a\\u00e9 50%25 \\/"}\n\n'
+    assert s.feed(event) == event
+
+
+PARTS = [
+    *FORMS.values(),
+    b"x",
+    b"%",
+    b"%2",
+    b"\\",
+    b"\\u00",
+    b"+",
+    b"sk-live",
+    b"c2stbGl2ZS9",
+    b"\n",
+    SECRET.encode()[:5],
+]
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    st.lists(st.sampled_from(PARTS), max_size=12),
+    st.lists(st.integers(min_value=0, max_value=2000), max_size=12),
+)
+def test_escaped_forms_chunking_never_changes_the_output_and_no_form_survives(
+    parts: list[bytes], cuts: list[int]
+) -> None:
+    pairs = [(SECRET.encode(), PH.encode()), (b"abcd", b"<abcd>")]
+    text = b"".join(parts)
+    whole = run(pairs, [text])
+    points = sorted({c % (len(text) + 1) for c in cuts})
+    chunks = [text[a:b] for a, b in zip([0, *points], [*points, len(text)], strict=True)]
+    assert run(pairs, chunks) == whole
+    assert _leaks(whole) == []
+
+
+@pytest.mark.parametrize("noise", [b"%", b"\\", b"%zz\\q"], ids=["percent", "backslash", "mixed"])
+def test_escapes_are_found_among_many_stray_escape_bytes(noise: bytes) -> None:
+    """Past 64 stray ``%``/``\\`` bytes the escape finder switches method: same result."""
+    forms = [f for name, f in FORMS.items() if not name.startswith(("b64", "basic"))]
+    body = (noise * 50).join(forms) + noise * 100
+    pairs = [(SECRET.encode(), PH.encode())]
+    out = run(pairs, [body])
+    assert _leaks(out) == []
+    assert out.count(PH.encode()) == len(forms)
+    assert run(pairs, [body[i : i + 97] for i in range(0, len(body), 97)]) == out

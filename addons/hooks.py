@@ -1,0 +1,157 @@
+"""hooks: answer a hook route's request with an operator command, never contacting the upstream.
+
+After policy allowed a request, a route of the claim's pool (:mod:`proxy.hooks`) that matches
+its canonical host, method and path takes it: ``requestheaders`` marks it (so stream leaves its
+body to be read whole, at most :data:`proxy.hooks.MAX_BODY` bytes, declared), and ``request``
+runs the command with the request as JSON on stdin, before substitution: the command sees the
+placeholders the sandbox sent, never a secret. Its environment holds only ``PATH``, ``HOME`` and
+``LANG`` (the proxy's own environment may hold ``env:`` secrets). The response it prints is
+scrubbed like an upstream's (a host-side CLI may print a real token) and sent; a timeout is a
+504 ``hook_timeout``, any other failure a 502 ``hook_failed``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import signal
+import time
+
+from mitmproxy import http
+
+from addons import facts
+from proxy import hooks
+from proxy.decide import Action, Decision, Reason, deny
+from proxy.live import live_values
+from proxy.scrub import Scrubber
+from proxy.state import State
+
+_ENV = ("PATH", "HOME", "LANG")
+_HEAD = "surrogate.hooks.head"
+
+
+def _refuse(flow: http.HTTPFlow, reason: Reason, message: str, status: int) -> None:
+    facts.refuse(flow, deny(reason, message, status=status))
+
+
+class Hooks:
+    def __init__(self, state: State) -> None:
+        self.state = state
+
+    @facts.fail_closed
+    def requestheaders(self, flow: http.HTTPFlow) -> None:
+        claim = flow.metadata.get(facts.CLAIM)
+        host = flow.metadata.get(facts.HOST)
+        if flow.response or flow.error or claim is None or host is None:
+            return
+        pool = self.state.policy.pools.get(claim.pool)
+        route = hooks.find(pool.hooks, host, flow.request.method, flow.request.path) if pool else None
+        if route is None:
+            return
+        flow.metadata[facts.HOOK] = route
+        # the head as the sandbox sent it, whatever a later addon does to the flow's headers
+        flow.metadata[_HEAD] = [(k, v) for k, v in flow.request.headers.items(multi=True)]
+        # mitmproxy reads an undeclared body up to stream_large_bodies and then streams it to the
+        # upstream: a hook request must declare its body, so that it is read here, whole, or refused.
+        length = flow.request.headers.get("content-length")
+        declared = length is not None and length.isascii() and length.isdigit()
+        undeclared = not declared and (
+            "transfer-encoding" in flow.request.headers
+            if flow.request.http_version.startswith("HTTP/1")
+            else flow.request.method in ("POST", "PUT", "PATCH")  # HTTP/2: no framing header to tell
+        )
+        if undeclared or (declared and int(length or 0) > hooks.MAX_BODY):
+            _refuse(
+                flow,
+                Reason.HOOK_FAILED,
+                f"hook route {route.id} takes a request body of at most {hooks.MAX_BODY} bytes, "
+                "with its Content-Length declared",
+                413,
+            )
+
+    async def request(self, flow: http.HTTPFlow) -> None:
+        route = flow.metadata.get(facts.HOOK)
+        if route is None or flow.response or flow.error:
+            return
+        try:
+            await self._answer(flow, route)
+        except Exception as e:  # fail closed: never let the request through to the upstream
+            facts.log.error("hooks.request failed with %s; request %s refused", type(e).__name__,
+                            flow.metadata.get(facts.REQUEST_ID, flow.id))  # fmt: skip
+            _refuse(flow, Reason.HOOK_FAILED, f"hook route {route.id} could not be run", 502)
+
+    async def _answer(self, flow: http.HTTPFlow, route: hooks.HookRoute) -> None:
+        req = flow.request
+        stdin = hooks.request_json(
+            req.method, req.scheme, flow.metadata[facts.HOST], req.port, req.path, req.http_version,
+            flow.metadata[_HEAD], req.raw_content or b"",
+        )  # fmt: skip
+        env = {k: os.environ[k] for k in _ENV if k in os.environ}
+        try:
+            proc = await asyncio.create_subprocess_exec(
+                *route.command,
+                stdin=asyncio.subprocess.PIPE,
+                stdout=asyncio.subprocess.PIPE,
+                stderr=asyncio.subprocess.DEVNULL,
+                env=env,
+                start_new_session=True,  # its own process group: a timeout kills its children too
+            )
+        except OSError as e:
+            _refuse(
+                flow, Reason.HOOK_FAILED, f"hook route {route.id}: command cannot start ({e.strerror})", 502
+            )
+            return
+        try:
+            out = await asyncio.wait_for(self._run(proc, stdin), route.timeout)
+        except TimeoutError:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(proc.pid, signal.SIGKILL)
+            await proc.wait()
+            _refuse(
+                flow, Reason.HOOK_TIMEOUT, f"hook route {route.id}: command ran past {route.timeout:g} s", 504
+            )
+            return
+        if proc.returncode != 0:
+            _refuse(flow, Reason.HOOK_FAILED, f"hook route {route.id}: command exited {proc.returncode}", 502)
+            return
+        try:
+            answer = hooks.parse_response(out)
+        except hooks.HookOutputError as e:
+            _refuse(flow, Reason.HOOK_FAILED, f"hook route {route.id}: {e}", 502)
+            return
+        claim = flow.metadata[facts.CLAIM]
+        now = time.time()
+        scrubber = Scrubber(
+            [
+                (s.reveal().encode(), c.placeholder.encode())
+                for c in claim.credentials
+                for s in live_values(c, now)
+            ]
+        )
+        headers = [(k, scrubber.scrub(v)) for k, v in answer.headers]
+        request_id = flow.metadata.get(facts.REQUEST_ID, flow.id)
+        flow.response = http.Response.make(answer.status, scrubber.scrub(answer.body), headers)
+        flow.response.headers[facts.REQUEST_ID_HEADER] = request_id
+        allowed = flow.metadata.get(facts.DECISION)
+        flow.metadata[facts.DECISION] = Decision(
+            Action.ALLOW, Reason.HOOK_ANSWERED, f"answered by hook route {route.id}",
+            allowed.rule if allowed else None, answer.status,
+        )  # fmt: skip
+
+    @staticmethod
+    async def _run(proc: asyncio.subprocess.Process, stdin: bytes) -> bytes:
+        assert proc.stdin is not None and proc.stdout is not None
+        with contextlib.suppress(BrokenPipeError, ConnectionResetError):  # it need not read stdin
+            proc.stdin.write(stdin)
+            await proc.stdin.drain()
+            proc.stdin.close()
+        out = bytearray()
+        while chunk := await proc.stdout.read(65536):
+            out += chunk
+            if len(out) > hooks.MAX_OUTPUT:  # parse_response says so
+                with contextlib.suppress(ProcessLookupError):
+                    os.killpg(proc.pid, signal.SIGKILL)
+                break
+        await proc.wait()
+        return bytes(out)
