@@ -29,6 +29,7 @@ writer) withholds it.
 from __future__ import annotations
 
 import time
+from typing import Any
 
 from mitmproxy import ctx, http
 from mitmproxy import flow as mflow
@@ -36,8 +37,10 @@ from mitmproxy import flow as mflow
 from addons import facts
 from proxy.decide import Reason, deny
 from proxy.decode import Unscannable, decoder
+from proxy.errors import SecretUnavailable
 from proxy.live import live_values
 from proxy.policy import Claim
+from proxy.registry import StoreValue
 from proxy.scrub import Scrubber
 
 
@@ -48,6 +51,44 @@ def _pairs(claim: Claim, now: float) -> list[tuple[bytes, bytes]]:
         for c in claim.credentials
         for secret in live_values(c, now)
     ]
+
+
+_CLAIMS_KEPT = 256
+
+
+class _PairCache:
+    """``_pairs`` of each claim, kept while its values stay the same, so a claim with thousands
+    of credentials does not pay a pass over them (and a hash of them all) on every response.
+
+    A store claim's values (and its live previous ones) are fixed for the life of its Claim
+    object: the registry builds a new one when the store changes. A rules-file value (``file:``
+    re-read on change, ``env:``) may change under the same Claim: those credentials' current
+    Secret objects are compared by identity on each use (a changed value is a new object). A
+    claim with an unreadable value is not kept: the next response reads again.
+    """
+
+    def __init__(self) -> None:
+        self._kept: dict[int, tuple[Claim, tuple[tuple[Any, Any], ...], tuple[tuple[bytes, bytes], ...]]] = {}
+
+    def get(self, claim: Claim, now: float) -> tuple[tuple[bytes, bytes], ...]:
+        entry = self._kept.get(id(claim))
+        if entry is not None and entry[0] is claim:
+            try:
+                if all(c.secret()[0] is s for c, s in entry[1]):
+                    return entry[2]
+            except SecretUnavailable:
+                pass
+        pairs = tuple(_pairs(claim, now))
+        volatile = []
+        try:
+            volatile = [(c, c.secret()[0]) for c in claim.credentials if not isinstance(c.source, StoreValue)]
+        except SecretUnavailable:
+            self._kept.pop(id(claim), None)
+            return pairs
+        if len(self._kept) >= _CLAIMS_KEPT:
+            self._kept.clear()
+        self._kept[id(claim)] = (claim, tuple(volatile), pairs)
+        return pairs
 
 
 def _unscannable(flow: http.HTTPFlow, why: str) -> None:
@@ -62,6 +103,9 @@ def _unscannable(flow: http.HTTPFlow, why: str) -> None:
 
 
 class Scrub:
+    def __init__(self) -> None:
+        self.pairs = _PairCache()
+
     @facts.fail_closed
     def requestheaders(self, flow: http.HTTPFlow) -> None:
         if flow.response or flow.error:
@@ -76,7 +120,7 @@ class Scrub:
         claim = flow.metadata.get(facts.CLAIM)
         if response is None or claim is None or not claim.credentials or response.status_code == 101:
             return
-        scrubber = Scrubber(_pairs(claim, time.time()))
+        scrubber = Scrubber(self.pairs.get(claim, time.time()))
         if not scrubber.active:
             return
         response.headers.fields = tuple((n, scrubber.scrub(v)) for n, v in response.headers.fields)
@@ -124,7 +168,7 @@ class Scrub:
             return
         try:
             message = flow.error.msg.encode("utf-8", "surrogateescape")
-            pairs = _pairs(claim, time.time())
+            pairs = self.pairs.get(claim, time.time())
             quoted = Scrubber(pairs).scrub(message) != message or any(
                 repr(secret)[2:-1].encode() in message for secret, _ in pairs
             )

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import httpx
 import pytest
-from conftest import Env
+from harness import Env
 
 pytestmark = pytest.mark.e2e
 

@@ -19,8 +19,8 @@ from urllib.parse import quote, quote_plus
 
 import httpx
 import pytest
-from conftest import Env
 from h2server import H2Echo
+from harness import Env
 
 pytestmark = pytest.mark.e2e
 

@@ -8,7 +8,7 @@ import os
 import time
 from pathlib import Path
 
-from addons.scrub import _pairs
+from addons.scrub import _PairCache, _pairs
 from proxy.hosts import HostPattern
 from proxy.policy import Claim, Credential
 from proxy.scrub import Scrubber
@@ -31,7 +31,7 @@ def _scrubber(claim: Claim) -> Scrubber:
 def test_the_patterns_are_compiled_once_per_set_of_values(tmp_path: Path) -> None:
     claim = _claim(tmp_path, "SecretValueOne123")
     first, second = _scrubber(claim), _scrubber(claim)
-    assert first._full is second._full and first._full is not None
+    assert first._c is second._c and first._c is not None
     assert first.scrub(b"x SecretValueOne123 y") == f"x {PH} y".encode()
 
 
@@ -41,7 +41,7 @@ def test_a_changed_value_file_rebuilds_them_and_the_old_value_stays_scrubbed(tmp
     (tmp_path / "v").write_text("SecretValueTwo4567\n")
     os.utime(tmp_path / "v", ns=(1, 1))  # a different mtime even within the clock's resolution
     second = _scrubber(claim)
-    assert second._full is not first._full
+    assert second._c is not first._c
     assert second.scrub(b"SecretValueTwo4567 SecretValueOne123") == f"{PH} {PH}".encode()
 
 
@@ -50,3 +50,23 @@ def test_an_unreadable_value_is_not_kept_out_for_good(tmp_path: Path) -> None:
     assert _scrubber(claim).scrub(b"SecretValueLate999") == b"SecretValueLate999"
     (tmp_path / "v").write_text("SecretValueLate999\n")
     assert _scrubber(claim).scrub(b"SecretValueLate999") == PH.encode()
+
+
+def test_a_claims_pairs_are_kept_until_a_value_changes(tmp_path: Path) -> None:
+    cache, claim = _PairCache(), _claim(tmp_path, "SecretValueOne123")
+    first = cache.get(claim, time.time())
+    assert cache.get(claim, time.time()) is first
+    (tmp_path / "v").write_text("SecretValueTwo4567\n")
+    os.utime(tmp_path / "v", ns=(2, 2))
+    second = cache.get(claim, time.time())
+    assert second is not first and (b"SecretValueTwo4567", PH.encode()) in second
+
+
+def test_many_secrets_are_all_found_leftmost_longest() -> None:
+    """Thousands of secrets in one claim (one automaton, not one regex alternation), with one
+    secret inside another: the longer one is replaced whole."""
+    pairs = [(f"tok_{i:05d}_ValueOfSecret".encode(), f"surr_P{i:05d}".encode()) for i in range(3000)]
+    pairs.append((b"tok_00042_ValueOfSecret_and_more", b"surr_LONG"))
+    s = Scrubber(pairs)
+    text = b"a tok_02999_ValueOfSecret b tok_00042_ValueOfSecret_and_more c tok_00007_ValueOfSecret"
+    assert s.scrub(text) == b"a surr_P02999 b surr_LONG c surr_P00007"
