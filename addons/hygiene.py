@@ -27,8 +27,12 @@ class Hygiene:
             host = split_authority(host)[0]
         except HostError:
             host = ""  # policy refuses it; nothing here is bound to it
-        credentialed = claim is not None and any(c.bound_to(host) for c in claim.credentials)
-        verdict = check_head(req.headers.fields, req.data.method.decode("ascii", "replace"), credentialed)
+        method = req.data.method.decode("ascii", "replace")
+        # only TRACE asks, and a walk over every credential per request grows with the claim
+        credentialed = method.upper() == "TRACE" and claim is not None and any(
+            c.bound_to(host) for c in claim.credentials
+        )
+        verdict = check_head(req.headers.fields, method, credentialed)
         if verdict.status:
             facts.refuse(flow, deny(Reason.BAD_REQUEST_HEAD, verdict.message, status=verdict.status))
             return

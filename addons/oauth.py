@@ -49,7 +49,7 @@ class OAuthCapture:
         if response is None or claim is None or host is None or not 200 <= response.status_code < 300:
             return
         path = flow.request.path
-        cred = next((c for c in claim.credentials if c.oauth and c.oauth.matches(host, path)), None)
+        cred = next((c for c in claim.oauth if c.oauth and c.oauth.matches(host, path)), None)
         if cred is None:
             return
         content_type = response.headers.get("content-type", "")

@@ -119,7 +119,9 @@ class Substitute:
 
     def _body(self, flow: http.HTTPFlow, resolver: BodyResolver) -> None:
         req = flow.request
-        acts = resolver.may_swap() or resolver.may_refuse()
+        claim: Claim = flow.metadata[facts.CLAIM]
+        swaps = resolver.may_swap(claim.body)
+        acts = swaps or resolver.may_refuse(claim.refusing)
         encoding = req.headers.get("content-encoding", "").strip().lower()
         if encoding not in ("", "identity") and not acts:
             return  # nothing to swap or refuse: the audit does not pay for decoding
@@ -135,7 +137,7 @@ class Substitute:
             req.headers.get("content-length"),
             "transfer-encoding" in req.headers,
         )
-        if resolver.may_swap() and has_body:
+        if swaps and has_body:
             self._reframe(flow)
         swapper = bodies.Swapper(resolver)
         claim = flow.metadata[facts.CLAIM]

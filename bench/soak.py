@@ -15,7 +15,7 @@ on loopback, with a 10 s timeout. Printed: a markdown table of its success rate 
 latency per phase, how many of the load connections the proxy still held open at the end, and
 the proxy's RSS and open file descriptors.
 
-    .venv/bin/python bench/soak.py [--connections 1000] [--seconds 20]
+    .venv/bin/python bench/soak.py [--connections 1000] [--seconds 20] [--header-timeout S]
 
 RLIMIT_NOFILE is raised to its hard limit (the proxy inherits it). Every process started here is
 stopped by its PID. A benchmark script, not a test: it asserts nothing and prints figures.
@@ -191,6 +191,12 @@ def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--connections", type=int, default=1000)
     p.add_argument("--seconds", type=float, default=20.0, help="length of each measured phase")
+    p.add_argument(
+        "--header-timeout",
+        type=float,
+        default=None,
+        help="the proxy's --header-timeout (default: the proxy's own, 60 s, longer than a phase)",
+    )
     args = p.parse_args()
     ramp = 2 + args.connections / 100  # seconds to open the load connections (TLS handshakes)
     limit = raise_nofile(2 * args.connections + 200)
@@ -199,6 +205,8 @@ def main() -> int:
         ca = TestCA(tmp)
         upstream = Upstream(ca, [UPSTREAM_HOST], tmpdir=tmp).start()
         proxy = Surrogate("surrogate", tmp / "proxy", write_rules(tmp, [upstream.port]), ca.ca_pem, None)
+        if args.header_timeout is not None:
+            proxy.process.args += ["--header-timeout", str(args.header_timeout)]
         try:
             proxy.start()
             target = f"{UPSTREAM_HOST}:{upstream.port}"

@@ -167,6 +167,10 @@ class Claim:
     by_placeholder: dict[bytes, Credential] = field(repr=False, compare=False)
     origin: str = "rules"  # "rules" (the rules file) or "store" (the control API)
     sources: tuple[Network, ...] = ()  # transparent mode: the sandbox's source addresses
+    # Computed once by build, so that per-request work does not grow with the credential count:
+    body: tuple[Credential, ...] = field(default=(), repr=False, compare=False)  # enable "body"
+    refusing: bool = field(default=False, repr=False, compare=False)  # some on_misplaced refuses
+    oauth: tuple[Credential, ...] = field(default=(), repr=False, compare=False)  # token endpoints
 
     @classmethod
     def build(
@@ -187,6 +191,9 @@ class Claim:
             {c.placeholder.encode(): c for c in credentials},
             origin,
             sources,
+            tuple(c for c in credentials if Surface.BODY in c.surfaces),
+            any(c.on_misplaced is not Misplaced.CARRY for c in credentials),
+            tuple(c for c in credentials if c.oauth is not None),
         )
 
 

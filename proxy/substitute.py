@@ -37,7 +37,7 @@ import base64
 import binascii
 import logging
 import re
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from urllib.parse import unquote_to_bytes
 
@@ -316,14 +316,18 @@ class BodyResolver:
         self.outcome = Outcome()
         self._escaped: dict[str, bytes] = {}
 
-    def may_swap(self) -> bool:
-        """True when some credential could be swapped in this body (its length may change)."""
-        return self.tls and any(
-            c.enables(Surface.BODY) and c.bound_to(self.host) for c in self.by_placeholder.values()
-        )
+    def may_swap(self, candidates: Iterable[Credential] | None = None) -> bool:
+        """True when some credential could be swapped in this body (its length may change).
+        ``candidates``: the claim's credentials that enable ``body`` (:attr:`Claim.body`), when
+        known, so that this does not walk every credential of the claim."""
+        pool = self.by_placeholder.values() if candidates is None else candidates
+        return self.tls and any(c.enables(Surface.BODY) and c.bound_to(self.host) for c in pool)
 
-    def may_refuse(self) -> bool:
-        """True when a placeholder in this body could refuse it (not only be carried)."""
+    def may_refuse(self, refusing: bool | None = None) -> bool:
+        """True when a placeholder in this body could refuse it (not only be carried);
+        ``refusing``: :attr:`Claim.refusing`, when known."""
+        if refusing is not None:
+            return refusing
         return any(c.on_misplaced is not Misplaced.CARRY for c in self.by_placeholder.values())
 
     def __call__(self, ph: bytes) -> bytes | None:
