@@ -193,7 +193,7 @@ def main() -> int:
     p.add_argument("--seconds", type=float, default=20.0, help="length of each measured phase")
     p.add_argument(
         "--header-timeout",
-        type=float,
+        type=int,
         default=None,
         help="the proxy's --header-timeout (default: the proxy's own, 60 s, longer than a phase)",
     )
