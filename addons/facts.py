@@ -130,6 +130,11 @@ def refuse(flow: http.HTTPFlow, decision: Decision, headers: dict[str, str] | No
     if _may_carry_large_body(flow.request):
         flow.kill()
         return
+    # An addon earlier in the chain may have set up request-body streaming (substitute does for
+    # every claim with credentials); mitmproxy 12.3 cannot answer a flow that streams its request
+    # ("Can't set a response and enable streaming at the same time": the connection hung and the
+    # crash report logged the body). The refused body is small (see above): let it be read.
+    flow.request.stream = False
     request_id = flow.metadata.get(REQUEST_ID, flow.id)
     body = json.dumps(
         {

@@ -175,3 +175,39 @@ def test_a_name_resolving_to_a_special_address_is_refused_unless_allowed(tmp_pat
     else:
         assert done.stdout.endswith("403") and "special_address" in done.stdout, done
         assert upstream.connections == 0
+
+
+@pytest.mark.parametrize("http2", [False, True], ids=["http1", "http2"])
+def test_a_request_with_a_body_refused_at_resolution_gets_its_answer(tmp_path: Path, http2: bool) -> None:
+    """Regression: with a body, a refusal made after substitution had set up body streaming
+    (claims with credentials) hung the connection ("Can't set a response and enable streaming at
+    the same time") and mitmproxy's crash report printed the request body on stderr."""
+    ca = TestCA(tmp_path)
+    upstream = Upstream(ca, ["localhost"], tmpdir=tmp_path).start()
+    (tmp_path / "token").write_text("t")
+    (tmp_path / "secret").write_text("SsrfBodySecretValue123\n")
+    (tmp_path / "rules.yaml").write_text(
+        f"version: 1\npools:\n  p:\n    egress:\n      - host: localhost\n        ports: [{upstream.port}]\n"
+        "claims:\n  - id: c\n    pool: p\n    proxy_token: file:token\n    credentials:\n"
+        "      - {name: k, value: file:secret, placeholder: surr_SsrfBodyPlaceholder00001,\n"
+        "         hosts: [localhost]}\n"
+    )
+    proxy = ProxyProcess(tmp_path / "rules.yaml", tmp_path, upstream_ca=ca.ca_pem).start()
+    try:
+        done = subprocess.run(
+            ["curl", "-sS", "--max-time", "15", "--http2" if http2 else "--http1.1"]
+            + ["-x", proxy.url("c", "t"), "--cacert", str(proxy.ca_pem), "-w", "\n%{http_code}"]
+            + ["-d", "body-content-marker=surr_SsrfBodyPlaceholder00001"]
+            + [f"https://localhost:{upstream.port}/special-body"],
+            capture_output=True,
+            text=True,
+            timeout=30,
+            check=False,
+        )
+        stderr = proxy.stderr()
+    finally:
+        proxy.stop()
+        upstream.stop()
+    assert done.stdout.endswith("403") and "special_address" in done.stdout, done
+    assert upstream.connections == 0
+    assert "crashed" not in stderr and "body-content-marker" not in stderr, stderr[-2000:]
