@@ -34,7 +34,7 @@ from fastapi import Path as PathParam
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
-from pydantic import AwareDatetime, BaseModel, ConfigDict, Field
+from pydantic import AfterValidator, AwareDatetime, BaseModel, ConfigDict, Field
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.routing import Match
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
@@ -53,6 +53,22 @@ IfMatch = Annotated[str | None, Header(pattern=r'^\s*("[0-9]+"|\*)\s*$', descrip
 PLACEHOLDER_PATTERN = r"^surr_[A-Za-z0-9]{16,64}$"
 Host = Annotated[str, Field(min_length=1, max_length=253, pattern=r"^[^\s/:@]+$")]
 Value = Annotated[str, Field(min_length=1, max_length=16384, pattern=r"^[^\x00-\x1f\x7f]+$")]
+MAX_REQUESTS = 10**12  # a budget beyond this is no budget; the store keeps it in a 64-bit integer
+_LATEST = datetime(9998, 12, 31, tzinfo=UTC).timestamp()
+
+
+def _expiry_in_range(t: datetime) -> datetime:
+    """1970 to 9998 UTC: a time the store keeps as unix seconds and the API can show again."""
+    try:
+        ok = 0 <= t.timestamp() <= _LATEST
+    except (ValueError, OverflowError):
+        ok = False
+    if not ok:
+        raise ValueError("must be between 1970-01-01T00:00:00Z and 9998-12-31T00:00:00Z")
+    return t
+
+
+Expiry = Annotated[AwareDatetime, AfterValidator(_expiry_in_range)]
 
 
 class _In(BaseModel):
@@ -81,8 +97,8 @@ class CredentialPut(_In):
     value: Value = Field(description="the secret; write-only")
     placeholder: str | None = Field(None, pattern=PLACEHOLDER_PATTERN, description="generated when absent")
     inject: InjectIn | None = None
-    expires_at: AwareDatetime | None = None
-    max_requests: int | None = Field(None, ge=1, description="request budget; absent: none")
+    expires_at: Expiry | None = None
+    max_requests: int | None = Field(None, ge=1, le=MAX_REQUESTS, description="request budget; absent: none")
     surfaces: list[SurfaceName] | None = Field(None, description=_SURFACES_DOC)
     on_misplaced: MisplacedAction | None = Field(None, description=_MISPLACED_DOC)
     oauth: dict[str, Any] | None = Field(
@@ -98,8 +114,10 @@ class CredentialPatch(_In):
     value: Value | None = None
     placeholder: str | None = Field(None, pattern=PLACEHOLDER_PATTERN)
     inject: InjectIn | None = None
-    expires_at: AwareDatetime | None = None
-    max_requests: int | None = Field(None, ge=1, description="request budget; null removes it")
+    expires_at: Expiry | None = None
+    max_requests: int | None = Field(
+        None, ge=1, le=MAX_REQUESTS, description="request budget; null removes it"
+    )
     surfaces: list[SurfaceName] | None = Field(None, description=_SURFACES_DOC + "; null: the default")
     on_misplaced: MisplacedAction | None = Field(None, description=_MISPLACED_DOC + "; null: carry")
 

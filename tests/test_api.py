@@ -221,6 +221,25 @@ async def test_put_credential_creates_then_replaces_with_coverage_and_etag(api: 
         ),
         ({"hosts": ["api.test"]}, "invalid_request", "value", "value"),
         ({"hosts": ["api.test"], "value": SECRET, "secret": "x"}, "invalid_request", "secret", "unknown"),
+        # regressions: each was a 500 with a traceback (and the second stored an unreadable row)
+        (
+            {"hosts": ["api.test"], "value": SECRET, "max_requests": 99999999999999999999},
+            "invalid_request",
+            "max_requests",
+            "max_requests",
+        ),
+        (
+            {"hosts": ["api.test"], "value": SECRET, "expires_at": "0001-01-01T00:00:00+14:00"},
+            "invalid_request",
+            "expires_at",
+            "1970",
+        ),
+        (
+            {"hosts": ["api.test"], "value": SECRET, "expires_at": "9999-12-31T23:59:59-14:00"},
+            "invalid_request",
+            "expires_at",
+            "9998",
+        ),
     ],
     ids=[
         "uncovered-host",
@@ -236,6 +255,9 @@ async def test_put_credential_creates_then_replaces_with_coverage_and_etag(api: 
         "naive-expiry",
         "missing-value",
         "unknown-field",
+        "budget-past-64-bits",
+        "expiry-before-year-1-utc",
+        "expiry-past-year-9999-utc",
     ],
 )
 async def test_put_credential_refusals(
