@@ -13,6 +13,8 @@ field and what would be right; never a value.
 
 from __future__ import annotations
 
+import contextlib
+import ipaddress
 import re
 import secrets
 import time
@@ -197,6 +199,7 @@ class Control:
             )
         if claim_id in self.registry.policy.claims:
             raise ControlError(409, "conflict", f"claim {claim_id!r} is declared in the rules file")
+        self._check_sources_free(claim_id, sources)
         try:
             record, token = self.store.create_claim(claim_id, pool, sources)
         except ValueError as e:
@@ -205,6 +208,29 @@ class Control:
             raise self._failed(e) from None
         self._audit(who, "claim.create", claim_id, new=record.version)
         return record, token
+
+    def _check_sources_free(self, claim_id: str, sources: list[str]) -> None:
+        """A source network identifies one claim only (as in the rules file): 409 naming the
+        claim that has it. Unparsable sources are left to the store's 422."""
+        wanted = {}
+        for s in sources:
+            with contextlib.suppress(ValueError):
+                wanted[ipaddress.ip_network(s, strict=False)] = s
+        if not wanted:
+            return
+        owners: dict[Any, str] = {}
+        for claim in self.registry.policy.claims.values():
+            owners.update({net: claim.id for net in claim.sources})
+        for record in self.store.list_claims():
+            for s in record.sources:
+                with contextlib.suppress(ValueError):
+                    owners[ipaddress.ip_network(s, strict=False)] = record.id
+        for net, raw in wanted.items():
+            owner = owners.get(net)
+            if owner is not None and owner != claim_id:
+                raise ControlError(
+                    409, "source_taken", f"source {raw} already identifies claim {owner!r}", "sources"
+                )
 
     def get_claim(self, claim_id: str) -> ClaimRecord:
         return self._claim(claim_id)

@@ -141,6 +141,21 @@ async def test_duplicate_claim_is_a_conflict(api: httpx.AsyncClient) -> None:
     problem(await api.post("/v1/claims", json={"id": "c1", "pool": "p"}), 409, "conflict")
 
 
+async def test_a_source_network_identifies_one_claim_only(api: httpx.AsyncClient) -> None:
+    """Regression: two claims could both hold 10.0.0.0/8 (the rules file refuses that)."""
+    made = await api.post("/v1/claims", json={"id": "x5", "pool": "p", "sources": ["10.0.0.0/8"]})
+    assert made.status_code == 201
+    found = problem(
+        await api.post("/v1/claims", json={"id": "x6", "pool": "p", "sources": ["10.0.0.1/8"]}),
+        409,
+        "source_taken",
+    )
+    assert found["field"] == "sources" and "'x5'" in found["message"]
+    problem(await api.get("/v1/claims/x6"), 404, "not_found")
+    narrower = await api.post("/v1/claims", json={"id": "x7", "pool": "p", "sources": ["10.1.0.0/16"]})
+    assert narrower.status_code == 201  # a narrower network is another source: the longest prefix wins
+
+
 async def test_malformed_json_and_oversize_body(api: httpx.AsyncClient) -> None:
     r = await api.post(
         "/v1/claims", content=b'{"id": "x", "pool": ', headers={"content-type": "application/json"}
