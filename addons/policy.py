@@ -41,7 +41,12 @@ class Policy:
         if not decision.allowed:
             facts.refuse(flow, decision)
         elif decision.rule is not None and not decision.rule.intercept:
-            flow.metadata[facts.OPAQUE] = True
+            flow.metadata[facts.OPAQUE] = True  # resolve may still refuse it (own listener, special)
+
+    def http_connected(self, flow: http.HTTPFlow) -> None:
+        # Only a CONNECT that was answered 200: a refused one must not make the next tunnel on
+        # the same connection opaque.
+        if flow.metadata.get(facts.OPAQUE):
             self.opaque_pending.add(flow.client_conn.id)
 
     def tls_clienthello(self, data: tls.ClientHelloData) -> None:

@@ -23,6 +23,7 @@ a name whose DNS answers loopback...):
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import ipaddress
 import socket
 
@@ -168,12 +169,27 @@ class Resolve:
             server.sni = canonical
         server.address = (ip, port)
 
-    def http_connect(self, flow: http.HTTPFlow) -> None:
-        # an opaque tunnel's upstream connection has no flow: remember its pool's allow_cidrs
+    async def http_connect(self, flow: http.HTTPFlow) -> None:
+        """An opaque tunnel's destination is checked here, so that a CONNECT to one of the
+        proxy's own listeners or a special address is answered 403 (not 200 and a closed
+        tunnel); ``server_connect`` checks the address again when the tunnel opens."""
         claim = flow.metadata.get(facts.CLAIM)
         pool = self.state.policy.pools.get(claim.pool) if claim else None
-        if pool is not None:
-            self._allow[flow.client_conn.id] = pool.allow_cidrs
+        allow = pool.allow_cidrs if pool is not None else ()
+        if pool is not None:  # the opaque tunnel's upstream connection has no flow: keep these
+            self._allow[flow.client_conn.id] = allow
+        if flow.response or flow.error or not flow.metadata.get(facts.OPAQUE):
+            return
+        try:
+            host, port = flow.metadata[facts.AUTHORITY]
+            ip, why = await self._checked(host, port, None, allow)
+            refusal = None if ip is not None else _refusal(why, flow)
+        except Exception as e:  # fail closed, as every surrogate hook
+            facts.log.error("resolve.http_connect failed with %s; CONNECT refused", type(e).__name__)
+            refusal = deny(Reason.INTERNAL_ERROR, "surrogate could not process this request", status=400)
+        if refusal is not None:
+            flow.metadata[facts.OPAQUE] = False
+            facts.refuse(flow, dataclasses.replace(refusal, rule=flow.metadata[facts.DECISION].rule))
 
     def client_disconnected(self, client: connection.Client) -> None:
         self._allow.pop(client.id, None)

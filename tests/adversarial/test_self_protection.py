@@ -107,8 +107,9 @@ def test_plain_http_to_an_own_listener_is_refused_in_any_spelling(
 @pytest.mark.parametrize("which", ["proxy", "control"])
 @pytest.mark.parametrize("spelling", SPELLINGS)
 def test_a_tunnel_to_an_own_listener_is_closed_without_a_loop(own: Own, spelling: str, which: str) -> None:
-    """The opaque tunnel is allowed by the rule, but its upstream connection is refused: the
-    client gets a closed tunnel, and the proxy saw exactly one CONNECT (none through itself)."""
+    """The opaque rule allows the name, but the destination is one of the proxy's own
+    listeners: the CONNECT is answered 403 own_listener (it was once 200 and a closed tunnel),
+    and the proxy saw exactly one CONNECT (none through itself)."""
     authority = f"{spelling}:{_ports(own)[which]}"
     before = len([e for e in own.proxy.audit_events() if e.get("method") == "CONNECT"])
     answer = _exchange(
@@ -116,8 +117,11 @@ def test_a_tunnel_to_an_own_listener_is_closed_without_a_loop(own: Own, spelling
         f"CONNECT {authority} HTTP/1.1\r\nHost: {authority}\r\nProxy-Authorization: {own.auth}\r\n\r\n"
         f"GET /v1/claims HTTP/1.1\r\nHost: {authority}\r\nConnection: close\r\n\r\n".encode(),
     )
-    # the proxy's own answer to the CONNECT at most: no response from the listener came back
-    assert answer.count(b"HTTP/1.1 ") <= 1, answer[:400]
+    # the proxy's own answers only (the pipelined GET, no longer inside a tunnel, meets the
+    # proxy itself: 407); no response from the listener came back
+    assert answer.startswith(b"HTTP/1.1 403") and b"own_listener" in answer, answer[:400]
+    assert b"HTTP/1.1 200" not in answer
+    assert answer.count(b"HTTP/1.1 ") == answer.count(b"X-Surrogate-Request-Id"), answer[:800]
     deadline = time.monotonic() + 5
     while time.monotonic() < deadline:
         connects = [e for e in own.proxy.audit_events() if e.get("method") == "CONNECT"]
@@ -125,6 +129,7 @@ def test_a_tunnel_to_an_own_listener_is_closed_without_a_loop(own: Own, spelling
             break
         time.sleep(0.05)
     assert len(connects) == before + 1, connects[before:]
+    assert connects[-1]["reason"] == "own_listener" and connects[-1]["status"] == 403
 
 
 def test_own_listener_refusals_are_audited(own: Own) -> None:
