@@ -41,7 +41,7 @@ from proxy.errors import SecretUnavailable
 from proxy.live import live_values
 from proxy.policy import Claim
 from proxy.registry import StoreValue
-from proxy.scrub import Scrubber
+from proxy.scrub import Compiled, Scrubber, compile_pairs
 
 
 def _pairs(claim: Claim, now: float) -> list[tuple[bytes, bytes]]:
@@ -54,6 +54,7 @@ def _pairs(claim: Claim, now: float) -> list[tuple[bytes, bytes]]:
 
 
 _CLAIMS_KEPT = 256
+Pairs = tuple[tuple[bytes, bytes], ...]
 
 
 class _PairCache:
@@ -68,27 +69,29 @@ class _PairCache:
     """
 
     def __init__(self) -> None:
-        self._kept: dict[int, tuple[Claim, tuple[tuple[Any, Any], ...], tuple[tuple[bytes, bytes], ...]]] = {}
+        self._kept: dict[int, tuple[Claim, tuple[tuple[Any, Any], ...], Pairs, Compiled]] = {}
 
-    def get(self, claim: Claim, now: float) -> tuple[tuple[bytes, bytes], ...]:
+    def get(self, claim: Claim, now: float) -> tuple[Pairs, Compiled]:
+        """The claim's (secret, placeholder) pairs and their compiled patterns."""
         entry = self._kept.get(id(claim))
         if entry is not None and entry[0] is claim:
             try:
                 if all(c.secret()[0] is s for c, s in entry[1]):
-                    return entry[2]
+                    return entry[2], entry[3]
             except SecretUnavailable:
                 pass
         pairs = tuple(_pairs(claim, now))
+        compiled = compile_pairs(pairs)
         volatile = []
         try:
             volatile = [(c, c.secret()[0]) for c in claim.credentials if not isinstance(c.source, StoreValue)]
         except SecretUnavailable:
             self._kept.pop(id(claim), None)
-            return pairs
+            return pairs, compiled
         if len(self._kept) >= _CLAIMS_KEPT:
             self._kept.clear()
-        self._kept[id(claim)] = (claim, tuple(volatile), pairs)
-        return pairs
+        self._kept[id(claim)] = (claim, tuple(volatile), pairs, compiled)
+        return pairs, compiled
 
 
 def _unscannable(flow: http.HTTPFlow, why: str) -> None:
@@ -120,7 +123,8 @@ class Scrub:
         claim = flow.metadata.get(facts.CLAIM)
         if response is None or claim is None or not claim.credentials or response.status_code == 101:
             return
-        scrubber = Scrubber(self.pairs.get(claim, time.time()))
+        pairs, compiled = self.pairs.get(claim, time.time())
+        scrubber = Scrubber(pairs, compiled=compiled)
         if not scrubber.active:
             return
         response.headers.fields = tuple((n, scrubber.scrub(v)) for n, v in response.headers.fields)
@@ -168,8 +172,8 @@ class Scrub:
             return
         try:
             message = flow.error.msg.encode("utf-8", "surrogateescape")
-            pairs = self.pairs.get(claim, time.time())
-            quoted = Scrubber(pairs).scrub(message) != message or any(
+            pairs, compiled = self.pairs.get(claim, time.time())
+            quoted = Scrubber(pairs, compiled=compiled).scrub(message) != message or any(
                 repr(secret)[2:-1].encode() in message for secret, _ in pairs
             )
         except Exception as e:  # fail closed: an error we cannot check is withheld

@@ -171,6 +171,7 @@ class Claim:
     body: tuple[Credential, ...] = field(default=(), repr=False, compare=False)  # enable "body"
     refusing: bool = field(default=False, repr=False, compare=False)  # some on_misplaced refuses
     oauth: tuple[Credential, ...] = field(default=(), repr=False, compare=False)  # token endpoints
+    metered: tuple[Credential, ...] = field(default=(), repr=False, compare=False)  # max_requests
 
     @classmethod
     def build(
@@ -194,6 +195,7 @@ class Claim:
             tuple(c for c in credentials if Surface.BODY in c.surfaces),
             any(c.on_misplaced is not Misplaced.CARRY for c in credentials),
             tuple(c for c in credentials if c.oauth is not None),
+            tuple(c for c in credentials if c.max_requests is not None),
         )
 
 

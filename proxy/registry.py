@@ -192,7 +192,7 @@ class Registry:
         store failure counts as spent (fail closed). All budgets are checked before any is
         counted, except between two store credentials of one request (rare: counted in order).
         """
-        metered = [c for c in claim.credentials if c.name in names and c.max_requests is not None]
+        metered = [c for c in claim.metered if c.name in names]  # not a walk over every credential
         if not metered:
             return None
         if claim.origin != "store" or self.store is None:

@@ -54,11 +54,11 @@ def test_an_unreadable_value_is_not_kept_out_for_good(tmp_path: Path) -> None:
 
 def test_a_claims_pairs_are_kept_until_a_value_changes(tmp_path: Path) -> None:
     cache, claim = _PairCache(), _claim(tmp_path, "SecretValueOne123")
-    first = cache.get(claim, time.time())
-    assert cache.get(claim, time.time()) is first
+    first = cache.get(claim, time.time())[0]
+    assert cache.get(claim, time.time())[0] is first
     (tmp_path / "v").write_text("SecretValueTwo4567\n")
     os.utime(tmp_path / "v", ns=(2, 2))
-    second = cache.get(claim, time.time())
+    second = cache.get(claim, time.time())[0]
     assert second is not first and (b"SecretValueTwo4567", PH.encode()) in second
 
 
