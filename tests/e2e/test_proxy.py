@@ -319,23 +319,7 @@ def test_keep_alive_tunnel_reuses_one_upstream_connection(env: Env) -> None:
 def test_client_hanging_up_mid_response_is_audited_as_client_closed(env: Env) -> None:
     """Was: audited as upstream_error, though the upstream was fine."""
     env.upstream.sse_release.clear()
-    done = subprocess.run(
-        [
-            "curl",
-            "-sS",
-            "--max-time",
-            "1",
-            "-x",
-            env.proxy_url,
-            "--cacert",
-            str(env.proxy.ca_pem),
-            env.url("api.test", "/sse"),
-        ],
-        capture_output=True,
-        timeout=20,
-        check=False,
-    )
-    env.received.append(done.stdout + done.stderr)
+    curl(env, env.url("api.test", "/sse"), "--max-time", "1")  # curl's last --max-time counts
     env.upstream.sse_release.set()
     event = env.proxy.wait_event(path="/sse", reason="client_closed")
     assert (event["decision"], event["status"]) == ("error", 200)
@@ -343,23 +327,7 @@ def test_client_hanging_up_mid_response_is_audited_as_client_closed(env: Env) ->
 
 def test_http1_client_hanging_up_is_client_closed_too(env: Env) -> None:
     env.upstream.sse_release.clear()
-    subprocess.run(
-        [
-            "curl",
-            "--http1.1",
-            "-sS",
-            "--max-time",
-            "1",
-            "-x",
-            env.proxy_url,
-            "--cacert",
-            str(env.proxy.ca_pem),
-            env.url("api.test", "/sse?h1"),
-        ],
-        capture_output=True,
-        timeout=20,
-        check=False,
-    )
+    curl(env, env.url("api.test", "/sse?h1"), "--http1.1", "--max-time", "1")
     env.upstream.sse_release.set()
     assert env.proxy.wait_event(path="/sse?h1")["reason"] == "client_closed"
 

@@ -360,12 +360,12 @@ req.end();
 """
 
 
-@pytest.mark.skipif(shutil.which("node") is None, reason="node is not installed")
-def test_node_https_client_with_no_proxy_support_at_all(world: World) -> None:
-    """Node's https module ignores proxy variables entirely: transparent mode is the only way."""
+def sandbox_node(world: World, script: str, path: str) -> None:
+    """Run ``script`` with node inside the sandbox namespace (no proxy variables, only the CA
+    trusted); it must print 200, and the request at ``path`` must have carried the secret."""
     env = {"PATH": os.environ["PATH"], "PH": PH, "NODE_EXTRA_CA_CERTS": str(world.proxy.ca_pem)}
     done = subprocess.run(
-        ["ip", "netns", "exec", world.net.sbx, "node", "-e", NODE_CLIENT],
+        ["ip", "netns", "exec", world.net.sbx, "node", "-e", script],
         capture_output=True,
         text=True,
         timeout=30,
@@ -374,9 +374,13 @@ def test_node_https_client_with_no_proxy_support_at_all(world: World) -> None:
     )
     world.received.append(done.stdout + done.stderr)
     assert done.stdout.strip() == "200", done.stderr
-    assert world.proxy.wait_event(path="/t/transparent-node")["credentials"] == [
-        {"name": "api", "version": 1}
-    ]
+    assert world.proxy.wait_event(path=path)["credentials"] == [{"name": "api", "version": 1}]
+
+
+@pytest.mark.skipif(shutil.which("node") is None, reason="node is not installed")
+def test_node_https_client_with_no_proxy_support_at_all(world: World) -> None:
+    """Node's https module ignores proxy variables entirely: transparent mode is the only way."""
+    sandbox_node(world, NODE_CLIENT, "/t/transparent-node")
 
 
 NODE_FETCH = """
@@ -387,20 +391,7 @@ fetch("https://api.test/t/transparent-fetch", {headers: {Authorization: "Bearer 
 
 @pytest.mark.skipif(shutil.which("node") is None, reason="node is not installed")
 def test_node_fetch_which_ignores_proxy_variables(world: World) -> None:
-    env = {"PATH": os.environ["PATH"], "PH": PH, "NODE_EXTRA_CA_CERTS": str(world.proxy.ca_pem)}
-    done = subprocess.run(
-        ["ip", "netns", "exec", world.net.sbx, "node", "-e", NODE_FETCH],
-        capture_output=True,
-        text=True,
-        timeout=30,
-        check=False,
-        env=env,
-    )
-    world.received.append(done.stdout + done.stderr)
-    assert done.stdout.strip() == "200", done.stderr
-    assert world.proxy.wait_event(path="/t/transparent-fetch")["credentials"] == [
-        {"name": "api", "version": 1}
-    ]
+    sandbox_node(world, NODE_FETCH, "/t/transparent-fetch")
 
 
 def test_git_clone_in_the_sandbox_without_proxy_settings(world: World, tmp_path: Path) -> None:
