@@ -1,4 +1,4 @@
-"""audit: one structlog JSON event per flow, fields from :mod:`proxy.audit`.
+"""audit: one JSON event per flow (structlog's processors, proxy.audit.emit), fields from :mod:`proxy.audit`.
 
 Requests are logged when they end (``response`` or ``error``); a CONNECT is logged only when it
 is refused or opens an opaque tunnel (an intercepted tunnel's requests are logged one by one). A
@@ -115,16 +115,13 @@ _DONE = "surrogate.audited"
 
 
 class Audit:
-    def __init__(self) -> None:
-        self.log = a.logger().bind()  # resolved once: a lazy proxy rebuilt it per event
-
     def _emit(self, flow: http.HTTPFlow, kind: str) -> None:
         # A flow can see both `response` and a late `error`; it is still one event.
         if flow.metadata.get(_DONE):
             return
         flow.metadata[_DONE] = True
         try:
-            self.log.info(kind, **_event(flow, kind))
+            a.emit(kind, _event(flow, kind))
         except Exception as e:  # an audit failure must not take the flow down; say so on stderr
             logging.getLogger("surrogate").error("audit event for %s failed: %s", flow.id, type(e).__name__)
 
@@ -150,7 +147,7 @@ class Audit:
         if p is None:
             return
         try:
-            self.log.info("tunnel", **_passthrough_event(data.client, p, error))
+            a.emit("tunnel", _passthrough_event(data.client, p, error))
         except Exception as e:
             log = logging.getLogger("surrogate")
             log.error("audit event for %s failed: %s", data.client.id, type(e).__name__)

@@ -158,5 +158,7 @@ class Identify:
 
 
 def _strip_proxy_headers(flow: http.HTTPFlow) -> None:
-    for name in [n for n in flow.request.headers if n.lower().startswith("proxy-")]:
-        del flow.request.headers[name]
+    # On the raw fields: going through Headers decodes every name, on every request.
+    fields = flow.request.headers.fields
+    if any(n[:6].lower() == b"proxy-" for n, _ in fields):
+        flow.request.headers.fields = tuple((n, v) for n, v in fields if n[:6].lower() != b"proxy-")

@@ -107,7 +107,8 @@ class Policy:
         elif authority is None:  # absolute-form request on the explicit proxy (plain HTTP)
             authority = (canonical_host(req.host), req.port)
         host, port = authority
-        names = {"Host header": req.host_header or ""}
+        header = req.host_header or ""
+        names = {"Host header": header}
         if flow.client_conn.sni:
             names["TLS SNI"] = flow.client_conn.sni
         for what, value in names.items():
@@ -118,7 +119,10 @@ class Policy:
                     f"{what} {value!r} does not match the tunnel's host {host}:{port}",
                     status=421,
                 )
-        req.host = host  # the canonical, checked name (resolve turns it into the checked address)
+        # the setter also rewrites the Host header (and costs a header pass): skip it when both
+        # already spell the canonical name
+        if req.host != host or header not in (host, f"{host}:{port}"):
+            req.host = host  # the canonical, checked name (resolve turns it into the checked address)
         flow.metadata[facts.HOST] = host
         # Inside a tunnel we terminated TLS for, only intercepting rules may allow a request: a
         # later `intercept: false` rule must not approve what the intercepting rule refused.

@@ -127,19 +127,25 @@ class Scrub:
         scrubber = Scrubber(pairs, compiled=compiled)
         if not scrubber.active:
             return
-        response.headers.fields = tuple((n, scrubber.scrub(v)) for n, v in response.headers.fields)
         encoding = response.headers.get("content-encoding", "").strip().lower()
         decode = decoder(encoding)
         if decode is None:
+            response.headers.fields = tuple((n, scrubber.scrub(v)) for n, v in response.headers.fields)
             _unscannable(flow, f"no decoder for Content-Encoding {encoding[:40]!r}")
             return
+        # One pass over the raw fields (the Headers mapping API decodes every name per call): the
+        # values scrubbed; the length dropped (scrubbing changes it) and the coding too when the
+        # body is sent decoded; HTTP/1 clients get chunked framing.
+        drop = {b"content-length"}
         if encoding not in ("", "identity"):
-            del response.headers["content-encoding"]
-        response.headers.pop("content-length", None)
-        if not flow.request.http_version.startswith("HTTP/2") and not flow.request.http_version.startswith(
-            "HTTP/3"
-        ):
-            response.headers["transfer-encoding"] = "chunked"
+            drop.add(b"content-encoding")
+        http1 = not flow.request.http_version.startswith(("HTTP/2", "HTTP/3"))
+        if http1:
+            drop.add(b"transfer-encoding")
+        fields = [(n, scrubber.scrub(v)) for n, v in response.headers.fields if n.lower() not in drop]
+        if http1:
+            fields.append((b"transfer-encoding", b"chunked"))
+        response.headers.fields = tuple(fields)
         inner = response.stream if callable(response.stream) else (lambda b: b)
 
         failed = False

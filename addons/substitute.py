@@ -108,7 +108,7 @@ class Substitute:
         flow.metadata[facts.USED] = dict(outcome.used)
         if outcome.used:
             self.state.registry.record_use(claim, list(outcome.used), now)
-        if claim.by_placeholder:
+        if claim.by_placeholder and not _bodiless(req):
             how = bodies.kind(req.headers.get("content-type", ""))
             counted = set(outcome.used)  # the head's swaps were counted against budgets above
 
@@ -228,6 +228,17 @@ class Substitute:
             outcome.refusal.reason.value,
         )
         _close(flow)
+
+
+def _bodiless(req: http.Request) -> bool:
+    """Whether the head alone shows there is no body to check: HTTP/1 without Content-Length and
+    Transfer-Encoding (RFC 9112 §6.3: length zero), or ``Content-Length: 0`` in any version
+    (HTTP/2 DATA past it is a stream error, RFC 9113 §8.1.1). An HTTP/2 head without a length
+    may still be followed by DATA, whatever the method: its body is checked."""
+    length: str | None = req.headers.get("content-length")
+    if length is not None:
+        return length.strip() == "0"
+    return req.http_version.startswith("HTTP/1") and "transfer-encoding" not in req.headers
 
 
 def _facts(flow: http.HTTPFlow, outcome: Outcome) -> None:

@@ -172,16 +172,38 @@ def configure(path: Path | None = None, max_bytes: int = 0, backups: int = 5) ->
         event[WORKER] = pid
         return event
 
+    global _chain
+    _chain = (
+        sequence,
+        structlog.processors.TimeStamper(fmt="iso", utc=True, key=TIME),
+        structlog.processors.JSONRenderer(ensure_ascii=False, default=_safe),
+    )
     structlog.configure(
-        processors=[
-            sequence,
-            structlog.processors.TimeStamper(fmt="iso", utc=True, key=TIME),
-            structlog.processors.JSONRenderer(ensure_ascii=False, default=_safe),
-        ],
+        processors=list(_chain),
         wrapper_class=structlog.make_filtering_bound_logger(logging.INFO),
         logger_factory=lambda *_: sink,
         cache_logger_on_first_use=False,
     )
+
+
+_chain: tuple[Any, ...] = ()
+
+
+def emit(kind: str, fields: dict[str, Any]) -> None:
+    """Write one audit event now: ``fields`` plus ``event`` = ``kind``, through the processors
+    :func:`configure` gave structlog (sequence number, worker, time, JSON), to the sink.
+
+    The line is the one ``logger().info(kind, **fields)`` writes; the per-request path calls
+    the processors itself, which skips the bound logger's per-call context copy and dispatch
+    (about a third of an event's CPU, measured in issue 7). ``fields`` is consumed.
+    """
+    if not _chain:
+        configure()
+    fields[EVENT] = kind
+    event: Any = fields
+    for processor in _chain:
+        event = processor(None, "info", event)
+    _sink.write(event)
 
 
 def _safe(value: Any) -> str:

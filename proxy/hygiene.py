@@ -42,9 +42,10 @@ def check_head(fields: Sequence[tuple[bytes, bytes]], method: str, credentialed_
     names = [n.lower() for n, _ in fields]
     if names.count(b"host") > 1:
         return Verdict(400, "more than one Host header")
-    for name, value in fields:
-        if _CONTROL.search(value) or _CONTROL.search(name):
-            return Verdict(400, f"control character in header {name[:64].decode('latin-1')!r}")
+    if _CONTROL.search(b"".join(n + v for n, v in fields)):  # then find the header to name
+        for name, value in fields:
+            if _CONTROL.search(value) or _CONTROL.search(name):
+                return Verdict(400, f"control character in header {name[:64].decode('latin-1')!r}")
     if method == "TRACE" and credentialed_host:
         return Verdict(405, "TRACE toward a host with credentials is refused (it would echo them)")
     drop = set(_HOP_BY_HOP)

@@ -8,12 +8,12 @@ import logging
 from typing import Any
 
 import pytest
-from mitmproxy import exceptions, hooks, options
+from mitmproxy import exceptions, hooks, http, options
 from mitmproxy.master import Master
 from mitmproxy.proxy import server_hooks
 from mitmproxy.test import tflow
 
-from proxy.dispatch import CachedAddonManager, LeanMaster
+from proxy.dispatch import CachedAddonManager, LeanMaster, drop_debug_typechecks
 
 
 class Rec:
@@ -171,3 +171,27 @@ async def test_options_reach_configure_once() -> None:
     seen.clear()
     master.options.update(http3=False)
     assert seen == [{"http3"}]
+
+
+def _badly_typed_response() -> http.Response:
+    return http.Response(
+        http_version=b"HTTP/1.1",
+        status_code=200,
+        reason=b"OK",
+        headers=http.Headers(),
+        content=b"",
+        trailers=None,
+        timestamp_start="not a number",  # type: ignore[arg-type]
+        timestamp_end=None,
+    )
+
+
+def test_the_debug_typecheck_of_messages_is_dropped(monkeypatch: pytest.MonkeyPatch) -> None:
+    # restored after the test: other tests in this process get mitmproxy as shipped
+    monkeypatch.setattr(http.MessageData, "__post_init__", http.MessageData.__post_init__)
+    with pytest.raises(TypeError):
+        _badly_typed_response()  # mitmproxy as shipped checks every field (it costs ~5% CPU)
+    drop_debug_typechecks()
+    drop_debug_typechecks()  # idempotent
+    assert _badly_typed_response().timestamp_start == "not a number"
+    assert http.Request.make("GET", "https://example.test/").host == "example.test"

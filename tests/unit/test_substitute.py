@@ -10,7 +10,10 @@ from pathlib import Path
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from mitmproxy import http
+from mitmproxy.test import tutils
 
+from addons.substitute import _bodiless
 from proxy.decide import Action, Reason
 from proxy.hosts import HostPattern
 from proxy.policy import Credential, Injection
@@ -338,3 +341,24 @@ def test_swap_replaces_exactly_the_placeholder_and_nothing_else(
     value = f"{before} {P_GH} {after}"
     out = run(creds, [("X-Any", value)])
     assert out.fields == [(b"X-Any", value.replace(P_GH, GH_SECRET).encode())]
+
+
+@pytest.mark.parametrize(
+    ("version", "headers", "bodiless"),
+    [
+        ("HTTP/1.1", {}, True),  # RFC 9112 §6.3: no length, no coding: length zero
+        ("HTTP/1.1", {"content-length": "0"}, True),
+        ("HTTP/1.1", {"content-length": " 0 "}, True),
+        ("HTTP/1.1", {"content-length": "5"}, False),
+        ("HTTP/1.1", {"content-length": "00"}, False),  # unusual: checked rather than trusted
+        ("HTTP/1.1", {"transfer-encoding": "chunked"}, False),
+        ("HTTP/1.0", {}, True),
+        ("HTTP/2.0", {}, False),  # DATA frames may follow any HTTP/2 head, a GET's too
+        ("HTTP/2.0", {"content-length": "0"}, True),
+    ],
+)
+def test_a_body_is_skipped_only_when_the_head_rules_one_out(
+    version: str, headers: dict[str, str], bodiless: bool
+) -> None:
+    req = tutils.treq(method=b"GET", http_version=version.encode(), headers=http.Headers(**headers))
+    assert _bodiless(req) is bodiless
