@@ -41,7 +41,7 @@ from proxy.errors import SecretUnavailable
 from proxy.live import live_values
 from proxy.policy import Claim
 from proxy.registry import StoreValue
-from proxy.scrub import Compiled, Scrubber, compile_pairs
+from proxy.scrub import Compiled, Scrubber, compile_pairs, escapes_matter
 
 
 def _pairs(claim: Claim, now: float) -> list[tuple[bytes, bytes]]:
@@ -128,6 +128,10 @@ class Scrub:
         if not scrubber.active:
             return
         encoding = response.headers.get("content-encoding", "").strip().lower()
+        # a binary body is searched for plain spellings only (escapes_matter says why)
+        body_scrubber = scrubber
+        if compiled.binary is not None and not escapes_matter(response.headers.get("content-type", "")):
+            body_scrubber = Scrubber(pairs, compiled=compiled.binary)
         decode = decoder(encoding)
         if decode is None:
             response.headers.fields = tuple((n, scrubber.scrub(v)) for n, v in response.headers.fields)
@@ -164,9 +168,9 @@ class Scrub:
                 failed = True
                 _unscannable(flow, str(e))
                 return []
-            out = scrubber.feed(data) if data else b""
+            out = body_scrubber.feed(data) if data else b""
             if not chunk:  # end of the body: what was held back, scrubbed
-                out += scrubber.finish()
+                out += body_scrubber.finish()
             # never an empty piece: an empty chunk would end a chunked HTTP/1 body early
             return [out] if out else []
 

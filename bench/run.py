@@ -11,7 +11,9 @@ the other.
 Measured in interleaved rounds (target order rotated each round), medians reported:
 1. hey at c=1, 16 and 64: requests/s, p50/p99 latency, proxy CPU µs per request
    (/proc/PID/stat utime+stime over the run ÷ responses);
-2. 5 × 50 MB through one curl: MB/s, and the proxy's peak RSS growth (VmHWM reset first);
+2. 5 × 50 MB through one curl: MB/s, and the proxy's peak RSS growth (VmHWM reset first); the
+   file is served as application/octet-stream (a package, an archive), and once more to surrogate
+   as text/plain, where the scrubber also seeks escaped spellings (proxy/scrub.escapes_matter);
 3. SSE through a raw client: time to the first event, spread of inter-arrival gaps vs 100 ms;
 4. surrogate req/s at c=16 with a 1-credential vs a 10,000-credential claim (ABBA, half-length
    runs), the header scan's in-process cost with 1 vs 10,000 registered, and the registration;
@@ -201,6 +203,9 @@ def _round(b: Bench, rnd: int, args: argparse.Namespace, results: Results) -> No
     for t in order:
         got = download(t, b.big[t.name], args.downloads, BIG_BYTES, b.load_cpu)
         results.downloads.setdefault(t.name, []).append(got)
+    surrogate = next(t for t in order if t.name == SURROGATE)
+    text_url = b.big[SURROGATE].replace("/files/", "/text/")
+    results.text_downloads.append(download(surrogate, text_url, args.downloads, BIG_BYTES, b.load_cpu))
     for t in order:
         results.sse.setdefault(t.name, []).append(sse(t, b.sse_port, SSE_EVENTS, SSE_PERIOD_S))
 

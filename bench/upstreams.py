@@ -106,8 +106,13 @@ http {{
             default_type text/plain;
             return 200 "{SMALL_BODY.decode()}";
         }}
-        location /files/ {{
+        location /files/ {{  # a package, an archive, a model: binary
+            default_type application/octet-stream;
             root {root / "www"};
+        }}
+        location /text/ {{  # the same bytes as text: escaped spellings are sought in it
+            default_type text/plain;
+            alias {root / "www" / "files"}/;
         }}
     }}
 }}

@@ -220,11 +220,13 @@ class _Handler(BaseHTTPRequestHandler):
     def _reflect(self, path: str) -> None:
         """A hostile upstream: hands the Authorization it received back (the scrubbing tests).
         /reflect in a header and the body, /reflect-split in two reads 200 ms apart (cut in the
-        middle of the value), /reflect-gzip gzip-encoded whatever the request accepted."""
+        middle of the value), /reflect-gzip gzip-encoded whatever the request accepted. With
+        ``?binary=1`` the body is sent as application/octet-stream (text/plain otherwise)."""
         auth = (self.headers.get("Authorization") or "").encode()
+        ctype = "application/octet-stream" if "binary=1" in urlsplit(self.path).query else "text/plain"
         if path == "/reflect-split":
             self.send_response(200)
-            self.send_header("Content-Type", "text/plain")
+            self.send_header("Content-Type", ctype)
             self.send_header("Transfer-Encoding", "chunked")
             self.end_headers()
             half = len(auth) // 2
@@ -235,7 +237,7 @@ class _Handler(BaseHTTPRequestHandler):
             return
         body = b"you sent: " + auth + b"\n"
         self.send_response(200)
-        self.send_header("Content-Type", "text/plain")
+        self.send_header("Content-Type", ctype)
         self.send_header("X-Echo", auth.decode("latin-1"))
         if path == "/reflect-gzip":
             body = gzip.compress(body)

@@ -219,3 +219,88 @@ def test_escapes_are_found_among_many_stray_escape_bytes(noise: bytes) -> None:
     assert _leaks(out) == []
     assert out.count(PH.encode()) == len(forms)
     assert run(pairs, [body[i : i + 97] for i in range(0, len(body), 97)]) == out
+
+
+# --- the search for plain spellings, and what binary bodies skip (issue 7) --------------------
+
+
+@settings(max_examples=300)
+@given(
+    words=st.lists(st.binary(min_size=1, max_size=6), min_size=1, max_size=8, unique=True),
+    data=st.binary(max_size=200),
+    starts=st.lists(st.integers(min_value=0, max_value=210), max_size=8),
+)
+def test_the_find_search_agrees_with_the_alternation(
+    words: list[bytes], data: bytes, starts: list[int]
+) -> None:
+    """``_Literals`` searches up to _FIND_LIMIT strings with bytes.find and keeps each one's next
+    occurrence; from any start, in any order (a cached answer must never skip an occurrence),
+    it gives what a longest-first ``re`` alternation gives."""
+    from proxy.scrub import _Literals
+
+    literals = _Literals(words)
+    rx = re.compile(b"|".join(re.escape(w) for w in sorted(words, key=len, reverse=True)))
+    for pos in [*starts, 0, *sorted(starts)]:
+        m = rx.search(data, pos)
+        assert literals.search(data, pos) == ((m.start(), m.end()) if m else None)
+
+
+def test_a_body_full_of_matches_comes_out_whole_and_replaced() -> None:
+    """Each match restarts the search from its end: the occurrences found before are reused."""
+    body = b"x".join([b"SECRETabc123"] * 20_000)
+    out = run([(b"SECRETabc123", b"surr_PH1")], [body[i : i + 65536] for i in range(0, len(body), 65536)])
+    assert out == b"x".join([b"surr_PH1"] * 20_000)
+
+
+@pytest.mark.parametrize(
+    ("content_type", "text"),
+    [
+        ("", True),  # unknown: text
+        ("text/plain; charset=utf-8", True),
+        ("application/json", True),
+        ("application/vnd.github+json", True),
+        ("text/event-stream", True),
+        ("application/x-www-form-urlencoded", True),
+        ("image/svg+xml", True),
+        ("not a media type", True),
+        ("application/octet-stream", False),
+        ("Application/Octet-Stream; name=x", False),
+        ("application/x-git-upload-pack-result", False),
+        ("application/gzip", False),
+        ("image/png", False),
+        ("video/mp4", False),
+        ("font/woff2", False),
+    ],
+)
+def test_which_bodies_are_searched_for_escaped_spellings(content_type: str, text: bool) -> None:
+    from proxy.scrub import escapes_matter
+
+    assert escapes_matter(content_type) is text
+
+
+def test_the_binary_variant_finds_the_secret_and_its_base64_but_not_its_escapes() -> None:
+    from proxy.scrub import compile_pairs
+
+    pairs = ((b"SECRET/abc+123", b"surr_PH1"),)
+    binary = compile_pairs(pairs).binary
+    assert binary is not None and binary.kinds == ()
+    raw, b64 = b"SECRET/abc+123", base64.b64encode(b"SECRET/abc+123")
+    percent = urllib.parse.quote("SECRET/abc+123", safe="").encode()
+    body = b"\x00\xff" + raw + b"\x01" + b64 + b"\x02" + percent
+    s = Scrubber(pairs, compiled=binary)
+    out = s.feed(body[:9]) + s.feed(body[9:]) + s.finish()
+    assert raw not in out and b64 not in out
+    assert out.startswith(b"\x00\xffsurr_PH1\x01" + base64.b64encode(b"surr_PH1"))
+    assert out.endswith(percent)  # escaped forms belong to text (escapes_matter)
+    assert run(list(pairs), [body]).count(b"surr_PH1") == 2  # the full scrubber: all three
+
+
+def test_escapes_that_cannot_be_part_of_a_secret_do_not_hide_one_next_to_them() -> None:
+    """JSON full of \\" and \\\\ (which no spelling of this secret holds, so no window is
+    decoded around them) with the secret \\u-escaped right after one of them."""
+    secret = "SECRETabc123"
+    escaped = "".join(f"\\u{ord(c):04x}" for c in secret)
+    text = json.dumps({"q": 'say \\"hi\\" ' * 50}).encode()[:-2] + b'\\"' + escaped.encode() + b'"}'
+    out = run([(secret.encode(), b"surr_PH1")], [text[i : i + 7] for i in range(0, len(text), 7)])
+    assert out.endswith(b'\\"surr_PH1"}')
+    assert escaped.encode() not in out
