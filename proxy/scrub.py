@@ -190,6 +190,8 @@ class _Literals:
 
     def search(self, data: bytes, pos: int = 0) -> tuple[int, int] | None:
         """(start, end) of the leftmost-longest string in ``data[pos:]``, or None."""
+        if pos >= len(data):  # (pyahocorasick raises IndexError for a start at the end)
+            return None
         if self._words:
             return self._find(data, pos)
         if self._rx is not None:

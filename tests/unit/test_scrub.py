@@ -304,3 +304,16 @@ def test_escapes_that_cannot_be_part_of_a_secret_do_not_hide_one_next_to_them() 
     out = run([(secret.encode(), b"surr_PH1")], [text[i : i + 7] for i in range(0, len(text), 7)])
     assert out.endswith(b'\\"surr_PH1"}')
     assert escaped.encode() not in out
+
+
+@pytest.mark.parametrize("secrets_", [1, 40, 600], ids=["find", "alternation", "automaton"])
+def test_empty_values_and_ends_pass_with_any_number_of_secrets(secrets_: int) -> None:
+    """Regression: with more than 512 spellings (the automaton), the end of every body (an empty
+    finish) raised IndexError in pyahocorasick, and mitmproxy crashed the response: 1 req/s."""
+    pairs = [(f"BulkSecret{i:05d}".encode(), f"surr_P{i:05d}".encode()) for i in range(secrets_)]
+    s = Scrubber(pairs)
+    assert s.scrub(b"") == b""
+    assert s.feed(b"body: BulkSecret00000 and more") == b"body: surr_P00000 and more"
+    assert s.finish() == b""
+    assert s.feed(b"") == b"" and s.finish() == b""
+    assert s.scrub(b"Bearer BulkSecret00000") == b"Bearer surr_P00000"
