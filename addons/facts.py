@@ -79,6 +79,16 @@ log = logging.getLogger("surrogate")
 Hook = Callable[[Any, Any], None]
 
 
+def header(fields: tuple[tuple[bytes, bytes], ...], name: bytes) -> str | None:
+    """The value of header ``name`` (lower-case bytes) as ``Headers.get`` gives it: every field
+    of that name joined with ", ", decoded as mitmproxy decodes (UTF-8, surrogateescape); None
+    when absent. On the raw fields: the Headers mapping API decodes every name on each call."""
+    values = [v for n, v in fields if n.lower() == name]
+    if not values:
+        return None
+    return b", ".join(values).decode("utf-8", "surrogateescape")
+
+
 def is_transparent(flow: Any) -> bool:
     return isinstance(flow.client_conn.proxy_mode, mode_specs.TransparentMode)
 

@@ -114,8 +114,16 @@ class Scrub:
         if flow.response or flow.error:
             return
         claim = flow.metadata.get(facts.CLAIM)
-        if claim is not None and claim.credentials and "accept-encoding" in flow.request.headers:
-            flow.request.headers["Accept-Encoding"] = "identity"
+        if claim is None or not claim.credentials:
+            return
+        fields = flow.request.headers.fields
+        at = [i for i, (n, _) in enumerate(fields) if n.lower() == b"accept-encoding"]
+        if at:  # one field left, where the first was (as Headers.__setitem__ would leave it)
+            first = (fields[at[0]][0], b"identity")
+            rest = set(at[1:])
+            flow.request.headers.fields = tuple(
+                first if i == at[0] else f for i, f in enumerate(fields) if i not in rest
+            )
 
     @facts.fail_closed
     def responseheaders(self, flow: http.HTTPFlow) -> None:
@@ -127,10 +135,11 @@ class Scrub:
         scrubber = Scrubber(pairs, compiled=compiled)
         if not scrubber.active:
             return
-        encoding = response.headers.get("content-encoding", "").strip().lower()
+        fields = response.headers.fields
+        encoding = (facts.header(fields, b"content-encoding") or "").strip().lower()
         # a binary body is searched for plain spellings only (escapes_matter says why)
         body_scrubber = scrubber
-        if compiled.binary is not None and not escapes_matter(response.headers.get("content-type", "")):
+        if compiled.binary is not None and not escapes_matter(facts.header(fields, b"content-type") or ""):
             body_scrubber = Scrubber(pairs, compiled=compiled.binary)
         decode = decoder(encoding)
         if decode is None:
@@ -146,10 +155,10 @@ class Scrub:
         http1 = not flow.request.http_version.startswith(("HTTP/2", "HTTP/3"))
         if http1:
             drop.add(b"transfer-encoding")
-        fields = [(n, scrubber.scrub(v)) for n, v in response.headers.fields if n.lower() not in drop]
+        kept = [(n, scrubber.scrub(v)) for n, v in fields if n.lower() not in drop]
         if http1:
-            fields.append((b"transfer-encoding", b"chunked"))
-        response.headers.fields = tuple(fields)
+            kept.append((b"transfer-encoding", b"chunked"))
+        response.headers.fields = tuple(kept)
         inner = response.stream if callable(response.stream) else (lambda b: b)
 
         failed = False

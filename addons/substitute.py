@@ -235,10 +235,11 @@ def _bodiless(req: http.Request) -> bool:
     Transfer-Encoding (RFC 9112 §6.3: length zero), or ``Content-Length: 0`` in any version
     (HTTP/2 DATA past it is a stream error, RFC 9113 §8.1.1). An HTTP/2 head without a length
     may still be followed by DATA, whatever the method: its body is checked."""
-    length: str | None = req.headers.get("content-length")
+    fields = req.headers.fields
+    length = facts.header(fields, b"content-length")
     if length is not None:
         return length.strip() == "0"
-    return req.http_version.startswith("HTTP/1") and "transfer-encoding" not in req.headers
+    return req.http_version.startswith("HTTP/1") and facts.header(fields, b"transfer-encoding") is None
 
 
 def _facts(flow: http.HTTPFlow, outcome: Outcome) -> None:

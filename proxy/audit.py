@@ -50,6 +50,7 @@ Rules reloads (``"event": "reload"``), one per attempt:
 from __future__ import annotations
 
 import itertools
+import json
 import logging
 import logging.handlers
 import os
@@ -176,7 +177,7 @@ def configure(path: Path | None = None, max_bytes: int = 0, backups: int = 5) ->
     _chain = (
         sequence,
         structlog.processors.TimeStamper(fmt="iso", utc=True, key=TIME),
-        structlog.processors.JSONRenderer(ensure_ascii=False, default=_safe),
+        structlog.processors.JSONRenderer(serializer=_render),
     )
     structlog.configure(
         processors=list(_chain),
@@ -208,6 +209,16 @@ def emit(kind: str, fields: dict[str, Any]) -> None:
 
 def _safe(value: Any) -> str:
     return quote(str(value), safe=" /:.,-_")
+
+
+# One encoder for every line: json.dumps with options builds a new one per call (~4 µs of ~11).
+_ENCODER = json.JSONEncoder(ensure_ascii=False, default=_safe)
+
+
+def _render(event: Any, default: Any = None) -> str:
+    """structlog's JSONRenderer serializer: ``default`` (its own fallback) is unused, ours is
+    built into the encoder."""
+    return _ENCODER.encode(event)
 
 
 def logger() -> Any:

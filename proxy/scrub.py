@@ -105,6 +105,8 @@ _TOKENS = {
     for spaces in (False, True)
     for backslash in (False, True)
 }
+# a byte an escape starts with ("+" is one only when a spelling holds a space: looked at anyway)
+_ESCAPE_HEAD = re.compile(rb"[%\\+]")
 # a tail that may be the start of an escape the next read completes
 _OPEN_ESCAPE = re.compile(
     rb"(?:%[0-9A-Fa-f]?|\\(?:u[0-9A-Fa-f]{0,3})?|\\u[dD][89abAB][0-9A-Fa-f]{2}\\?u?[0-9A-Fa-f]{0,3})\Z"
@@ -485,7 +487,9 @@ class Scrubber:
             end = open_escape.start() if open_escape else len(data)
             if open_escape:
                 starts.append(end)
-            for view in c.views:
+            # with no escape in the tail, open or whole, its decoding is the tail itself, searched
+            # above (an open escape cuts the decoded window short: then it differs)
+            for view in c.views if open_escape or _ESCAPE_HEAD.search(data, tail, end) else ():
                 decoded, offsets = _decode(data, tail, end, view)
                 for m in c.first.finditer(decoded):
                     if self._could_start(decoded[m.start() :]):

@@ -317,3 +317,14 @@ def test_empty_values_and_ends_pass_with_any_number_of_secrets(secrets_: int) ->
     assert s.finish() == b""
     assert s.feed(b"") == b"" and s.finish() == b""
     assert s.scrub(b"Bearer BulkSecret00000") == b"Bearer surr_P00000"
+
+
+def test_a_read_ending_in_an_open_escape_still_holds_back_a_possible_start() -> None:
+    """Regression (found by the fuzz test): a read ending in ``sk-live\\`` (the ``\\`` may open
+    ``\\/``) must hold ``sk-live\\`` back. Raw, ``sk-live\\`` starts no spelling; decoded, the
+    window stops before the open escape, and ``sk-live`` does: that decoding cannot be skipped."""
+    pairs = [(SECRET.encode(), PH.encode()), (b"abcd", b"<abcd>")]
+    escaped = b'"sk-live\\/Ab+c=d!\\"e\\\\f 0123456789\\u20ac\\ud834\\udd1e"'
+    chunks = [b"TY3ODnigqzwnYSe" + escaped[:9], escaped[9:24], escaped[24:]]
+    assert chunks[0].endswith(b"sk-live\\")
+    assert run(pairs, chunks) == run(pairs, [b"".join(chunks)]) == b'TY3ODnigqzwnYSe"' + PH.encode() + b'"'
