@@ -170,6 +170,23 @@ def _no_check(self: Any) -> None:
     return None
 
 
+_HOOK_FIELDS: dict[type, tuple[str, ...]] = {}
+
+
+def cache_hook_args() -> None:
+    """Have ``mitmproxy.hooks.Hook.args`` (called for every hook of every request by the
+    connection handler, ``mode_servers.ProxyConnectionHandler.handle_hook``) look up each hook
+    class's dataclass fields once instead of on every call. Same result; idempotent."""
+    hooks.Hook.args = _cached_args  # type: ignore[method-assign]
+
+
+def _cached_args(self: hooks.Hook) -> list[Any]:
+    names = _HOOK_FIELDS.get(type(self))
+    if names is None:
+        names = _HOOK_FIELDS[type(self)] = tuple(f.name for f in dataclasses.fields(self))  # type: ignore[arg-type]
+    return [getattr(self, n) for n in names]
+
+
 class LeanMaster(Master):
     """mitmproxy's Master with :class:`CachedAddonManager` and no terminal log."""
 

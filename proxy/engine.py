@@ -44,7 +44,7 @@ from addons.reload import Reload
 from certs import ca
 from proxy.api import make_app
 from proxy.control import Control
-from proxy.dispatch import LeanMaster, drop_debug_typechecks
+from proxy.dispatch import LeanMaster, cache_hook_args, drop_debug_typechecks
 from proxy.state import State
 from proxy.workers import SharedListeners
 
@@ -84,6 +84,7 @@ def build_master(config: RunConfig, on_ready: Callable[[], None] | None = None) 
         config.state.own_ports.add(config.control.tcp[1])
     headlimit.install()
     drop_debug_typechecks()
+    cache_hook_args()
     ca.ensure_ca(config.state_dir)
     bundle = ca.write_upstream_bundle(config.state_dir, config.upstream_cas)
     opts = options.Options()

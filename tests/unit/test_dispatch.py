@@ -11,9 +11,10 @@ import pytest
 from mitmproxy import exceptions, hooks, http, options
 from mitmproxy.master import Master
 from mitmproxy.proxy import server_hooks
+from mitmproxy.proxy.layers.http import _hooks as http_hooks
 from mitmproxy.test import tflow
 
-from proxy.dispatch import CachedAddonManager, LeanMaster, drop_debug_typechecks
+from proxy.dispatch import CachedAddonManager, LeanMaster, cache_hook_args, drop_debug_typechecks
 
 
 class Rec:
@@ -195,3 +196,19 @@ def test_the_debug_typecheck_of_messages_is_dropped(monkeypatch: pytest.MonkeyPa
     drop_debug_typechecks()  # idempotent
     assert _badly_typed_response().timestamp_start == "not a number"
     assert http.Request.make("GET", "https://example.test/").host == "example.test"
+
+
+_ORIGINAL_ARGS = hooks.Hook.args
+_HTTP_HOOKS = [http_hooks.HttpRequestHeadersHook, http_hooks.HttpRequestHook, http_hooks.HttpResponseHook]
+
+
+def test_hook_args_are_the_same_with_cached_fields(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(hooks.Hook, "args", hooks.Hook.args)  # restored after the test
+    f = tflow.tflow(resp=True)
+    data = server_hooks.ServerConnectionHookData(f.server_conn, f.client_conn)
+    events = [hooks.UpdateHook([f]), server_hooks.ServerConnectHook(data), *(h(f) for h in _HTTP_HOOKS)]
+    before = [e.args() for e in events]
+    cache_hook_args()
+    cache_hook_args()  # idempotent
+    assert hooks.Hook.args is not _ORIGINAL_ARGS
+    assert [e.args() for e in events] == before == [e.args() for e in events]
