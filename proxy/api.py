@@ -25,6 +25,7 @@ connect. Loopback TCP requires ``Authorization: Bearer <operator token>``.
 from __future__ import annotations
 
 import hmac
+import logging
 from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime
 from typing import Annotated, Any, Literal
@@ -42,6 +43,8 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from proxy.control import Control, ControlError, Coverage
 from proxy.policy import DEFAULT_SURFACES, SURFACES, Misplaced
 from proxy.store import ClaimRecord, CredentialRecord
+
+log = logging.getLogger("surrogate")
 
 MAX_BODY = 64 * 1024
 ID_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._-]{0,62}$"
@@ -309,6 +312,11 @@ def make_app(control: Control, operator_token: str | None = None) -> FastAPI:
             response = await call_next(request)
         except ControlError as e:
             response = _error(e.status, e.code, e.message, e.field)
+        except Exception as e:  # a bug: a JSON 500, counted, and only the error's type on stderr
+            # (its message may quote a request value, and the traceback would print it)
+            log.error("control API %s %s failed with %s", request.method, request.url.path, type(e).__name__)
+            why = "the control API failed on this request (see the proxy's stderr)"
+            response = _error(500, "internal_error", why)
         calls.labels(request.method, f"{response.status_code // 100}xx").inc()
         return response
 

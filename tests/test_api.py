@@ -404,3 +404,24 @@ async def test_every_mutation_writes_a_control_audit_event_without_the_value(api
     ]
     assert all(e[audit.WHO] == "socket" for e in logs)
     assert SECRET not in repr(logs)
+
+
+async def test_a_failing_handler_gives_a_counted_json_500_without_its_message(
+    api: httpx.AsyncClient,
+    control: Control,
+    monkeypatch: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """Regression: an unexpected exception was Starlette's plain-text 500, missing from
+    surrogate_control_requests_total, and its message and traceback went to stderr (a message may
+    quote a value the request carried)."""
+
+    def boom() -> None:
+        raise RuntimeError(f"failed on {SECRET}")
+
+    monkeypatch.setattr(control, "list_claims", boom)
+    body = problem(await api.get("/v1/claims"), 500, "internal_error")
+    assert SECRET not in body["message"]
+    assert "RuntimeError" in caplog.text and SECRET not in caplog.text
+    metrics = (await api.get("/metrics")).text
+    assert 'surrogate_control_requests_total{method="GET",status_class="5xx"} 1.0' in metrics
