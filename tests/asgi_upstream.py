@@ -8,11 +8,8 @@ digests, never a value it received, so nothing it echoes can carry a secret back
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
 import hashlib
 import json
-import socket
 import threading
 import zlib
 from collections.abc import Awaitable, Callable
@@ -23,8 +20,7 @@ from typing import Any
 import brotli  # type: ignore[import-untyped]
 import trustme
 from backports import zstd
-from hypercorn.asyncio import serve
-from hypercorn.config import Config
+from hypercorn_server import HypercornServer
 
 Scope = dict[str, Any]
 Message = dict[str, Any]
@@ -57,40 +53,13 @@ def _decompressor(encoding: str) -> Callable[[bytes], bytes] | None:
     return None
 
 
-class AsgiUpstream:
+class AsgiUpstream(HypercornServer):
     def __init__(self, ca: trustme.CA, hostnames: list[str], tmpdir: Path, h2: bool = True) -> None:
         pem = tmpdir / f"asgi-upstream-{'h2' if h2 else 'h1'}.pem"
         ca.issue_cert(*hostnames).private_key_and_cert_chain_pem.write_to_path(str(pem))
-        self.sock = socket.socket()
-        self.sock.bind(("127.0.0.1", 0))
-        self.sock.listen(128)
-        self.port: int = self.sock.getsockname()[1]
-        self.config = Config()
-        self.config.bind = [f"fd://{self.sock.fileno()}"]
-        self.config.certfile = self.config.keyfile = str(pem)
-        self.config.alpn_protocols = ["h2", "http/1.1"] if h2 else ["http/1.1"]
-        self.config.accesslog = self.config.errorlog = None
+        super().__init__(pem, pem, ["h2", "http/1.1"] if h2 else ["http/1.1"], "asgi-upstream")
         self.seen: list[Seen] = []
         self._lock = threading.Lock()
-        self._loop: asyncio.AbstractEventLoop | None = None
-        self._stop: asyncio.Event | None = None
-        self._thread: threading.Thread | None = None
-        self._ready = threading.Event()
-
-    def start(self) -> AsgiUpstream:
-        self._thread = threading.Thread(target=self._run, name=f"asgi-upstream-{self.port}", daemon=True)
-        self._thread.start()
-        if not self._ready.wait(10):
-            raise RuntimeError("asgi upstream did not start")
-        return self
-
-    def stop(self) -> None:
-        if self._loop is not None and self._stop is not None:
-            self._loop.call_soon_threadsafe(self._stop.set)
-        if self._thread is not None:
-            self._thread.join(10)
-        with contextlib.suppress(OSError):  # hypercorn may have closed it already
-            self.sock.close()
 
     def last(self, path_prefix: str) -> Seen:
         with self._lock:
@@ -101,15 +70,6 @@ class AsgiUpstream:
     def saw(self, path_prefix: str) -> list[Seen]:
         with self._lock:
             return [s for s in self.seen if s.target.startswith(path_prefix)]
-
-    def _run(self) -> None:
-        async def main() -> None:
-            self._loop = asyncio.get_running_loop()
-            self._stop = asyncio.Event()
-            self._ready.set()
-            await serve(self._app, self.config, shutdown_trigger=self._stop.wait)  # type: ignore[arg-type]
-
-        asyncio.run(main())
 
     async def _app(
         self,

@@ -5,10 +5,7 @@ from __future__ import annotations
 import contextlib
 import sqlite3
 import time
-from collections.abc import Iterator
 from pathlib import Path
-
-import pytest
 
 from proxy import live
 from proxy.hosts import HostPattern
@@ -17,18 +14,6 @@ from proxy.policy import Credential
 from proxy.registry import StoreValue
 from proxy.secrets import Secret, ValueSource
 from proxy.store import FILENAME, HISTORY_VERSIONS, Store
-
-
-@pytest.fixture
-def ring(tmp_path: Path) -> KeyRing:
-    return KeyRing.load_or_create(tmp_path / "keys.json")
-
-
-@pytest.fixture
-def store(tmp_path: Path, ring: KeyRing) -> Iterator[Store]:
-    with Store.open(tmp_path, ring) as s:
-        s.create_claim("c1", "agents")
-        yield s
 
 
 def _put(store: Store, value: bytes, name: str = "gh") -> None:

@@ -7,7 +7,6 @@ import sqlite3
 import stat
 import threading
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -30,18 +29,6 @@ from proxy.store import (
 
 CANARY = canary.register("canary-8c1f3e0b7d6a4f2e9b5c1a0d3e7f6b4a").encode()  # in the session-end scan
 PLACEHOLDER = "surr_TestPlaceholder0123456789"
-
-
-@pytest.fixture
-def ring(tmp_path: Path) -> KeyRing:
-    return KeyRing.load_or_create(tmp_path / "keys.json")
-
-
-@pytest.fixture
-def store(tmp_path: Path, ring: KeyRing) -> Iterator[Store]:
-    with Store.open(tmp_path, ring) as s:
-        s.create_claim("c1", "agents")
-        yield s
 
 
 def _put(store: Store, name: str = "gh", value: bytes = b"v1", **kw: Any) -> Any:
