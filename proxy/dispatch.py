@@ -50,7 +50,6 @@ class CachedAddonManager(AddonManager):
     def __init__(self, master: Master) -> None:
         super().__init__(master)
         self._groups: dict[str, tuple[_Group, ...]] = {}
-        self._fields: dict[type[hooks.Hook], tuple[str, ...]] = {}
 
     def invalidate(self) -> None:
         """Forget every cached implementer list (the next event of each kind rebuilds its own)."""
@@ -104,15 +103,9 @@ class CachedAddonManager(AddonManager):
                 groups.append(tuple(funcs))
         return groups
 
-    def _args(self, event: hooks.Hook) -> list[Any]:
-        names = self._fields.get(type(event))
-        if names is None:
-            names = self._fields[type(event)] = tuple(f.name for f in dataclasses.fields(event))  # type: ignore[arg-type]
-        return [getattr(event, n) for n in names]
-
     async def trigger_event(self, event: hooks.Hook) -> None:
         """Call ``event`` on every addon implementing it (mitmproxy's semantics, see module doc)."""
-        args = self._args(event)
+        args = _cached_args(event)
         for group in self.implementers(event.name):
             try:
                 if type(group) is tuple:
@@ -132,7 +125,7 @@ class CachedAddonManager(AddonManager):
     async def handle_lifecycle(self, event: hooks.Hook) -> None:
         await self.trigger_event(event)
         if self.implementers("update"):
-            message = self._args(event)[0]
+            message = _cached_args(event)[0]
             if isinstance(message, flow.Flow):
                 await self.trigger_event(hooks.UpdateHook([message]))
 
@@ -176,7 +169,8 @@ _HOOK_FIELDS: dict[type, tuple[str, ...]] = {}
 def cache_hook_args() -> None:
     """Have ``mitmproxy.hooks.Hook.args`` (called for every hook of every request by the
     connection handler, ``mode_servers.ProxyConnectionHandler.handle_hook``) look up each hook
-    class's dataclass fields once instead of on every call. Same result; idempotent."""
+    class's dataclass fields once instead of on every call, as this module's manager does.
+    Same result; idempotent."""
     hooks.Hook.args = _cached_args  # type: ignore[method-assign]
 
 
