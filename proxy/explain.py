@@ -457,9 +457,26 @@ class Why:
     agrees: bool | None
 
 
-def find_event(path: Path, request_id: str) -> dict[str, Any] | None:
-    """The audit event with ``request_id`` in the JSON-lines file ``path`` (None: not there)."""
-    with open(path, encoding="utf-8", errors="replace") as f:
+def audit_files(path: Path) -> list[Path]:
+    """``path`` and its rotated backups that exist, newest first. ``--audit-max-bytes`` rotates
+    through the standard library's RotatingFileHandler, which renames ``PATH`` to ``PATH.1`` and
+    each ``PATH.N`` to ``PATH.N+1`` (so ``PATH.1`` is the newest backup)."""
+    backups: list[tuple[int, Path]] = []
+    prefix = path.name + "."
+    with contextlib.suppress(OSError):
+        for p in path.parent.iterdir():
+            if p.name.startswith(prefix) and p.name[len(prefix) :].isdigit():
+                backups.append((int(p.name[len(prefix) :]), p))
+    found = [path] if path.exists() else []
+    return found + [p for _, p in sorted(backups)]
+
+
+def _find_in(path: Path, request_id: str) -> dict[str, Any] | None:
+    try:
+        f = open(path, encoding="utf-8", errors="replace")  # noqa: SIM115 - closed below
+    except FileNotFoundError:
+        return None  # rotated away between listing and opening: the retry in find_event sees it
+    with f:
         for line in f:
             if request_id not in line:
                 continue
@@ -468,6 +485,18 @@ def find_event(path: Path, request_id: str) -> dict[str, Any] | None:
             except ValueError:
                 continue  # a line being written, or not an audit line
             if isinstance(event, dict) and event.get(audit.REQUEST_ID) == request_id:
+                return event
+    return None
+
+
+def find_event(path: Path, request_id: str) -> dict[str, Any] | None:
+    """The audit event with ``request_id`` in the JSON-lines file ``path`` or in one of its rotated
+    backups (``PATH.1`` … ``PATH.K``, see :func:`audit_files`); None: in none of them. A rotation
+    while the files are read can move the event past the reader, so a miss is searched once more."""
+    for _ in range(2):
+        for p in audit_files(path):
+            event = _find_in(p, request_id)
+            if event is not None:
                 return event
     return None
 
@@ -588,10 +617,18 @@ def main_why(args: argparse.Namespace) -> int:
     """``surrogate audit why``: args request_id, audit_file, rules, state_dir, json. Exit 1 when
     no event has that id."""
     request_id = args.request_id.strip()
+    if not audit_files(args.audit_file):
+        print(
+            f"surrogate: audit file {args.audit_file} does not exist (nor any rotated {args.audit_file}.N)",
+            file=sys.stderr,
+        )
+        return 1
     event = find_event(args.audit_file, request_id)
     if event is None:
         print(
-            f"surrogate: no audit event with request_id {request_id!r} in {args.audit_file}", file=sys.stderr
+            f"surrogate: no audit event with request_id {request_id!r} in {args.audit_file}"
+            " or its rotated backups",
+            file=sys.stderr,
         )
         return 1
     with _claims(args.rules, args.state_dir) as claims:
