@@ -113,3 +113,50 @@ def test_report_mode_allows_and_audits_would_deny(tmp_path: Path) -> None:
     finally:
         proxy.stop()
         upstream.stop()
+
+
+def test_a_file_written_in_two_parts_is_applied_only_whole(tmp_path: Path) -> None:
+    """Regression (issue 20, item 10): the watcher applied the first half of a two-part write, a
+    valid file whose rule, cut after its ``ports:``, allowed every method and path."""
+    ca = TestCA(tmp_path)
+    upstream = Upstream(ca, ["api.test"], tmpdir=tmp_path).start()
+    (tmp_path / "token").write_text("tok")
+    whole = textwrap.dedent(f"""\
+        version: 1
+        claims:
+          - id: c
+            pool: p
+            proxy_token: file:token
+        pools:
+          p:
+            egress:
+              - host: api.test
+                ports: [{upstream.port}]
+                methods: [GET]
+                paths: ["/public"]
+        """)
+    cut = whole.rindex("\n", 0, whole.index("methods:")) + 1  # after the rule's ports: line
+    path = tmp_path / "rules.yaml"
+    path.write_text(whole)
+    proxy = ProxyProcess(path, tmp_path, upstream_ca=ca.ca_pem, resolve={"api.test": "127.0.0.1"}).start()
+    try:
+        ctx = ssl.create_default_context(cafile=proxy.ca_pem)
+        with httpx.Client(proxy=proxy.url("c", "tok"), verify=ctx, timeout=10) as client:
+            url = f"https://api.test:{upstream.port}"
+            assert client.post(f"{url}/private", content=b"x").status_code == 403
+            with open(path, "w") as f:  # in place, in two parts, as a slow writer would
+                f.write(whole[:cut])
+                f.flush()
+                time.sleep(2.0)  # four polls of the watcher
+                r = client.post(f"{url}/private", content=b"x")
+                assert r.status_code == 403, "the half-written file was applied"
+                f.write(whole[cut:])
+            [applied] = wait_reload(proxy, 1)
+            assert applied["outcome"] == "applied"
+            assert client.post(f"{url}/private", content=b"x").status_code == 403
+            assert client.get(f"{url}/public").status_code == 200
+        assert not [r for r in upstream.requests if r.path == "/private"]
+        assert len([e for e in proxy.audit_events() if e["event"] == "reload"]) == 1
+    finally:
+        proxy.stop()
+        upstream.stop()
