@@ -202,10 +202,8 @@ def _readings(segments: list[_Segment], loose: bool) -> tuple[str, ...]:
     return tuple(out)
 
 
-@functools.lru_cache(maxsize=4096)
 def _canonical(path: bytes) -> tuple[tuple[str, ...], tuple[str, ...], str | None, bool]:
-    """(readings, loose readings, ambiguity, absolute) of a path without query or fragment;
-    cached on the path alone (never a query, which may hold placeholders)."""
+    """(readings, loose readings, ambiguity, absolute) of a path without query or fragment."""
     if not path.startswith(b"/"):
         return ("/",), ("/",), "a request target that is not an absolute path", False
     segments: list[_Segment] = []
@@ -217,6 +215,12 @@ def _canonical(path: bytes) -> tuple[tuple[str, ...], tuple[str, ...], str | Non
     return _readings(segments, False), _readings(segments, True), None, True
 
 
+# Agents call the same few paths again and again; only short ones are cached (never a query,
+# which may hold placeholders), so that unique long paths cannot grow the cache's memory.
+_CACHED_LENGTH = 512
+_cached = functools.lru_cache(maxsize=4096)(_canonical)
+
+
 def canonical_path(target: str | bytes) -> RequestPath:
     """The canonical identity of request target ``target`` (path and query as sent: ``str``
     as mitmproxy's ``Request.path`` gives it, or the raw bytes). Raises nothing: a path that
@@ -226,7 +230,8 @@ def canonical_path(target: str | bytes) -> RequestPath:
     else:
         text, raw = target.decode("utf-8", "surrogateescape"), target
     # an empty path is "/" (RFC 9112 §3.2.1: the origin form of an empty path)
-    readings, loose, ambiguity, absolute = _canonical(raw.split(b"?", 1)[0].split(b"#", 1)[0] or b"/")
+    path = raw.split(b"?", 1)[0].split(b"#", 1)[0] or b"/"
+    readings, loose, ambiguity, absolute = (_cached if len(path) <= _CACHED_LENGTH else _canonical)(path)
     return RequestPath(text, readings, loose, ambiguity, absolute)
 
 
