@@ -61,7 +61,7 @@ from __future__ import annotations
 
 import functools
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from urllib.parse import unquote_to_bytes
 
 from proxy import placeholders
@@ -93,9 +93,9 @@ class RequestPath:
     why the path is ambiguous (None: it is not), ``absolute`` whether it starts with ``/``.
     """
 
-    target: str
-    readings: tuple[str, ...]
-    loose: tuple[str, ...]
+    target: str = field(repr=False)  # its query may hold placeholders: never in a repr
+    readings: tuple[str, ...] = ("/",)
+    loose: tuple[str, ...] = ("/",)
     ambiguity: str | None = None
     absolute: bool = True
 

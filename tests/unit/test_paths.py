@@ -3,6 +3,7 @@ redaction of placeholders from audited targets (issue 13, classes 1 and 7)."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import textwrap
 from pathlib import Path
@@ -36,14 +37,18 @@ ROUTES = (
     HookRoute("p.hooks[1]", HostPattern.parse(HOST), frozenset(), ("/v1/admin/",), ("x",)),
 )
 POOL = Pool("p", (_rule(0, ["/oauth", "/v1/", "/hook", "/a/b"]),), hooks=ROUTES)
+REPORT = dataclasses.replace(POOL, report=True)
 SPEC = OAuthSpec(HOST, "/oauth/token")
 
 
 def _answers(target: str) -> tuple[bool, object, bool]:
-    """What every path matcher says about ``target``: egress allows it, which hook route takes
-    it, whether it is the token endpoint."""
+    """What every path matcher says about ``target``: egress allows it (and report mode agrees:
+    it would deny exactly what egress denies), which hook route takes it, whether it is the
+    token endpoint."""
     ident = canonical_path(target)
     allowed = decide_request(POOL, HOST, 443, "POST", ident).allowed
+    reported = decide_request(REPORT, HOST, 443, "POST", ident)
+    assert reported.allowed and (reported.would_deny is None) == allowed
     return allowed, find(POOL.hooks, HOST, "POST", ident), SPEC.matches(HOST, ident)
 
 
@@ -113,6 +118,11 @@ def test_ambiguous_spellings_are_named_and_refused_where_paths_matter(target: st
     assert target not in refusal.message
     # an allow-list never takes it under a real prefix; a catch matcher always does
     assert not ident.within("/oauth") and ident.reaches("/hook/ok") and ident.names("/oauth/token")
+
+
+def test_report_mode_never_relaxes_an_ambiguous_path() -> None:
+    refusal = check_path(REPORT, HOST, canonical_path("/oauth/%2e%2e/admin"), ())
+    assert refusal is not None and not refusal.allowed and refusal.would_deny is None
 
 
 def test_an_ambiguous_path_passes_where_nothing_matches_on_paths() -> None:
