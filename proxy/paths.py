@@ -138,8 +138,13 @@ def _under(prefix: str, path: str) -> bool:
     return prefix == "/" or path == prefix or path.startswith(prefix + "/")
 
 
+_PLAIN = re.compile(rb"[A-Za-z0-9\-._~!$&'()*+,;=:@]*")  # pchar spelled raw, no escape: as it is
+
+
 def _segment(raw: bytes) -> _Segment | str:
     """One segment normalised, or why it is ambiguous."""
+    if _PLAIN.fullmatch(raw):
+        return _tail(raw.decode("ascii"), raw)
     out: list[str] = []
     decoded = bytearray()
     i, n = 0, len(raw)
@@ -165,11 +170,15 @@ def _segment(raw: bytes) -> _Segment | str:
         out.append(chr(b) if b in _PCHAR else f"%{b:02X}")
         decoded.append(b)
         i += 1
+    return _tail("".join(out), bytes(decoded))
+
+
+def _tail(full: str, decoded: bytes) -> _Segment | str:
+    """The segment from its canonical spelling and its decoded bytes, or why it is ambiguous."""
     try:
         text = decoded.decode("utf-8")
     except UnicodeDecodeError:
         return "escapes that do not decode to UTF-8"
-    full = "".join(out)
     name = full.split(";", 1)[0]
     raw_name = decoded.split(b";", 1)[0]
     if raw_name and set(raw_name) <= _DOTS and b"." in raw_name:
@@ -290,6 +299,8 @@ def redact(target: str) -> str:
     one are kept. The audit logs the target as the sandbox sent it, before any substitution, so
     a swapped secret is never in it.
     """
+    if not _holds_placeholder(target):  # the usual case: only query values and a fragment go
+        return _redact_values(target)
     base, qsep, rest = target.partition("?")
     query, fsep, _fragment = rest.partition("#")
     if not qsep:
@@ -305,3 +316,13 @@ def redact(target: str) -> str:
     if fsep:
         out.append("#" + REDACTED)
     return "".join(out)
+
+
+def _redact_values(target: str) -> str:
+    base, qsep, rest = target.partition("?")
+    if not qsep:
+        base, fsep, _ = target.partition("#")
+        return base + (f"#{REDACTED}" if fsep else "")
+    query, fsep, _ = rest.partition("#")
+    items = [f"{k}={REDACTED}" if eq else k for k, eq, _ in (i.partition("=") for i in query.split("&"))]
+    return f"{base}?{'&'.join(items)}" + (f"#{REDACTED}" if fsep else "")
