@@ -56,7 +56,10 @@ def _event(flow: http.HTTPFlow, kind: str) -> dict[str, Any]:
         a.SCHEME: req.scheme if kind == "request" else None,
         a.HOST: flow.metadata.get(facts.HOST, req.host),
         a.PORT: req.port,
-        a.PATH: a.redact_path(req.path) if kind == "request" else None,
+        # the target as sent (policy's canonical identity keeps it): never a swapped secret
+        a.PATH: a.redact_path(path.target if (path := flow.metadata.get(facts.PATH)) else req.path)
+        if kind == "request"
+        else None,
         # With no response, mitmproxy answers an upstream failure with 502 (a refusal that closed
         # the connection has no status: nothing was sent).
         a.STATUS: flow.response.status_code

@@ -22,6 +22,9 @@ A transparent-mode TLS pass-through has no flow at all: policy leaves what it de
 connection opened or failed.
 - ``surrogate.forged`` (list[str])      forgery: where forged placeholders were found
 - ``surrogate.hook`` (HookRoute)        hooks: the route that answers this request (no upstream)
+- ``surrogate.path`` (RequestPath)      policy: the canonical identity of the request's path, from
+                                        the target as sent (proxy.paths); every path matcher and
+                                        the audit read it, never the (maybe substituted) target
 """
 
 from __future__ import annotations
@@ -53,6 +56,7 @@ VIOLATION_SURFACE = "surrogate.violation_surface"
 BYTES = "surrogate.bytes"
 FORGED = "surrogate.forged"
 HOOK = "surrogate.hook"
+PATH = "surrogate.path"
 
 REQUEST_ID_HEADER = "X-Surrogate-Request-Id"
 

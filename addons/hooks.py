@@ -46,7 +46,8 @@ class Hooks:
         if flow.response or flow.error or claim is None or host is None:
             return
         pool = self.state.policy.pools.get(claim.pool)
-        route = hooks.find(pool.hooks, host, flow.request.method, flow.request.path) if pool else None
+        path = flow.metadata.get(facts.PATH) or flow.request.path  # the canonical identity (policy)
+        route = hooks.find(pool.hooks, host, flow.request.method, path) if pool else None
         if route is None:
             return
         flow.metadata[facts.HOOK] = route

@@ -48,7 +48,7 @@ class OAuthCapture:
         response, claim, host = flow.response, flow.metadata.get(facts.CLAIM), flow.metadata.get(facts.HOST)
         if response is None or claim is None or host is None or not 200 <= response.status_code < 300:
             return
-        path = flow.request.path
+        path = flow.metadata.get(facts.PATH) or flow.request.path  # the canonical identity (policy)
         cred = next((c for c in claim.oauth if c.oauth and c.oauth.matches(host, path)), None)
         if cred is None:
             return

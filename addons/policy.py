@@ -19,9 +19,10 @@ from mitmproxy import http, tls
 from mitmproxy.proxy import layer, layers, mode_specs
 
 from addons import facts
-from proxy.decide import Decision, Reason, decide_connect, decide_request, deny
+from proxy.decide import Decision, Reason, check_path, decide_connect, decide_request, deny
 from proxy.errors import HostError
 from proxy.hosts import canonical_host, split_authority
+from proxy.paths import RequestPath, canonical_path
 from proxy.state import State
 
 
@@ -85,6 +86,8 @@ class Policy:
         if flow.response or flow.error:
             return
         claim = flow.metadata[facts.CLAIM]
+        # computed once, from the target as sent: every path matcher and the audit use it
+        flow.metadata[facts.PATH] = canonical_path(flow.request.data.path)
         try:
             decision = self._decide(flow, claim.pool)
         except HostError as e:
@@ -133,4 +136,10 @@ class Policy:
         # the method as sent: mitmproxy's Request.method upper-cases it, but forwards the raw one,
         # and methods are case-sensitive (RFC 9110 §9.1), so "get" is not "GET"
         method = req.data.method.decode("ascii", "replace")
-        return decide_request(pool, host, port, method, req.path, intercepted_only=in_tunnel)
+        path: RequestPath = flow.metadata[facts.PATH]
+        claim = flow.metadata[facts.CLAIM]
+        endpoints = [c.oauth.host for c in claim.oauth if c.oauth is not None]
+        ambiguous = check_path(pool, host, path, endpoints)
+        if ambiguous is not None:  # anything on this host that matches on paths could be misled
+            return ambiguous
+        return decide_request(pool, host, port, method, path, intercepted_only=in_tunnel)

@@ -13,7 +13,9 @@ Fields:
     claim, pool     who sent it (null when identification failed)
     client          client address "ip:port"
     method, scheme, host, port, path
-                    what was asked; ``path`` with query values replaced by REDACTED
+                    what was asked; ``path`` as the sandbox sent it (before any substitution),
+                    with query values, the fragment, and every query key, path segment or
+                    ``;param`` holding a placeholder replaced by REDACTED
     status          HTTP status sent to the client (null when the flow errored before one)
     decision        allow | deny | violation | error
     reason          reason code (see proxy.decide.Reason)
@@ -63,6 +65,8 @@ from urllib.parse import quote
 
 import structlog
 
+from proxy.paths import redact
+
 TIME = "time"
 SEQ = "seq"
 WORKER = "worker"
@@ -104,15 +108,10 @@ LOGGER_NAME = "surrogate.audit"
 
 
 def redact_path(path: str) -> str:
-    """``/a?x=1&y&z=2`` → ``/a?x=REDACTED&y&z=REDACTED``: keys kept, values hidden."""
-    base, sep, query = path.partition("?")
-    if not sep:
-        return path
-    parts = []
-    for item in query.split("&"):
-        key, eq, _ = item.partition("=")
-        parts.append(f"{key}=REDACTED" if eq else key)
-    return f"{base}?{'&'.join(parts)}"
+    """``/a?x=1&y&z=2`` → ``/a?x=REDACTED&y&z=REDACTED``: values and the fragment hidden, and
+    every key, path segment or ``;param`` that holds a placeholder in any spelling
+    (:func:`proxy.paths.redact`)."""
+    return redact(path)
 
 
 class _Sink:

@@ -16,10 +16,11 @@ until the tunnel carries a request); each request inside the tunnel is decided a
 
 from __future__ import annotations
 
-import re
+from collections.abc import Iterable
 from dataclasses import dataclass
 from enum import StrEnum
 
+from proxy.paths import RequestPath, canonical_path, redact
 from proxy.policy import EgressRule, Pool
 
 
@@ -60,6 +61,7 @@ class Reason(StrEnum):
     HOOK_ANSWERED = "hook_answered"
     HOOK_TIMEOUT = "hook_timeout"
     HOOK_FAILED = "hook_failed"
+    AMBIGUOUS_PATH = "ambiguous_path"
 
 
 @dataclass(frozen=True, slots=True)
@@ -95,27 +97,12 @@ _VIOLATIONS = frozenset(
 )
 
 
-# A dot segment, possibly with ;params (servlet containers read "/..;x/" as "/../"), an encoded
-# slash, backslash or semicolon, a double encoding (%252e), an overlong UTF-8 lead byte (%c0%ae)
-# or IIS's %u escapes: each is a path some upstream may read as another.
-_AMBIGUOUS = re.compile(
-    r"(^|/)(\.|%2e){1,2}((;|%3b)[^/]*)?(/|$)|%2f|%5c|%3b|%25|%c0|%c1|%u[0-9a-f]{4}|\\", re.IGNORECASE
-)
-
-
 def path_matches(prefix: str, path: str) -> bool:
-    """Segment-aware prefix match: ``/repos`` matches ``/repos`` and ``/repos/x``, not ``/reposx``.
-
-    ``path`` is the request path without its query. A prefix ending in ``/`` matches anything
-    that starts with it. Under any prefix but ``/``, a path an upstream could read as another
-    path never matches: dot segments (``/repos/../admin``, RFC 3986 §5.2.4), also percent-encoded,
-    and encoded slashes or backslashes.
-    """
-    if prefix == "/":
-        return path.startswith("/")
-    if not path.startswith(prefix) or _AMBIGUOUS.search(path):
-        return False
-    return prefix.endswith("/") or len(path) == len(prefix) or path[len(prefix)] == "/"
+    """Segment-aware prefix match of the request target ``path`` (its query ignored) against a
+    configured ``prefix``: ``/repos`` matches ``/repos``, ``/repos/`` and ``/repos/x``, not
+    ``/reposx``; every reading of the path must be inside the prefix, and under any prefix but
+    ``/`` an ambiguous path never matches (:meth:`proxy.paths.RequestPath.within`)."""
+    return canonical_path(path).within(prefix)
 
 
 # How far a rule got before it failed, so the refusal names the closest reason.
@@ -136,14 +123,16 @@ def decide_connect(pool: Pool, host: str, port: int) -> Decision:
 
 
 def decide_request(
-    pool: Pool, host: str, port: int, method: str, path: str, intercepted_only: bool = False
+    pool: Pool, host: str, port: int, method: str, path: str | RequestPath, intercepted_only: bool = False
 ) -> Decision:
-    """Decide one request; ``path`` may carry a query, which is ignored for matching.
+    """Decide one request; ``path`` is the request target as sent (its query is ignored) or its
+    :class:`proxy.paths.RequestPath`, whose every reading a rule's path prefix must cover
+    (:meth:`RequestPath.within`; an ambiguous path only ``/``).
 
     ``intercepted_only``: the request came through a tunnel whose TLS surrogate terminated, so
     only intercepting rules may allow it.
     """
-    path = path.split("?", 1)[0] or "/"
+    ident = canonical_path(path) if isinstance(path, str) else path
     best, closest = 0, None
     for rule in pool.egress:
         if not rule.host.matches(host) or (intercepted_only and not rule.intercept):
@@ -152,13 +141,41 @@ def decide_request(
             progress = 1
         elif rule.methods and method not in rule.methods:
             progress = 2
-        elif not any(path_matches(p, path) for p in rule.paths):
+        elif not any(ident.within(p) for p in rule.paths):
             progress = 3
         else:
             return Decision(Action.ALLOW, Reason.ALLOWED, f"allowed by {rule.label()}", rule)
         if progress > best or closest is None:
             best, closest = max(best, progress), rule
-    return _report_or_refuse(pool, closest, _refusal(pool, host, port, best, method, path))
+    shown = redact(ident.canonical if ident.ambiguity is None else ident.target.split("?", 1)[0])
+    return _report_or_refuse(pool, closest, _refusal(pool, host, port, best, method, shown))
+
+
+def check_path(
+    pool: Pool, host: str, path: RequestPath, endpoint_hosts: Iterable[str] = ()
+) -> Decision | None:
+    """400 ``ambiguous_path`` when ``path`` is ambiguous (:mod:`proxy.paths`) and anything on
+    canonical ``host`` matches on paths: an egress rule or hook route of ``pool`` for the host
+    with a path prefix other than ``/``, or a token endpoint on it (``endpoint_hosts``: the
+    hosts of the claim's OAuth token endpoints). None: nothing to refuse. Never relaxed by
+    report mode. The message does not quote the path.
+    """
+    if path.ambiguity is None:
+        return None
+    sensitive = (
+        any(r.host.matches(host) and any(p != "/" for p in r.paths) for r in pool.egress)
+        or any(h.host.matches(host) and any(p != "/" for p in h.paths) for h in pool.hooks)
+        or host in endpoint_hosts
+    )
+    if not sensitive:
+        return None
+    return deny(
+        Reason.AMBIGUOUS_PATH,
+        f"the request path holds {path.ambiguity}, which servers read as different paths, and "
+        f"{host} has rules, hook routes or token endpoints that match on paths; send the path "
+        "spelled plainly (RFC 3986 §6.2.2)",
+        status=400,
+    )
 
 
 def _report_or_refuse(pool: Pool, closest: EgressRule | None, refusal: Decision) -> Decision:

@@ -42,9 +42,10 @@ from typing import Any
 from urllib.parse import unquote, urlsplit
 
 from proxy import audit, placeholders
-from proxy.decide import Decision, Reason, decide_connect, decide_request, deny
+from proxy.decide import Decision, Reason, check_path, decide_connect, decide_request, deny
 from proxy.errors import HostError
 from proxy.hosts import canonical_host, split_authority
+from proxy.paths import canonical_path
 from proxy.policy import Claim, Policy
 from proxy.registry import Registry
 from proxy.rules import load_rules
@@ -268,7 +269,12 @@ def explain(
     mismatch = _authority(headers, host, port)
     if mismatch is not None:
         return Explanation(**steps, verdict=mismatch, notes=tuple(notes))
-    request = decide_request(pool, host, port, method, target, intercepted_only=tunnelled)
+    path = canonical_path(target)
+    endpoints = [c.oauth.host for c in claim.oauth if c.oauth is not None]
+    ambiguous = check_path(pool, host, path, endpoints)
+    if ambiguous is not None:  # as addons/policy.py refuses it, before the egress rules
+        return Explanation(**steps, verdict=ambiguous, request=ambiguous, notes=tuple(notes))
+    request = decide_request(pool, host, port, method, path, intercepted_only=tunnelled)
     if not request.allowed:
         return Explanation(**steps, verdict=request, request=request, notes=tuple(notes))
 
@@ -426,7 +432,14 @@ def render(e: Explanation) -> str:
 
 # --- audit why ------------------------------------------------------------------------------------
 
-_EGRESS = {"allowed", "no_rule", "port_not_allowed", "method_not_allowed", "path_not_allowed"}
+_EGRESS = {
+    "allowed",
+    "no_rule",
+    "port_not_allowed",
+    "method_not_allowed",
+    "path_not_allowed",
+    "ambiguous_path",
+}
 # Reached only after the egress rules allowed the request (substitution, resolution, upstream).
 _AFTER_EGRESS = {
     "placeholder_violation",

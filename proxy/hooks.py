@@ -35,8 +35,8 @@ from dataclasses import dataclass
 
 import h11
 
-from proxy.decide import path_matches
 from proxy.hosts import HostPattern
+from proxy.paths import RequestPath, canonical_path
 
 MAX_BODY = 64 * 1024  # request body bytes a hook is given
 MAX_OUTPUT = 1 << 20  # response bytes a hook may print
@@ -56,17 +56,22 @@ class HookRoute:
     command: tuple[str, ...] = ()
     timeout: float = DEFAULT_TIMEOUT
 
-    def matches(self, host: str, method: str, path: str) -> bool:
-        """``host`` canonical; ``path`` may carry a query (ignored)."""
-        path = path.split("?", 1)[0] or "/"
+    def matches(self, host: str, method: str, path: str | RequestPath) -> bool:
+        """``host`` canonical; ``path`` the request target as sent (its query ignored) or its
+        canonical identity. A route catches a request when *any* reading of its path is under
+        one of the route's prefixes (:meth:`proxy.paths.RequestPath.reaches`: case, escapes,
+        ``//`` and ``;params`` as some server may read them): ``/%6Fauth/token`` is
+        ``/oauth/token``, so a spelling cannot take a hooked request past its command to the
+        upstream."""
+        ident = canonical_path(path) if isinstance(path, str) else path
         return (
             self.host.matches(host)
             and (not self.methods or method in self.methods)
-            and any(path_matches(p, path) for p in self.paths)
+            and any(ident.reaches(p) for p in self.paths)
         )
 
 
-def find(routes: tuple[HookRoute, ...], host: str, method: str, path: str) -> HookRoute | None:
+def find(routes: tuple[HookRoute, ...], host: str, method: str, path: str | RequestPath) -> HookRoute | None:
     """The first route that matches, or None."""
     return next((r for r in routes if r.matches(host, method, path)), None)
 

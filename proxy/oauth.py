@@ -32,6 +32,7 @@ from urllib.parse import parse_qsl, urlencode
 
 from proxy.errors import HostError
 from proxy.hosts import canonical_host
+from proxy.paths import RequestPath, canonical_path, prefix_problem
 
 TOKEN_FIELDS = ("access_token", "refresh_token", "id_token")
 MAX_BODY = 64 * 1024
@@ -44,9 +45,14 @@ class OAuthSpec:
     access_token: str | None = None
     id_token: str | None = None
 
-    def matches(self, host: str, path: str) -> bool:
-        """``host`` canonical; ``path`` as requested (its query is ignored)."""
-        return host == self.host and (path.split("?", 1)[0] or "/") == self.path
+    def matches(self, host: str, path: str | RequestPath) -> bool:
+        """``host`` canonical; ``path`` the request target as sent (its query ignored) or its
+        canonical identity. Any reading of the path that names the endpoint matches
+        (:meth:`proxy.paths.RequestPath.names`: escapes of either case, trailing slash,
+        ``;params``, ``//``, case): a spelling the server routes to the endpoint, such as
+        ``/%74oken`` for ``/token``, is captured, never passed with real tokens."""
+        ident = canonical_path(path) if isinstance(path, str) else path
+        return host == self.host and ident.names(self.path)
 
     def targets(self, declaring: str) -> dict[str, str | None]:
         """Token field → the credential that receives it (None: withheld)."""
@@ -77,6 +83,8 @@ def parse_spec(doc: Any) -> OAuthSpec:
         raise ValueError(
             "oauth.token_endpoint: host must be a host name, path must start with '/' and hold no query"
         )
+    if (problem := prefix_problem(path)) is not None:
+        raise ValueError(f"oauth.token_endpoint.path {problem}")
     try:
         host = canonical_host(host)
     except HostError as e:

@@ -32,6 +32,7 @@ from proxy import hooks, placeholders
 from proxy.errors import HostError, Problem, RulesError, SecretUnavailable
 from proxy.hosts import HostPattern
 from proxy.limits import DEFAULT_BURST, DEFAULT_CONNECTIONS, DEFAULT_RATE, Limits
+from proxy.paths import prefix_problem
 from proxy.policy import (
     DEFAULT_SURFACES,
     SURFACES,
@@ -343,8 +344,8 @@ def _rule(pool: str, i: int, rm: RuleModel, loc: Loc, marks: _Marks) -> EgressRu
             marks.add(loc + ("methods", j), f"method {method!r} must be an upper-case token like GET")
             ok = False
     for j, prefix in enumerate(rm.paths):
-        if not prefix.startswith("/") or "?" in prefix:
-            marks.add(loc + ("paths", j), f"path prefix {prefix!r} must start with '/' and hold no query")
+        if (problem := prefix_problem(prefix)) is not None:  # one canonical reading (proxy.paths)
+            marks.add(loc + ("paths", j), f"path prefix {prefix!r} {problem}")
             ok = False
     if not ok:
         return None
@@ -373,8 +374,8 @@ def _hook(
         if not _TOKEN.match(method) or method != method.upper():
             marks.add(loc + ("methods", j), f"method {method!r} must be an upper-case token like POST")
     for j, prefix in enumerate(hm.paths):
-        if not prefix.startswith("/") or "?" in prefix:
-            marks.add(loc + ("paths", j), f"path prefix {prefix!r} must start with '/' and hold no query")
+        if (problem := prefix_problem(prefix)) is not None:
+            marks.add(loc + ("paths", j), f"path prefix {prefix!r} {problem}")
     if not 0 < hm.timeout <= 300:
         marks.add(loc + ("timeout",), f"timeout {hm.timeout} must be more than 0 and at most 300 seconds")
     program = ""

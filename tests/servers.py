@@ -134,6 +134,12 @@ def _make_bare_repo(root: pathlib.Path) -> None:
     shutil.rmtree(work)
 
 
+def _routed(path: str) -> str:
+    """``path`` as a lenient web framework routes it (the token endpoint is matched so): percent-
+    decoded, ``;params`` dropped, empty segments (``//``, a trailing slash) ignored."""
+    return "/" + "/".join(p.split(";", 1)[0] for p in unquote(path).split("/") if p.split(";", 1)[0])
+
+
 class _Handler(BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"
     timeout = 30  # an idle keep-alive connection must not pin a thread forever
@@ -157,7 +163,7 @@ class _Handler(BaseHTTPRequestHandler):
             return self._bytes(int(m[1]))
         if path == "/echo":
             return self._echo()
-        if self.command == "POST" and path == "/oauth/token":
+        if self.command == "POST" and _routed(path) == "/oauth/token":
             return self._token()
         received = sum(len(c) for c in self._body())
         self._record(received)

@@ -60,3 +60,27 @@ def test_an_unauthenticated_request_never_reaches_an_upstream(world: World) -> N
     world.received.append(data)
     assert data.startswith(b"HTTP/1.1 407")
     assert world.upstream.connections == before
+
+
+def test_an_egress_path_prefix_is_matched_on_the_canonical_path(world: World) -> None:
+    """api.test allows GET /v1 only. /%761 is /v1 (an unreserved escape) and passes; spellings an
+    upstream could read as a path outside /v1 are 400 ambiguous_path and never connect; a spelling
+    the prefix does not cover in every reading (//v1, /V1) is 403 path_not_allowed."""
+    ok = world.curl(world.url("/%761/spelled"))
+    assert ok.stdout.endswith(b"200") and world.paths("/%761/spelled") == ["/%761/spelled"]
+    before, sent = world.upstream.connections, len(world.upstream.requests)
+    for path in [
+        "/v1/../admin",
+        "/v1/%2e%2e/admin",
+        "/v1/..;/admin",
+        "/v1%2f..%2fadmin",
+        "/v1/%5c..",
+        "/v1/a%00",
+    ]:
+        done = world.curl("--path-as-is", world.url(path))
+        assert done.stdout.endswith(b"400") and b"ambiguous_path" in done.stdout, (path, done.stdout)
+        assert path.encode() not in done.stdout  # the refusal does not echo the path
+    for path in ["//v1/x", "/V1/x", "/v1;x/../admin"]:
+        done = world.curl("--path-as-is", world.url(path))
+        assert done.stdout.endswith((b"403", b"400")), (path, done.stdout)
+    assert (world.upstream.connections, len(world.upstream.requests)) == (before, sent)

@@ -149,3 +149,46 @@ def test_a_body_over_the_hook_bound_is_refused_and_no_command_runs(env: Env, hoo
     assert event["reason"] == "hook_failed" and "at most 65536 bytes" in event["message"]
     assert not hooked.exists()
     assert [x for x in env.upstream.requests if x.path.startswith("/hook/ok?big")] == []
+
+
+# --- issue 13, class 1: a hook route is matched on the canonical path --------------------------
+
+SPELLINGS = [
+    ("/hook/%6Fk", "encoded-unreserved-letter"),
+    ("/%68ook/%6f%4B", "mixed-case-escapes"),
+    ("/hook/ok/", "trailing-slash"),
+    ("/hook//ok", "doubled-slash"),
+    ("/hook/ok;jsessionid=1", "matrix-param"),
+    ("/HOOK/OK", "case-folded"),
+]
+
+
+@pytest.mark.parametrize("path", [s[0] for s in SPELLINGS], ids=[s[1] for s in SPELLINGS])
+def test_every_spelling_of_a_hook_route_is_answered_by_its_command(env: Env, hooked: Path, path: str) -> None:
+    """Each spelling names /hook/ok on some server: the command answers it, the upstream never
+    sees it (/hook/%6Fk used to go to the upstream)."""
+    r = _post(env, path)
+    assert r.status_code == 201, r.text
+    assert r.json()["saw"] == path  # the command gets the path as sent
+    assert [x for x in env.upstream.requests if x.path == path] == []
+
+
+AMBIGUOUS = [
+    ("/hook/%2e/ok", "encoded-dot-segment"),
+    ("/hook/x/.%2E/ok", "half-encoded-dot-dot"),  # a raw /../ is resolved by httpx itself
+    ("/hook/x/..;/ok", "dot-dot-with-param"),
+    ("/hook%2fok", "encoded-slash"),
+    ("/hook%5cok", "encoded-backslash"),
+    ("/hook/%256Fk", "double-encoding"),
+    ("/hook/o%00k", "encoded-nul"),
+]
+
+
+@pytest.mark.parametrize("path", [s[0] for s in AMBIGUOUS], ids=[s[1] for s in AMBIGUOUS])
+def test_an_ambiguous_path_on_a_hooked_host_is_refused(env: Env, hooked: Path, path: str) -> None:
+    hooked.unlink(missing_ok=True)
+    r = _post(env, path)
+    assert r.status_code == 400, r.text
+    assert r.json()["error"] == "ambiguous_path"
+    assert not hooked.exists()  # no command ran
+    assert [x for x in env.upstream.requests if x.path == path] == []

@@ -128,3 +128,62 @@ def test_a_token_response_that_cannot_be_stored_is_not_passed(world: World) -> N
     event = world.proxy.wait_event(path="/oauth/token?miss=REDACTED")
     assert event["reason"] == "unscannable_response"
     assert "'missing'" in event["message"]
+
+
+# --- issue 13, class 1: the token endpoint is matched on the canonical path --------------------
+
+SPELLINGS = [
+    ("/oauth/%74oken", "encoded-unreserved-letter"),
+    ("/oauth/%74%6F%6b%65%6E", "mixed-case-escapes"),
+    ("/%6Fauth/token", "encoded-first-segment"),
+    ("/oauth/token/", "trailing-slash"),
+    ("/oauth//token", "doubled-slash"),
+    ("/oauth/token;v=1", "matrix-param"),
+    ("/oauth;x/token", "param-on-a-parent-segment"),
+]
+
+
+@pytest.mark.parametrize("path", [s[0] for s in SPELLINGS], ids=[s[1] for s in SPELLINGS])
+def test_every_spelling_of_the_token_endpoint_is_captured(
+    world: World, oauth: tuple[str, dict[str, str]], path: str
+) -> None:
+    """The fake server routes each spelling to /oauth/token, as lenient frameworks do; the
+    sandbox must get placeholders, never the fresh real tokens (POST /%74oken used to get them)."""
+    token, ph = oauth
+    before = len(world.upstream.oauth_issued)
+    with world.client("oa", token) as client:
+        r = client.post(world.url(path), data={"grant_type": "refresh_token", "refresh_token": ph["refresh"]})
+    assert len(world.upstream.oauth_issued) == before + 1, r.text  # the server did issue tokens
+    issued = world.upstream.oauth_issued[-1]
+    world.canaries += list(issued.values())
+    assert r.status_code == 200, r.text
+    assert not any(v in r.text for v in issued.values())
+    got = r.json()
+    assert (got["access_token"], got["refresh_token"]) == (ph["access"], ph["refresh"])
+
+
+AMBIGUOUS = [
+    ("/oauth/%2e/token", "encoded-dot-segment"),
+    ("/oauth/x/%2E%2E/token", "encoded-dot-dot"),
+    ("/oauth%2ftoken", "encoded-slash"),
+    ("/oauth%5Ctoken", "encoded-backslash"),
+    ("/oauth/%2574oken", "double-encoding"),
+    ("/oauth/tok%00en", "encoded-nul"),
+    ("/oauth/%u0074oken", "iis-u-escape"),
+    ("/oauth/%C0%AEtoken", "overlong-utf8"),
+]
+
+
+@pytest.mark.parametrize("path", [s[0] for s in AMBIGUOUS], ids=[s[1] for s in AMBIGUOUS])
+def test_an_ambiguous_path_to_a_token_endpoint_host_is_refused_before_the_upstream(
+    world: World, oauth: tuple[str, dict[str, str]], path: str
+) -> None:
+    token, ph = oauth
+    up = world.upstream
+    before = len(up.oauth_issued), len(up.oauth_seen), len(up.requests)
+    with world.client("oa", token) as client:
+        r = client.post(world.url(path), data={"grant_type": "refresh_token", "refresh_token": ph["refresh"]})
+    assert r.status_code == 400, r.text
+    assert r.json()["error"] == "ambiguous_path"
+    assert path not in r.text  # the refusal names what is ambiguous, never the path
+    assert (len(up.oauth_issued), len(up.oauth_seen), len(up.requests)) == before  # never sent

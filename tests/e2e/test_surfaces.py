@@ -441,6 +441,48 @@ def test_refused_in_a_body_closes_the_connection(
         assert not seen.complete
 
 
+# --- issue 13, class 7: the audit never holds a secret, nor a placeholder that was swapped -----
+
+AUDIT_QUERIES = [
+    ("{ph}", "REDACTED", "bare-key"),
+    ("{ph}=1", "REDACTED=REDACTED", "key-with-value"),
+    ("a=1&{ph}&b", "a=REDACTED&REDACTED&b", "bare-key-between"),
+    ("x.{ph}.y=1", "REDACTED=REDACTED", "inside-a-key"),
+    ("{enc}=1", "REDACTED=REDACTED", "percent-encoded-key"),
+    ("{lower}", "REDACTED", "lower-case-hex-key"),
+    ("k={ph}", "k=REDACTED", "value"),
+]
+
+
+@pytest.mark.parametrize("http2", PROTOCOLS)
+@pytest.mark.parametrize(("query", "logged", "name"), AUDIT_QUERIES, ids=[q[2] for q in AUDIT_QUERIES])
+def test_a_placeholder_swapped_in_a_query_key_is_redacted_in_the_audit(
+    env: Env, http2: bool, query: str, logged: str, name: str
+) -> None:
+    """``?PH`` and ``?PH=1`` used to be swapped and then logged with their keys: the secret in the
+    audit line. The audit logs the target as sent, and redacts every component with a placeholder."""
+    enc = P_SVC.replace("_", "%5F").replace("s", "%73", 1)
+    lower = "".join(f"%{b:02x}" for b in P_SVC.encode())
+    path = f"/audit-query/{int(http2)}/{name}"
+    q = query.format(ph=P_SVC, enc=enc, lower=lower)
+    r = _send(env, http2, "GET", env.url("api.test", f"{path}?{q}"))
+    assert r.status_code == 200
+    assert quote(env.secret, safe="-._~") in env.h2.last(path).target  # it was swapped
+    event = _event(env, f"{path}?{logged}")
+    assert event["credentials"] == [{"name": "svc", "version": 1}]
+    line = json.dumps(event)
+    for spelling in (P_SVC, P_SVC[5:], enc, lower, env.secret, quote(env.secret, safe="-._~")):
+        assert spelling not in line
+
+
+def test_placeholders_in_path_segments_and_params_are_redacted_in_the_audit(env: Env) -> None:
+    path = f"/audit-seg/{P_SVC}/x;k={P_SVC};v=1/y"
+    r = _send(env, False, "GET", env.url("api.test", f"{path}?{P_SVC}=1&n=2"))
+    assert r.status_code == 200
+    event = _event(env, "/audit-seg/REDACTED/x;k=REDACTED;v=1/y?REDACTED=REDACTED&n=REDACTED")
+    assert P_SVC not in json.dumps(event) and env.secret not in json.dumps(event)
+
+
 def test_every_audit_line_of_this_module_matches_the_schema(env: Env) -> None:
     """Runs last in this module: the events of every path above, against docs/audit-schema.json."""
     v = validator()

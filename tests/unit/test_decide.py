@@ -245,15 +245,29 @@ _path = st.lists(st.sampled_from(["a", "b", "ab", "", ".", ".."]), min_size=1, m
 
 @given(_path, _path)
 def test_path_matches_agrees_with_segment_oracle(prefix: str, path: str) -> None:
-    segments = path.split("/")
+    """Every reading of the path (repeated slashes merged or kept; one trailing slash never
+    counts) must be inside the prefix; a prefix ending in '/' covers only what is strictly below
+    it; a prefix with dot segments or '//' is invalid (rules check refuses it) and allows nothing."""
+
+    def segs(p: str, merge: bool) -> list[str]:
+        s = p.split("/")[1:]
+        if s and s[-1] == "":
+            s = s[:-1]
+        return [x for x in s if x] if merge else s
+
+    prefix_segs = prefix.split("/")[1:]
     if prefix == "/":
         expected = True
-    elif "." in segments or ".." in segments:
+    elif "." in prefix_segs or ".." in prefix_segs or "" in prefix_segs[:-1]:
+        expected = False  # not a valid prefix
+    elif "." in path.split("/") or ".." in path.split("/"):
         expected = False  # an upstream could resolve it outside the prefix
-    elif prefix.endswith("/"):
-        expected = path.startswith(prefix)
     else:
-        expected = segments[: len(prefix.split("/"))] == prefix.split("/")
+        want, strict = segs(prefix, True), prefix.endswith("/")
+        expected = all(
+            r[: len(want)] == want and (len(r) > len(want) or not strict)
+            for r in (segs(path, True), segs(path, False))
+        )
     assert path_matches(prefix, path) is expected
 
 

@@ -482,3 +482,20 @@ def test_a_broken_source_never_matters(policy: Policy) -> None:
     e = explain(Policy(policy.source, policy.pools, claims), "c1", "GET", "https://api.test/repos")
     assert e.verdict.allowed
     assert any("credential_unavailable" in n for n in e.notes)
+
+
+@pytest.mark.parametrize(
+    ("url", "reason"),
+    [
+        ("https://api.test/%72epos/x", "allowed"),  # /%72epos is /repos, as the proxy reads it
+        ("https://api.test/repos/%2e%2e/admin", "ambiguous_path"),
+        ("https://api.test/repos%2Fx", "ambiguous_path"),
+        ("https://other.test/a%2Fb", "allowed"),  # nothing on other.test matches on paths
+    ],
+    ids=["encoded-letter", "encoded-dot-dot", "encoded-slash", "no-path-matcher-on-host"],
+)
+def test_explain_reads_the_path_as_the_proxy_does(policy: Policy, url: str, reason: str) -> None:
+    exp = explain(policy, "c1", "GET", url, [])
+    assert exp.verdict.reason.value == reason
+    if reason == "ambiguous_path":
+        assert exp.verdict.status == 400 and "/admin" not in exp.verdict.message

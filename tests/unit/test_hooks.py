@@ -26,7 +26,9 @@ ROUTE = HookRoute(
         ("auth.test", "POST", "/oauth/token?grant_type=x", True),
         ("auth.test", "POST", "/oauth/token/sub", True),
         ("auth.test", "POST", "/oauth/tokenx", False),
-        ("auth.test", "POST", "/oauth/../oauth/token", False),
+        # an upstream resolves it to /oauth/token: the route must catch it, never pass it to the
+        # upstream (policy refuses it first: 400 ambiguous_path)
+        ("auth.test", "POST", "/oauth/../oauth/token", True),
         ("auth.test", "GET", "/oauth/token", False),
         ("other.test", "POST", "/oauth/token", False),
     ],
