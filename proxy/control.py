@@ -25,7 +25,7 @@ from proxy import audit, placeholders
 from proxy.errors import HostError, SecretUnavailable, SurrogateError
 from proxy.hosts import HostPattern
 from proxy.metrics import Metrics
-from proxy.oauth import parse_spec
+from proxy.oauth import OAuthSpec, endpoint_bound, parse_spec
 from proxy.policy import Pool
 from proxy.registry import Registry
 from proxy.rules import opaque_shadow
@@ -271,6 +271,8 @@ class Control:
             oauth = parse_spec(body["oauth"]) if body.get("oauth") is not None else None
         except ValueError as e:
             raise ControlError(422, "invalid_request", str(e), "oauth") from None
+        if oauth is not None:
+            _check_endpoint(pool, oauth, body["hosts"])
         old = self.store.get_credential(claim_id, name)
         try:
             record = self.store.put_credential(
@@ -307,6 +309,10 @@ class Control:
         fmt = changes.get("inject_format", old.inject_format)
         _check_inject(header, fmt if "inject_format" in changes else None)
         cov = coverage(pool, list(changes.get("hosts", old.hosts)), header)
+        if "hosts" in changes:
+            spec = self.store.oauth_specs().get((claim_id, name))
+            if spec is not None:
+                _check_endpoint(pool, parse_spec(spec), list(changes["hosts"]))
         if "value" in changes:
             changes["value"] = _check_value(changes["value"])
         if "placeholder" in changes:
@@ -345,6 +351,24 @@ class Control:
 
     def expired_now(self, record: CredentialRecord) -> bool:
         return record.expires_at is not None and time.time() >= record.expires_at
+
+
+def _check_endpoint(pool: Pool, spec: OAuthSpec, hosts: list[str]) -> None:
+    """The token endpoint's host must be one of the credential's hosts (issue 13: else a host the
+    pool merely allows could hand out tokens the store would then send to the credential's real
+    hosts) and covered by an intercepting rule. Raises ControlError(422)."""
+    if not endpoint_bound(spec, [HostPattern.parse(h) for h in hosts]):
+        raise ControlError(
+            422,
+            "oauth_host_not_bound",
+            f"oauth.token_endpoint.host {spec.host} is not one of the credential's hosts; add it to "
+            "hosts or name the endpoint of one of them",
+            "oauth.token_endpoint.host",
+        )
+    try:
+        coverage(pool, [spec.host], None)
+    except ControlError as e:
+        raise ControlError(e.status, e.code, e.message, "oauth.token_endpoint.host") from None
 
 
 def _check_name(name: str) -> None:
