@@ -28,7 +28,7 @@ from proxy.metrics import Metrics
 from proxy.oauth import OAuthSpec, endpoint_bound, parse_spec
 from proxy.policy import Pool
 from proxy.registry import Registry
-from proxy.rules import opaque_shadow
+from proxy.rules import credential_host_risk, opaque_shadow
 from proxy.secrets import checked_value
 from proxy.store import ClaimRecord, Conflict, CredentialRecord, CredentialStore, NotFound, PreconditionFailed
 
@@ -70,6 +70,10 @@ def coverage(pool: Pool, hosts: list[str], inject_header: str | None) -> list[Co
             pattern = HostPattern.parse(raw)
         except HostError as e:
             raise ControlError(422, "invalid_host", str(e), f"hosts[{i}]") from None
+        if (why := credential_host_risk(pattern)) is not None:
+            raise ControlError(
+                422, "risky_host", f"host {pattern}: {why}; list the exact hosts", f"hosts[{i}]"
+            )
         rule = next((r for r in pool.egress if r.intercept and r.host.covers(pattern)), None)
         if rule is None:
             raise ControlError(

@@ -517,3 +517,20 @@ async def test_the_tcp_listener_answers_only_its_own_host_and_origin(
 def test_a_tcp_listener_without_its_address_is_refused(control: Control) -> None:
     with pytest.raises(ValueError, match="Host check"):
         make_app(control, operator_token="operator-token-0123456789")
+
+
+@pytest.mark.parametrize("host", ["*.herokuapp.com", "*.on.aws", "аpi.github.test"])
+async def test_a_credential_host_that_looks_safe_and_is_not_is_a_422(
+    tmp_path: Path, store: Store, host: str
+) -> None:
+    """The same hosts `rules check` refuses (issue 13 class 9), written through the API."""
+    (tmp_path / "rules.yaml").write_text(
+        "version: 1\npools:\n  p:\n    egress:\n"
+        '      - host: "*.herokuapp.com"\n      - host: "*.on.aws"\n      - host: "*.github.test"\n'
+    )
+    control = Control(Registry(load_rules(tmp_path / "rules.yaml"), store), store)
+    transport = httpx.ASGITransport(app=make_app(control))
+    async with httpx.AsyncClient(transport=transport, base_url="http://control") as api:
+        await claim(api)
+        got = problem(await cred(api, {"hosts": [host], "value": SECRET}), 422, "risky_host")
+    assert got["field"] == "hosts[0]"
