@@ -66,11 +66,10 @@ def plain_slash_field(path: str) -> str | None:
 
 def allowed_authorities(host: str, port: int) -> frozenset[str]:
     """The ``Host`` values a TCP listener on ``host``:``port`` answers (lower case)."""
-    names = {host.lower(), "localhost"}
     try:
         ip = ipaddress.ip_address(host)
-    except ValueError:
-        pass
+    except ValueError:  # "localhost" (the CLI takes it): the loopback addresses it names
+        names = {host.lower(), "localhost", "127.0.0.1", "[::1]"}
     else:
         names = {f"[{ip}]" if ip.version == 6 else str(ip), "localhost"}
     return frozenset(f"{n}:{port}" for n in names)

@@ -14,6 +14,7 @@ from structlog.testing import capture_logs
 
 from proxy import audit
 from proxy.api import MAX_BODY, make_app
+from proxy.apiedge import allowed_authorities, foreign_authority
 from proxy.control import Control
 from proxy.keyring import KeyRing
 from proxy.registry import Registry
@@ -534,3 +535,18 @@ async def test_a_credential_host_that_looks_safe_and_is_not_is_a_422(
         await claim(api)
         got = problem(await cred(api, {"hosts": [host], "value": SECRET}), 422, "risky_host")
     assert got["field"] == "hosts[0]"
+
+
+@pytest.mark.parametrize(
+    ("listen", "host", "ok"),
+    [
+        (("::1", 9), "[::1]:9", True),
+        (("::1", 9), "localhost:9", True),
+        (("::1", 9), "127.0.0.1:9", False),
+        (("localhost", 9), "127.0.0.1:9", True),
+        (("localhost", 9), "[::1]:9", True),
+        (("localhost", 9), "evil.test:9", False),
+    ],
+)
+def test_the_authorities_a_listener_answers(listen: tuple[str, int], host: str, ok: bool) -> None:
+    assert (foreign_authority(host, None, allowed_authorities(*listen)) is None) is ok
