@@ -45,12 +45,14 @@ class _Tunnel:
     claim_id: str
     authority: tuple[str, int]
     token: str = field(default="", repr=False, compare=False)  # the proxy token that opened it
+    origin: str = "rules"  # the claim's origin then: a claim of that id from elsewhere is another
 
 
 def _still_valid(claim: Claim | None, tunnel: _Tunnel) -> bool:
-    """A tunnel may go on carrying requests: its claim exists and, for a rules-file claim, still
-    takes the token the tunnel was opened with (store claims: the registry's version check)."""
-    if claim is None:
+    """A tunnel may go on carrying requests: its claim exists with the same origin and, for a
+    rules-file claim, still takes the token the tunnel was opened with (store claims: the
+    registry's version check closes them)."""
+    if claim is None or claim.origin != tunnel.origin:
         return False
     return claim.origin == "store" or claim.proxy_token.matches(tunnel.token)
 
@@ -86,8 +88,11 @@ class Identify:
     async def _poll(self) -> None:
         while True:
             await asyncio.sleep(POLL_SECONDS)
-            self._refresh()
-            self._close(self._revoked_rules_tunnels())
+            try:
+                self._refresh()
+                self._close(self._revoked_rules_tunnels())
+            except Exception as e:  # keep polling; every request in a tunnel is checked anyway
+                facts.log.error("revocation poll failed with %s", type(e).__name__)
 
     def _refresh(self) -> None:
         revoked = self.state.registry.refresh()
@@ -101,7 +106,7 @@ class Identify:
         out = set()
         for client_id, tunnel in list(self.tunnels.items()):
             claim = self.state.registry.claim(tunnel.claim_id)
-            if claim is not None and claim.origin == "store":
+            if claim is not None and claim.origin == tunnel.origin == "store":
                 continue
             key = (tunnel.claim_id, tunnel.token)
             if key not in checked:
@@ -161,7 +166,9 @@ class Identify:
         # Only a CONNECT that was allowed opens a tunnel whose requests inherit its claim.
         claim = flow.metadata[facts.CLAIM]
         token = self._tokens.pop(flow.client_conn.id, "")
-        self.tunnels[flow.client_conn.id] = _Tunnel(claim.id, flow.metadata[facts.AUTHORITY], token)
+        self.tunnels[flow.client_conn.id] = _Tunnel(
+            claim.id, flow.metadata[facts.AUTHORITY], token, claim.origin
+        )
 
     @facts.fail_closed
     def requestheaders(self, flow: http.HTTPFlow) -> None:
