@@ -15,9 +15,10 @@ Each addon handles one concern and talks to the others only through ``flow.metad
                 never secrets), and before stream (its body is read whole, bounded)
 3. substitute — placeholders → secrets, injections, violations
 4. stream     — forward every body read as it arrives (SSE), count bytes
-   scrub      — secrets → placeholders in responses, on the stream stream set up
    oauth      — a token endpoint's response: real tokens into the store, placeholders onward; it
-                wraps scrub's stream (it reads the body decoded and scrubbed), so it comes after
+                reads the body as the upstream sent it (decoding it itself), so it comes before
+                scrub, whose stream wraps it and scrubs what it passes on
+   scrub      — secrets → placeholders in responses, on the stream stream set up
 5. resolve    — pinned names → addresses, before mitmproxy's own loop check
 6. audit      — one JSON event per flow, after every decision above is known
 7. metrics    — Prometheus counters from the same facts
@@ -71,8 +72,8 @@ def chain(state: State) -> list[Any]:
         Hooks(state),
         Substitute(state),
         Stream(),
-        Scrub(),
         OAuthCapture(state),
+        Scrub(),
         Resolve(state),
         Audit(),
         Metrics(state),

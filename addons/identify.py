@@ -15,6 +15,12 @@ reaches an upstream.
 Run-time claims come from the store: the index is refreshed at the start of every CONNECT and
 request, and polled every ``POLL_SECONDS`` so that a deleted claim (or a rotated proxy token)
 closes that claim's open tunnels even when they are idle.
+
+Revocation is the same for rules-file claims (issue 13): their token comes from a ``file:`` or
+``env:`` source (re-read when the file changes) or changes with a rules reload. A tunnel keeps
+the token that opened it; every request in it checks that token again against the claim as it
+is now, and is refused (407) once it no longer matches or the claim is gone; the poll closes
+such tunnels too, idle ones included.
 """
 
 from __future__ import annotations
@@ -22,7 +28,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import binascii
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from mitmproxy import connection, ctx, http
 
@@ -38,6 +44,17 @@ from proxy.state import State
 class _Tunnel:
     claim_id: str
     authority: tuple[str, int]
+    token: str = field(default="", repr=False, compare=False)  # the proxy token that opened it
+    origin: str = "rules"  # the claim's origin then: a claim of that id from elsewhere is another
+
+
+def _still_valid(claim: Claim | None, tunnel: _Tunnel) -> bool:
+    """A tunnel may go on carrying requests: its claim exists with the same origin and, for a
+    rules-file claim, still takes the token the tunnel was opened with (store claims: the
+    registry's version check closes them)."""
+    if claim is None or claim.origin != tunnel.origin:
+        return False
+    return claim.origin == "store" or claim.proxy_token.matches(tunnel.token)
 
 
 def _credentials(value: str) -> tuple[str, str] | None:
@@ -58,11 +75,11 @@ class Identify:
     def __init__(self, state: State) -> None:
         self.state = state
         self.tunnels: dict[str, _Tunnel] = {}
+        self._tokens: dict[str, str] = {}  # client id -> the token of its CONNECT, until connected
         self._poller: asyncio.Task[None] | None = None
 
     def running(self) -> None:
-        if self.state.registry.store is not None:
-            self._poller = asyncio.create_task(self._poll())
+        self._poller = asyncio.create_task(self._poll())
 
     def done(self) -> None:
         if self._poller is not None:
@@ -71,16 +88,39 @@ class Identify:
     async def _poll(self) -> None:
         while True:
             await asyncio.sleep(POLL_SECONDS)
-            self._refresh()
+            try:
+                self._refresh()
+                self._close(self._revoked_rules_tunnels())
+            except Exception as e:  # keep polling; every request in a tunnel is checked anyway
+                facts.log.error("revocation poll failed with %s", type(e).__name__)
 
     def _refresh(self) -> None:
         revoked = self.state.registry.refresh()
-        if not revoked:
+        if revoked:
+            self._close({c for c, t in self.tunnels.items() if t.claim_id in revoked})
+
+    def _revoked_rules_tunnels(self) -> set[str]:
+        """Client ids of tunnels of rules-file claims whose token no longer opens them (each
+        claim and token checked once per poll)."""
+        checked: dict[tuple[str, str], bool] = {}
+        out = set()
+        for client_id, tunnel in list(self.tunnels.items()):
+            claim = self.state.registry.claim(tunnel.claim_id)
+            if claim is not None and claim.origin == tunnel.origin == "store":
+                continue
+            key = (tunnel.claim_id, tunnel.token)
+            if key not in checked:
+                checked[key] = _still_valid(claim, tunnel)
+            if not checked[key]:
+                out.add(client_id)
+        return out
+
+    def _close(self, client_ids: set[str]) -> None:
+        if not client_ids:
             return
         server = ctx.master.addons.get("proxyserver")
         for handler in list(server.connections.values()):
-            tunnel = self.tunnels.get(handler.client.id)
-            if tunnel is not None and tunnel.claim_id in revoked:
+            if handler.client.id in client_ids:
                 self.tunnels.pop(handler.client.id, None)
                 handler.close_connection(handler.client)
 
@@ -89,6 +129,8 @@ class Identify:
         claim = self.state.registry.claim(creds[0]) if creds else None
         if creds is None or claim is None or not claim.proxy_token.matches(creds[1]):
             return None
+        if flow.request.method == "CONNECT":
+            self._tokens[flow.client_conn.id] = creds[1]
         return claim
 
     def _refuse_auth(self, flow: http.HTTPFlow) -> None:
@@ -123,7 +165,10 @@ class Identify:
     def http_connected(self, flow: http.HTTPFlow) -> None:
         # Only a CONNECT that was allowed opens a tunnel whose requests inherit its claim.
         claim = flow.metadata[facts.CLAIM]
-        self.tunnels[flow.client_conn.id] = _Tunnel(claim.id, flow.metadata[facts.AUTHORITY])
+        token = self._tokens.pop(flow.client_conn.id, "")
+        self.tunnels[flow.client_conn.id] = _Tunnel(
+            claim.id, flow.metadata[facts.AUTHORITY], token, claim.origin
+        )
 
     @facts.fail_closed
     def requestheaders(self, flow: http.HTTPFlow) -> None:
@@ -144,6 +189,8 @@ class Identify:
         tunnel = self.tunnels.get(flow.client_conn.id)
         if tunnel is not None:
             claim = self.state.registry.claim(tunnel.claim_id)
+            if not _still_valid(claim, tunnel):
+                claim = None  # revoked: the token that opened this tunnel no longer opens it
             flow.metadata[facts.AUTHORITY] = tunnel.authority
         else:
             claim = self._authenticate(flow)
@@ -155,6 +202,7 @@ class Identify:
 
     def client_disconnected(self, client: connection.Client) -> None:
         self.tunnels.pop(client.id, None)
+        self._tokens.pop(client.id, None)
 
 
 def _strip_proxy_headers(flow: http.HTTPFlow) -> None:

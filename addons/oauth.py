@@ -1,14 +1,20 @@
 """oauth: capture the real tokens a token endpoint hands out, hand the sandbox placeholders.
 
 For a response (2xx) to a request whose host and path are the token endpoint a credential of the
-claim declares (:mod:`proxy.oauth`), the body is read whole (after scrub decoded and scrubbed
-it; at most :data:`proxy.oauth.MAX_BODY` bytes), its ``access_token``, ``refresh_token`` and
+claim declares (:mod:`proxy.oauth`), the body is read whole as the upstream sent it (decoded
+from its Content-Encoding here, within :mod:`proxy.decode`'s bounds, and *not* scrubbed: this
+addon runs before scrub, whose stream wraps this one and scrubs what it passes on; at most
+:data:`proxy.oauth.MAX_BODY` bytes), its ``access_token``, ``refresh_token`` and
 ``id_token`` are written to the store as new versions of the credentials that receive them
 (``expires_in`` sets the access token's expiry), and the body goes on with their placeholders
 instead. The next request (any tunnel) uses the new values: the registry rebuilds from the store.
 
-Fails closed: a body that is too large, not JSON or a form, names a credential the claim does not
-hold, or cannot be written to the store is not passed; the connection is closed and the audit
+A non-2xx answer with a JSON or form body is read whole too and refused if it holds any
+token-like field (:func:`proxy.oauth.check_other`); other answers stream through (scrubbed).
+
+Fails closed: a body that is too large, not JSON or a form, holds a token-like field it does not
+capture, names a credential the claim does not hold, comes from an endpoint host the credential
+is not bound to, or cannot be written to the store is not passed; the connection is closed and the audit
 event says ``unscannable_response`` with the reason.
 """
 
@@ -22,6 +28,7 @@ from mitmproxy import http
 from addons import facts
 from proxy import oauth
 from proxy.decide import Reason, deny
+from proxy.decode import Unscannable, decoder
 from proxy.errors import SecretUnavailable, SurrogateError
 from proxy.policy import Claim, Credential
 from proxy.secrets import checked_value
@@ -46,14 +53,24 @@ class OAuthCapture:
     @facts.fail_closed
     def responseheaders(self, flow: http.HTTPFlow) -> None:
         response, claim, host = flow.response, flow.metadata.get(facts.CLAIM), flow.metadata.get(facts.HOST)
-        if response is None or claim is None or host is None or not 200 <= response.status_code < 300:
+        if response is None or claim is None or host is None or response.status_code == 101:
             return
         path = flow.metadata.get(facts.PATH) or flow.request.path  # the canonical identity (policy)
         cred = next((c for c in claim.oauth if c.oauth and c.oauth.matches(host, path)), None)
         if cred is None:
             return
         content_type = response.headers.get("content-type", "")
-        response.headers.pop("content-length", None)
+        ok = 200 <= response.status_code < 300
+        if not ok and not oauth.checked_media(content_type):
+            return  # an error page: streams on, scrubbed
+        encoding = response.headers.get("content-encoding", "").strip().lower()
+        decode = decoder(encoding)
+        if decode is None:
+            _fail(flow, f"no decoder for Content-Encoding {encoding[:40]!r}")
+            return
+        # sent on decoded (scrub, next, then sees an identity body); its length changes
+        for name in ("content-length", "content-encoding"):
+            response.headers.pop(name, None)
         if flow.request.http_version.startswith("HTTP/1"):
             response.headers["transfer-encoding"] = "chunked"
         inner = response.stream if callable(response.stream) else (lambda b: b)
@@ -66,16 +83,18 @@ class OAuthCapture:
             data = got if isinstance(got, bytes) else b"".join(got)
             if failed:
                 return []
-            held.extend(data)
-            if len(held) > oauth.MAX_BODY:
-                failed = True
-                _fail(flow, f"over {oauth.MAX_BODY} bytes")
-                return []
-            if chunk:
-                return []  # the end of the body comes as b""
             try:
-                body = self._capture(claim, cred, bytes(held), content_type)
-            except (oauth.CaptureError, SurrogateError, SecretUnavailable) as e:
+                held.extend(decode(data))
+                if len(held) > oauth.MAX_BODY:
+                    raise oauth.CaptureError(f"over {oauth.MAX_BODY} bytes")
+                if chunk:
+                    return []  # the end of the body comes as b""
+                body = bytes(held)
+                if ok:
+                    body = self._capture(claim, cred, body, content_type, host)
+                else:
+                    oauth.check_other(body, content_type)
+            except (oauth.CaptureError, Unscannable, SurrogateError, SecretUnavailable) as e:
                 failed = True
                 _fail(flow, str(e))
                 return []
@@ -83,9 +102,11 @@ class OAuthCapture:
 
         response.stream = capture
 
-    def _capture(self, claim: Claim, cred: Credential, body: bytes, content_type: str) -> bytes:
+    def _capture(self, claim: Claim, cred: Credential, body: bytes, content_type: str, host: str) -> bytes:
         assert cred.oauth is not None
         read = oauth.read(body, content_type)
+        if not cred.bound_to(host):  # the control API refuses such a declaration; kept closed here
+            raise oauth.CaptureError(f"token endpoint host is not one of credential {cred.name!r}'s hosts")
         if not read.tokens:
             return body
         store = self.state.registry.store

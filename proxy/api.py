@@ -19,7 +19,10 @@ Credential answers carry ``ETag: "<version>"``; writes accept ``If-Match: "<vers
 status; a request body over ``MAX_BODY`` bytes gets 413. Validation messages never echo input.
 
 Listeners: a Unix socket (mode 0600, in the 0700 state dir) needs no token: only its owner can
-connect. Loopback TCP requires ``Authorization: Bearer <operator token>``.
+connect. Loopback TCP requires ``Authorization: Bearer <operator token>``, and a ``Host`` (and
+``Origin``, when sent) naming the listener itself (403 ``foreign_host``: DNS rebinding). A claim id
+or credential name holding ``/`` (plain or ``%2F``) gets 422 naming the field
+(:mod:`proxy.apiedge`).
 """
 
 from __future__ import annotations
@@ -40,6 +43,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.routing import Match
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from proxy.apiedge import allowed_authorities, encoded_slash_field, foreign_authority, plain_slash_field
 from proxy.control import Control, ControlError, Coverage
 from proxy.policy import DEFAULT_SURFACES, SURFACES, Misplaced
 from proxy.store import ClaimRecord, CredentialRecord
@@ -258,8 +262,21 @@ def _error(status: int, code: str, message: str, field: str | None = None) -> JS
     return JSONResponse({"error": code, "message": message, "field": field}, status_code=status)
 
 
+def _slash_error(field: str) -> JSONResponse:
+    what = {"claim": "a claim id", "name": "a credential name"}.get(field, "a path segment")
+    return _error(
+        422,
+        "invalid_id" if field == "claim" else "invalid_name" if field == "name" else "invalid_path",
+        f"{what} cannot contain '/' (plain or %2F): ids are 1-63 letters, digits, '.', '_' or '-'",
+        field,
+    )
+
+
 class _BodyLimit:
-    """Refuse request bodies over MAX_BODY bytes (413) before they are parsed."""
+    """Refuse request bodies over MAX_BODY bytes (413) before they are parsed: a declared length
+    over it at once, a chunked one (no Content-Length) once its reads pass it. The body (at most
+    MAX_BODY) is read here whole and replayed to the app, so the 413 is this middleware's own
+    answer, never a parse error of the app (issue 20)."""
 
     def __init__(self, app: ASGIApp) -> None:
         self.app = app
@@ -268,35 +285,61 @@ class _BodyLimit:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
+        too_large = _error(413, "body_too_large", f"request body over {MAX_BODY} bytes")
         declared = dict(scope["headers"]).get(b"content-length", b"0")
         if not declared.isdigit() or int(declared) > MAX_BODY:
-            await _error(413, "body_too_large", f"request body over {MAX_BODY} bytes")(scope, receive, send)
+            await too_large(scope, receive, send)
             return
+        held: list[Message] = []
         seen = 0
-
-        async def limited() -> Message:
-            nonlocal seen
+        while True:
             message = await receive()
+            held.append(message)
+            if message["type"] != "http.request":
+                break  # the client went away: the app sees it as it would have
             seen += len(message.get("body", b""))
             if seen > MAX_BODY:
-                raise ControlError(413, "body_too_large", f"request body over {MAX_BODY} bytes")
-            return message
+                await too_large(scope, receive, send)
+                return
+            if not message.get("more_body", False):
+                break
 
-        await self.app(scope, limited, send)
+        async def replay() -> Message:
+            return held.pop(0) if held else await receive()
+
+        await self.app(scope, replay, send)
 
 
-def make_app(control: Control, operator_token: str | None = None) -> FastAPI:
+def make_app(
+    control: Control, operator_token: str | None = None, listen: tuple[str, int] | None = None
+) -> FastAPI:
     """The API for one listener. ``operator_token``: required as a Bearer token (TCP listener);
-    None: no token (the 0600 Unix socket). ``/metrics`` serves ``control.metrics``."""
+    None: no token (the 0600 Unix socket). ``listen``: the TCP listener's address, required with
+    a token: ``Host`` (and ``Origin`` when sent) must name it, else 403 (:mod:`proxy.apiedge`).
+    ``/metrics`` serves ``control.metrics``. Raises ValueError for a token without ``listen``."""
+    if operator_token is not None and listen is None:
+        raise ValueError("a TCP control listener needs its own address for the Host check")
+    authorities = allowed_authorities(*listen) if listen is not None else None
     app = FastAPI(title="surrogate control API", version="1", docs_url=None, redoc_url=None)
     calls = control.metrics.control_requests
     who = "token:operator" if operator_token else "socket"
     errors: dict[int | str, dict[str, Any]] = {
-        s: {"model": ErrorOut} for s in (400, 401, 404, 409, 412, 413, 422)
+        s: {"model": ErrorOut} for s in (400, 401, 403, 404, 409, 412, 413, 422)
     }
 
     @app.middleware("http")
     async def guard(request: Request, call_next: Callable[[Request], Awaitable[Response]]) -> Response:
+        if authorities is not None:
+            bad = foreign_authority(request.headers.get("host"), request.headers.get("origin"), authorities)
+            if bad is not None:
+                calls.labels(request.method, "4xx").inc()
+                return _error(
+                    403,
+                    "foreign_host",
+                    f"{bad} does not name this listener; send Host: {min(authorities)} "
+                    "(a browser page under another name cannot reach the control API)",
+                    bad,
+                )
         if operator_token is not None and request.url.path != "/healthz":
             given = request.headers.get("authorization", "")
             scheme, _, token = given.partition(" ")
@@ -308,6 +351,10 @@ def make_app(control: Control, operator_token: str | None = None) -> FastAPI:
                 )
                 calls.labels(request.method, "4xx").inc()
                 return response
+        slashed = encoded_slash_field(request.scope.get("raw_path") or request.url.path.encode())
+        if slashed is not None:  # before routing: the server decoded it into another path
+            calls.labels(request.method, "4xx").inc()
+            return _slash_error(slashed)
         try:
             response = await call_next(request)
         except ControlError as e:
@@ -346,6 +393,8 @@ def make_app(control: Control, operator_token: str | None = None) -> FastAPI:
 
     @app.exception_handler(StarletteHTTPException)
     async def http_error(request: Request, e: StarletteHTTPException) -> JSONResponse:
+        if e.status_code == 404 and (slashed := plain_slash_field(request.url.path)) is not None:
+            return _slash_error(slashed)
         code = {404: "not_found", 405: "method_not_allowed"}.get(e.status_code, "http_error")
         response = _error(e.status_code, code, str(e.detail))
         if e.status_code == 405:  # Allow lists every method of the resource (RFC 9110 §15.5.6)

@@ -25,10 +25,10 @@ from proxy import audit, placeholders
 from proxy.errors import HostError, SecretUnavailable, SurrogateError
 from proxy.hosts import HostPattern
 from proxy.metrics import Metrics
-from proxy.oauth import parse_spec
+from proxy.oauth import OAuthSpec, endpoint_bound, parse_spec
 from proxy.policy import Pool
 from proxy.registry import Registry
-from proxy.rules import opaque_shadow
+from proxy.rules import credential_host_risk, opaque_shadow
 from proxy.secrets import checked_value
 from proxy.store import ClaimRecord, Conflict, CredentialRecord, CredentialStore, NotFound, PreconditionFailed
 
@@ -70,6 +70,10 @@ def coverage(pool: Pool, hosts: list[str], inject_header: str | None) -> list[Co
             pattern = HostPattern.parse(raw)
         except HostError as e:
             raise ControlError(422, "invalid_host", str(e), f"hosts[{i}]") from None
+        if (why := credential_host_risk(pattern)) is not None:
+            raise ControlError(
+                422, "risky_host", f"host {pattern}: {why}; list the exact hosts", f"hosts[{i}]"
+            )
         rule = next((r for r in pool.egress if r.intercept and r.host.covers(pattern)), None)
         if rule is None:
             raise ControlError(
@@ -271,6 +275,8 @@ class Control:
             oauth = parse_spec(body["oauth"]) if body.get("oauth") is not None else None
         except ValueError as e:
             raise ControlError(422, "invalid_request", str(e), "oauth") from None
+        if oauth is not None:
+            _check_endpoint(pool, oauth, body["hosts"])
         old = self.store.get_credential(claim_id, name)
         try:
             record = self.store.put_credential(
@@ -307,6 +313,10 @@ class Control:
         fmt = changes.get("inject_format", old.inject_format)
         _check_inject(header, fmt if "inject_format" in changes else None)
         cov = coverage(pool, list(changes.get("hosts", old.hosts)), header)
+        if "hosts" in changes:
+            spec = self.store.oauth_specs().get((claim_id, name))
+            if spec is not None:
+                _check_endpoint(pool, parse_spec(spec), list(changes["hosts"]))
         if "value" in changes:
             changes["value"] = _check_value(changes["value"])
         if "placeholder" in changes:
@@ -345,6 +355,24 @@ class Control:
 
     def expired_now(self, record: CredentialRecord) -> bool:
         return record.expires_at is not None and time.time() >= record.expires_at
+
+
+def _check_endpoint(pool: Pool, spec: OAuthSpec, hosts: list[str]) -> None:
+    """The token endpoint's host must be one of the credential's hosts (issue 13: else a host the
+    pool merely allows could hand out tokens the store would then send to the credential's real
+    hosts) and covered by an intercepting rule. Raises ControlError(422)."""
+    if not endpoint_bound(spec, [HostPattern.parse(h) for h in hosts]):
+        raise ControlError(
+            422,
+            "oauth_host_not_bound",
+            f"oauth.token_endpoint.host {spec.host} is not one of the credential's hosts; add it to "
+            "hosts or name the endpoint of one of them",
+            "oauth.token_endpoint.host",
+        )
+    try:
+        coverage(pool, [spec.host], None)
+    except ControlError as e:
+        raise ControlError(e.status, e.code, e.message, "oauth.token_endpoint.host") from None
 
 
 def _check_name(name: str) -> None:

@@ -167,8 +167,8 @@ def control_servers(
     if config.tcp is not None:
         if not config.operator_token:
             raise ValueError("a TCP control listener needs an operator token (--control-token-file)")
-        app = make_app(control, config.operator_token)
         host, port = config.tcp
+        app = make_app(control, config.operator_token, (host, port))
         servers.append((_ApiServer(uvicorn.Config(app, host=host, port=port, **quiet)), None))  # type: ignore[arg-type]
     return servers
 

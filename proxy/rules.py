@@ -48,6 +48,7 @@ from proxy.policy import (
     Surface,
 )
 from proxy.secrets import ValueSource
+from proxy.suffixes import confusable, internal, wildcard_risk
 
 _TOKEN = re.compile(r"^[!#$%&'*+.^_`|~0-9A-Za-z-]+$")  # RFC 9110 §5.6.2 token
 _SECRET_FIELDS = ("value", "proxy_token")
@@ -432,35 +433,6 @@ def _networks(
     return tuple(out)
 
 
-# Suffixes under which anyone can get a name (PaaS, static hosting, tunnels): a wildcard rule
-# for one of them lets a sandbox reach hosts that strangers control.
-SHARED_SUFFIXES = frozenset(
-    {
-        "amazonaws.com",
-        "appspot.com",
-        "azurewebsites.net",
-        "blob.core.windows.net",
-        "cloudfront.net",
-        "firebaseapp.com",
-        "fly.dev",
-        "github.io",
-        "githubusercontent.com",
-        "glitch.me",
-        "herokuapp.com",
-        "netlify.app",
-        "ngrok-free.app",
-        "ngrok.io",
-        "onrender.com",
-        "pages.dev",
-        "railway.app",
-        "repl.co",
-        "vercel.app",
-        "web.app",
-        "workers.dev",
-    }
-)
-
-
 def _warnings(
     model: RulesModel, pools: dict[str, Pool], claims: dict[str, Claim], marks: _Marks
 ) -> list[Problem]:
@@ -476,8 +448,10 @@ def _warnings(
                 message = "'*' allows any host in a pool whose claims hold credentials (unsafe_any_host)"
                 marks.add(loc, message)
             suffix = (rule.host.suffix or "").lstrip(".")
-            if suffix in SHARED_SUFFIXES or any(suffix.endswith("." + s) for s in SHARED_SUFFIXES):
-                marks.add(loc, f"*.{suffix} is a shared-hosting suffix: anyone can get a name under it")
+            if suffix and (why := wildcard_risk(suffix)) is not None:
+                marks.add(loc, f"*.{suffix} spans a public or shared-hosting suffix: {why}")
+            if not rule.host.any_host and (why := confusable(suffix or rule.host.text)) is not None:
+                marks.add(loc, f"{rule.host}: {why}")
             for earlier in pool.egress[:i]:
                 ports_overlap = not earlier.ports or not rule.ports or bool(earlier.ports & rule.ports)
                 if earlier.host.covers(rule.host) and ports_overlap and earlier.intercept != rule.intercept:
@@ -487,9 +461,31 @@ def _warnings(
                         f"{'intercepted' if earlier.intercept else 'an opaque tunnel'} "
                         "whatever this rule says",
                     )
+    for ci, cm in enumerate(model.claims):  # addresses and internal names as credential hosts
+        for ki, km in enumerate(cm.credentials):
+            for j, raw in enumerate(km.hosts):
+                try:
+                    pattern = HostPattern.parse(raw)
+                except HostError:
+                    continue
+                name = (pattern.suffix or "").lstrip(".") or pattern.text
+                if not pattern.any_host and (why := internal(name)) is not None:
+                    where: Loc = ("claims", ci, "credentials", ki, "hosts", j)
+                    marks.add(where, f"credential host {pattern}: {why}")
     found = marks.problems[before:]
     del marks.problems[before:]
     return [dataclasses.replace(p, severity="warning") for p in found]
+
+
+def credential_host_risk(pattern: HostPattern) -> str | None:
+    """Why a secret must not be bound to ``pattern`` (issue 13): a wildcard that spans a public
+    or shared-tenant suffix, or a confusable IDN label (:mod:`proxy.suffixes`); None if neither.
+    The control API refuses the same hosts."""
+    if pattern.any_host:
+        return None
+    if pattern.suffix is not None and (why := wildcard_risk(pattern.suffix.lstrip("."))) is not None:
+        return why
+    return confusable(pattern.suffix.lstrip(".") if pattern.suffix else pattern.text)
 
 
 def opaque_shadow(pool: Pool, host: HostPattern) -> EgressRule | None:
@@ -547,7 +543,9 @@ def _credential(
             marks.add(loc + ("hosts", j), str(e))
             continue
         hosts.append(pattern)
-        if pool is not None and not any(r.intercept and r.host.covers(pattern) for r in pool.egress):
+        if (why := credential_host_risk(pattern)) is not None:
+            marks.add(loc + ("hosts", j), f"credential host {pattern}: {why}; list the exact hosts instead")
+        elif pool is not None and not any(r.intercept and r.host.covers(pattern) for r in pool.egress):
             marks.add(
                 loc + ("hosts", j),
                 f"host {pattern} is not covered by an intercepting egress rule of pool "

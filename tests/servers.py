@@ -27,7 +27,7 @@ import subprocess
 import tempfile
 import threading
 import zlib
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler
 from types import TracebackType
@@ -305,6 +305,18 @@ class _Handler(BaseHTTPRequestHandler):
             for k in ("access_token", "refresh_token", "id_token")
         }
         up.oauth_issued.append(issued)
+        if up.oauth_reply is not None:  # a test's own answer shape: (status, JSON document)
+            status, doc = up.oauth_reply(issued, form["refresh_token"])
+            if not up.oauth_gzip:
+                return self._json(doc, status=status)
+            body = gzip.compress(json.dumps(doc).encode())
+            self.send_response(status)
+            for name, value in (("Content-Type", "application/json"), ("Content-Encoding", "gzip")):
+                self.send_header(name, value)
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+            return None
         self._json({**issued, "token_type": "Bearer", "expires_in": 3600})
 
     def _sse(self) -> None:
@@ -450,6 +462,9 @@ class Upstream:
         self.oauth_refresh = ""  # /oauth/token: the first refresh token it accepts
         self.oauth_seen: list[str] = []  # refresh tokens received
         self.oauth_issued: list[dict[str, str]] = []  # tokens handed out
+        # (issued tokens, refresh token presented) -> (status, JSON answer); None: the RFC 6749 one
+        self.oauth_reply: Callable[[dict[str, str], str], tuple[int, object]] | None = None
+        self.oauth_gzip = False  # oauth_reply's answer gzip-encoded
         self.port = 0
         self._tmpdir = tmpdir
         self._ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)

@@ -14,6 +14,7 @@ from structlog.testing import capture_logs
 
 from proxy import audit
 from proxy.api import MAX_BODY, make_app
+from proxy.apiedge import allowed_authorities, foreign_authority
 from proxy.control import Control
 from proxy.keyring import KeyRing
 from proxy.registry import Registry
@@ -372,8 +373,10 @@ async def test_health_metrics_and_openapi(api: httpx.AsyncClient) -> None:
 
 
 async def test_tcp_listener_requires_the_operator_token(control: Control) -> None:
-    app = make_app(control, operator_token="operator-token-0123456789")
-    async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://c") as tcp:
+    app = make_app(control, operator_token="operator-token-0123456789", listen=("127.0.0.1", 9090))
+    async with httpx.AsyncClient(
+        transport=httpx.ASGITransport(app=app), base_url="http://127.0.0.1:9090"
+    ) as tcp:
         problem(await tcp.get("/v1/claims"), 401, "unauthorized")
         problem(await tcp.get("/v1/claims", headers={"Authorization": "Bearer wrong"}), 401, "unauthorized")
         ok = await tcp.get("/v1/claims", headers={"Authorization": "Bearer operator-token-0123456789"})
@@ -425,3 +428,125 @@ async def test_a_failing_handler_gives_a_counted_json_500_without_its_message(
     assert "RuntimeError" in caplog.text and SECRET not in caplog.text
     metrics = (await api.get("/metrics")).text
     assert 'surrogate_control_requests_total{method="GET",status_class="5xx"} 1.0' in metrics
+
+
+# -- issue 20 item 8: edges ---------------------------------------------------------------------
+
+
+async def test_a_chunked_body_over_the_limit_is_413(api: httpx.AsyncClient) -> None:
+    async def chunks() -> AsyncIterator[bytes]:
+        yield b'{"id": "x", "pool": "p", "sources": ['
+        for _ in range(MAX_BODY // 990 + 2):  # 990 bytes each: past MAX_BODY
+            yield b'"1.2.3.4", ' * 90
+        yield b'"1.2.3.4"]}'
+
+    r = await api.post("/v1/claims", content=chunks(), headers={"content-type": "application/json"})
+    assert "content-length" not in r.request.headers  # sent chunked
+    problem(r, 413, "body_too_large")
+
+
+async def test_a_chunked_body_under_the_limit_is_read(api: httpx.AsyncClient) -> None:
+    async def chunks() -> AsyncIterator[bytes]:
+        yield b'{"id": "chunked", '
+        yield b'"pool": "p"}'
+
+    r = await api.post("/v1/claims", content=chunks(), headers={"content-type": "application/json"})
+    assert r.status_code == 201, r.text
+
+
+@pytest.mark.parametrize(
+    ("method", "path", "field"),
+    [
+        ("GET", "/v1/claims/a%2Fb", "claim"),
+        ("GET", "/v1/claims/a%2fb", "claim"),
+        ("DELETE", "/v1/claims/a%2Fb", "claim"),
+        ("POST", "/v1/claims/c1%2Ftoken", "claim"),  # decoded, it would rotate c1's token
+        ("GET", "/v1/claims/c1%2Fcredentials", "claim"),
+        ("PUT", "/v1/claims/c1%2Fcredentials%2Fgh", "claim"),
+        ("PUT", "/v1/claims/c1/credentials/a%2Fb", "name"),
+        ("GET", "/v1/claims/c1/credentials/a%2F..%2Fgh", "name"),
+        ("GET", "/v1/claims/a/b", "claim"),
+        ("DELETE", "/v1/claims/a/b", "claim"),
+        ("POST", "/v1/claims/a/b/token", "claim"),
+        ("GET", "/v1/claims/a/b/credentials", "claim"),
+        ("PUT", "/v1/claims/a/b/credentials/gh", "claim"),
+        ("PUT", "/v1/claims/c1/credentials/a/b", "name"),
+        ("DELETE", "/v1/claims/c1/credentials/a/b", "name"),
+    ],
+)
+async def test_a_slash_in_a_claim_id_or_credential_name_is_a_422_naming_the_field(
+    api: httpx.AsyncClient, method: str, path: str, field: str
+) -> None:
+    await claim(api)
+    body = {"hosts": ["api.test"], "value": SECRET} if method == "PUT" else None
+    r = await api.request(method, httpx.URL("http://control" + path), json=body)
+    got = problem(r, 422, "invalid_id" if field == "claim" else "invalid_name")
+    assert got["field"] == field and "'/'" in got["message"]
+    assert (await api.get("/v1/claims/c1/credentials")).json() == []  # nothing was written
+
+
+@pytest.mark.parametrize(
+    ("headers", "status"),
+    [
+        ({}, 200),
+        ({"Host": "localhost:9090"}, 200),
+        ({"Origin": "http://127.0.0.1:9090"}, 200),
+        ({"Host": "evil.test:9090"}, 403),  # DNS rebinding: the page's own name
+        ({"Host": "127.0.0.1:9091"}, 403),
+        ({"Host": "127.0.0.1"}, 403),
+        ({"Host": "127.0.0.1.evil.test:9090"}, 403),
+        ({"Origin": "http://evil.test:9090"}, 403),
+        ({"Origin": "null"}, 403),
+        ({"Origin": "https://127.0.0.1:9090"}, 403),
+        ({"Host": "evil.test:9090", "Origin": "http://evil.test:9090"}, 403),
+    ],
+    ids=lambda v: str(v),
+)
+async def test_the_tcp_listener_answers_only_its_own_host_and_origin(
+    control: Control, headers: dict[str, str], status: int
+) -> None:
+    app = make_app(control, operator_token="operator-token-0123456789", listen=("127.0.0.1", 9090))
+    transport = httpx.ASGITransport(app=app)
+    async with httpx.AsyncClient(transport=transport, base_url="http://127.0.0.1:9090") as tcp:
+        for path in ("/v1/claims", "/healthz"):
+            r = await tcp.get(path, headers={"Authorization": "Bearer operator-token-0123456789", **headers})
+            assert r.status_code == status, (path, r.text)
+            if status == 403:
+                assert r.json()["error"] == "foreign_host"
+
+
+def test_a_tcp_listener_without_its_address_is_refused(control: Control) -> None:
+    with pytest.raises(ValueError, match="Host check"):
+        make_app(control, operator_token="operator-token-0123456789")
+
+
+@pytest.mark.parametrize("host", ["*.herokuapp.com", "*.on.aws", "аpi.github.test"])
+async def test_a_credential_host_that_looks_safe_and_is_not_is_a_422(
+    tmp_path: Path, store: Store, host: str
+) -> None:
+    """The same hosts `rules check` refuses (issue 13 class 9), written through the API."""
+    (tmp_path / "rules.yaml").write_text(
+        "version: 1\npools:\n  p:\n    egress:\n"
+        '      - host: "*.herokuapp.com"\n      - host: "*.on.aws"\n      - host: "*.github.test"\n'
+    )
+    control = Control(Registry(load_rules(tmp_path / "rules.yaml"), store), store)
+    transport = httpx.ASGITransport(app=make_app(control))
+    async with httpx.AsyncClient(transport=transport, base_url="http://control") as api:
+        await claim(api)
+        got = problem(await cred(api, {"hosts": [host], "value": SECRET}), 422, "risky_host")
+    assert got["field"] == "hosts[0]"
+
+
+@pytest.mark.parametrize(
+    ("listen", "host", "ok"),
+    [
+        (("::1", 9), "[::1]:9", True),
+        (("::1", 9), "localhost:9", True),
+        (("::1", 9), "127.0.0.1:9", False),
+        (("localhost", 9), "127.0.0.1:9", True),
+        (("localhost", 9), "[::1]:9", True),
+        (("localhost", 9), "evil.test:9", False),
+    ],
+)
+def test_the_authorities_a_listener_answers(listen: tuple[str, int], host: str, ok: bool) -> None:
+    assert (foreign_authority(host, None, allowed_authorities(*listen)) is None) is ok

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -97,3 +98,33 @@ def test_audit_why_with_an_unknown_id_exits_1(tmp_path: Path) -> None:
         "audit", "why", "nope", "--audit-file", str(tmp_path / "audit.jsonl"), "--rules", "rules/example.yaml"
     )
     assert done.returncode == 1 and "nope" in done.stderr and "Traceback" not in done.stderr
+
+
+RISKY = sorted((ROOT / "tests" / "rules").glob("bad-credential-host-*.yaml"))
+
+
+@pytest.mark.parametrize("bad", RISKY, ids=[p.stem for p in RISKY])
+def test_rules_check_refuses_a_credential_host_that_looks_safe_and_is_not(tmp_path: Path, bad: Path) -> None:
+    """issue 13 class 9: *.com, *.herokuapp.com, *.on.aws, *.googleapis.com, confusable IDN."""
+    rules = tmp_path / bad.name
+    shutil.copyfile(bad, rules)
+    for name in ("proxy-token", "example-token"):
+        (tmp_path / name).write_text("t\n")
+    done = surrogate("rules", "check", str(rules))
+    assert done.returncode == 1, done.stdout + done.stderr
+    assert f"{rules}:16:13: claims[0].credentials[0].hosts[0]: credential host " in done.stderr
+    assert "Public Suffix List" in done.stderr or "scripts" in done.stderr or "look Latin" in done.stderr
+
+
+def test_rules_check_warns_on_risky_hosts_and_exits_0(tmp_path: Path) -> None:
+    rules = tmp_path / "warn-risky-hosts.yaml"
+    shutil.copyfile(ROOT / "tests" / "rules" / rules.name, rules)
+    for name in ("proxy-token", "example-token"):
+        (tmp_path / name).write_text("t\n")
+    done = surrogate("rules", "check", str(rules))
+    assert done.returncode == 0, done.stderr
+    assert "(7 warnings)" in done.stdout
+    assert f"{rules}:9:15: warning: pools.demo.egress[2].host: *.on.aws spans" in done.stderr
+    assert f"{rules}:24:13: warning: claims[0].credentials[0].hosts[1]: credential host vault.internal" in (
+        done.stderr
+    )

@@ -187,3 +187,163 @@ def test_an_ambiguous_path_to_a_token_endpoint_host_is_refused_before_the_upstre
     assert r.json()["error"] == "ambiguous_path"
     assert path not in r.text  # the refusal names what is ambiguous, never the path
     assert (len(up.oauth_issued), len(up.oauth_seen), len(up.requests)) == before  # never sent
+# -- issue 13, class 6: capture reads the raw body and fails closed ----------------------------
+
+
+@pytest.fixture
+def reply(world: World) -> Iterator[None]:
+    """Each test sets ``world.upstream.oauth_reply``; put the RFC 6749 answer back after it."""
+    yield
+    world.upstream.oauth_reply = None
+    world.upstream.oauth_gzip = False
+
+
+def _oauth_claim(world: World, claim: str) -> tuple[str, str, str]:
+    """A store claim with an access credential and a refresh credential capturing at
+    api.test/oauth/token; returns (proxy token, refresh placeholder, access placeholder)."""
+    refresh = world.canary()
+    world.upstream.oauth_refresh = refresh
+    spec = {"token_endpoint": {"host": "api.test", "path": "/oauth/token"}, "access_token": "access"}
+    with world.api() as api:
+        token = api.post("/v1/claims", json={"id": claim, "pool": "p"}).json()["proxy_token"]
+        access = api.put(
+            f"/v1/claims/{claim}/credentials/access", json={"hosts": ["api.test"], "value": world.canary()}
+        ).json()["placeholder"]
+        r = api.put(
+            f"/v1/claims/{claim}/credentials/refresh",
+            json={"hosts": ["api.test"], "value": refresh, "surfaces": ["body"], "oauth": spec},
+        )
+        assert r.status_code == 201, r.text
+    return token, r.json()["placeholder"], access
+
+
+def _post_refresh(world: World, claim: str, token: str, placeholder: str, query: str) -> httpx.Response:
+    with world.client(claim, token) as client:
+        return client.post(
+            world.url(f"/oauth/token?{query}=1"),
+            data={"grant_type": "refresh_token", "refresh_token": placeholder},
+        )
+
+
+@pytest.mark.parametrize("gzip", [False, True], ids=["identity", "gzip"])
+def test_an_endpoint_handing_back_the_same_refresh_token_keeps_its_real_value(
+    world: World, reply: None, gzip: bool
+) -> None:
+    """Capture reads the upstream's body, not the scrubbed one: the unchanged refresh token (which
+    the scrubber would turn into its own placeholder) is stored as itself."""
+    claim = f"oa-same-{int(gzip)}"
+    token, refresh_ph, access_ph = _oauth_claim(world, claim)
+    world.upstream.oauth_gzip = gzip
+    world.upstream.oauth_reply = lambda issued, presented: (
+        200,
+        {"access_token": issued["access_token"], "refresh_token": presented, "token_type": "Bearer"},
+    )
+    for _ in range(2):
+        r = _post_refresh(world, claim, token, refresh_ph, claim)
+        world.canaries += list(world.upstream.oauth_issued[-1].values())
+        assert r.status_code == 200, r.text
+        assert r.json()["refresh_token"] == refresh_ph and r.json()["access_token"] == access_ph
+        assert world.upstream.oauth_refresh not in r.text
+        assert world.upstream.oauth_issued[-1]["access_token"] not in r.text
+    # the second refresh sent the real refresh token again, not the placeholder stored as its value
+    assert world.upstream.oauth_seen[-2:] == [world.upstream.oauth_refresh] * 2
+
+
+SLACK = "slack"  # oauth.v2.access: the user token nested under authed_user
+
+
+def _shape(name: str, issued: dict[str, str]) -> tuple[int, object]:
+    a, i = issued["access_token"], issued["id_token"]
+    return {
+        SLACK: (200, {"ok": True, "access_token": a, "authed_user": {"id": "U1", "access_token": i}}),
+        "nested-list": (200, {"access_token": a, "grants": [{"scope": "x", "token": i}]}),
+        "id-token-object": (200, {"access_token": a, "id_token": {"jwt": i}}),
+        "id-token-list": (200, {"access_token": a, "id_token": [i]}),
+        "access-token-number": (200, {"access_token": 12345678901234, "refresh_token": a}),
+        "upper-case": (200, {"access_token": a, "ID_TOKEN": i}),
+        "camel-case": (200, {"access_token": a, "idToken": i}),
+        "glued": (200, {"accesstoken": a}),
+        "bot-token": (200, {"access_token": a, "bot_token": i}),
+        "client-secret": (200, {"access_token": a, "client_secret": i}),
+        "only-unknown": (200, {"token": a}),
+        "error-with-token": (400, {"error": "invalid_grant", "access_token": a}),
+    }[name]
+
+
+@pytest.mark.parametrize(
+    "shape",
+    [
+        SLACK,
+        "nested-list",
+        "id-token-object",
+        "id-token-list",
+        "access-token-number",
+        "upper-case",
+        "camel-case",
+        "glued",
+        "bot-token",
+        "client-secret",
+        "only-unknown",
+        "error-with-token",
+    ],
+)
+def test_a_token_like_field_capture_does_not_recognise_is_never_passed(
+    world: World, reply: None, shape: str
+) -> None:
+    claim = f"oa-u-{shape}"
+    token, refresh_ph, _ = _oauth_claim(world, claim)
+    world.upstream.oauth_reply = lambda issued, _presented: _shape(shape, issued)
+    got = b""
+    try:
+        r = _post_refresh(world, claim, token, refresh_ph, claim)
+        got = r.content
+    except httpx.HTTPError:
+        pass  # the connection was closed: nothing reached the sandbox
+    issued = world.upstream.oauth_issued[-1]
+    world.canaries += list(issued.values())
+    assert not any(v.encode() in got for v in issued.values()), shape
+    assert got == b"", shape
+    event = world.proxy.wait_event(path=f"/oauth/token?{claim}=REDACTED")
+    assert event["reason"] == "unscannable_response"
+    # and nothing was stored from it
+    with world.api() as api:
+        assert api.get(f"/v1/claims/{claim}/credentials/access").json()["version"] == 1
+
+
+def test_a_token_endpoint_error_without_tokens_passes(world: World, reply: None) -> None:
+    token, refresh_ph, _ = _oauth_claim(world, "oa-err")
+    world.upstream.oauth_reply = lambda _i, _p: (400, {"error": "invalid_grant", "error_description": "no"})
+    r = _post_refresh(world, "oa-err", token, refresh_ph, "oa-err")
+    world.canaries += list(world.upstream.oauth_issued[-1].values())
+    assert (r.status_code, r.json()["error"]) == (400, "invalid_grant")
+
+
+def test_a_token_endpoint_outside_the_credentials_hosts_is_refused_when_written(world: World) -> None:
+    """other.test is allowed by the pool and intercepted, but not one of the credential's hosts:
+    it could hand out tokens the store would then send to api.test."""
+    spec = {"token_endpoint": {"host": "other.test", "path": "/oauth/token"}, "access_token": "access"}
+    with world.api() as api:
+        api.post("/v1/claims", json={"id": "oa-host", "pool": "p"})
+        r = api.put(
+            "/v1/claims/oa-host/credentials/refresh",
+            json={"hosts": ["api.test"], "value": world.canary(), "oauth": spec},
+        )
+        assert r.status_code == 422, r.text
+        assert r.json()["field"] == "oauth.token_endpoint.host" and "other.test" in r.json()["message"]
+        # uncovered by any rule of the pool: 422 too
+        spec["token_endpoint"]["host"] = "nowhere.test"
+        r = api.put(
+            "/v1/claims/oa-host/credentials/refresh",
+            json={"hosts": ["api.test"], "value": world.canary(), "oauth": spec},
+        )
+        assert r.status_code == 422 and r.json()["field"] == "oauth.token_endpoint.host"
+        # a PATCH that would drop the endpoint's host from hosts: 422, nothing changed
+        spec["token_endpoint"]["host"] = "api.test"
+        ok = api.put(
+            "/v1/claims/oa-host/credentials/refresh",
+            json={"hosts": ["api.test", "other.test"], "value": world.canary(), "oauth": spec},
+        )
+        assert ok.status_code == 201, ok.text
+        r = api.patch("/v1/claims/oa-host/credentials/refresh", json={"hosts": ["other.test"]})
+        assert r.status_code == 422 and r.json()["field"] == "oauth.token_endpoint.host"
+        assert api.get("/v1/claims/oa-host/credentials/refresh").json()["version"] == 1

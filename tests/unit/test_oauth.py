@@ -8,8 +8,18 @@ from urllib.parse import parse_qsl
 
 import pytest
 
+from proxy.hosts import HostPattern
 from proxy.keyring import KeyRing
-from proxy.oauth import CaptureError, OAuthSpec, parse_spec, read, rewrite
+from proxy.oauth import (
+    CaptureError,
+    OAuthSpec,
+    check_other,
+    endpoint_bound,
+    parse_spec,
+    read,
+    rewrite,
+    token_like,
+)
 from proxy.store import Store
 
 GOOD = {"token_endpoint": {"host": "Auth.Example.COM.", "path": "/oauth/token"}, "access_token": "acc"}
@@ -97,3 +107,106 @@ def test_the_store_keeps_a_declaration_until_the_credential_goes(tmp_path: Path)
         assert parse_spec(store.oauth_specs()["c", "ref"]) == parse_spec(GOOD)
         store.delete_credential("c", "ref")
         assert store.oauth_specs() == {}
+
+
+@pytest.mark.parametrize(
+    ("key", "like"),
+    [
+        ("access_token", True),
+        ("idToken", True),
+        ("ID_TOKEN", True),
+        ("accesstoken", True),
+        ("bot-token", True),
+        ("client_secret", True),
+        ("api_key", True),
+        ("password", True),
+        ("jwt", True),
+        ("client_assertion", True),
+        ("token_type", False),
+        ("refresh_token_expires_in", False),
+        ("expires_in", False),
+        ("scope", False),
+        ("key_id", False),
+        ("bot_user_id", False),
+    ],
+)
+def test_which_keys_are_token_like(key: str, like: bool) -> None:
+    assert token_like(key) is like
+
+
+@pytest.mark.parametrize(
+    ("doc", "says"),
+    [
+        ({"access_token": "A", "authed_user": {"id": "U", "access_token": "B"}}, "authed_user.access_token"),
+        ({"access_token": "A", "grants": [{"token": "B"}]}, "grants[0].token"),
+        ({"access_token": "A", "id_token": {"jwt": "B"}}, "id_token (not a string)"),
+        ({"access_token": ["A"]}, "access_token (not a string)"),
+        ({"access_token": 1234}, "access_token (not a string)"),
+        ({"access_token": "A", "ID_Token": "B"}, "ID_Token"),
+        ({"idToken": "B"}, "idToken"),
+        ({"access_token": "A", "x": {"y": [{"client_secret": "B"}]}}, "x.y[0].client_secret"),
+        ({"access_token": "A", "tokens": {"a": "B"}}, "tokens"),
+        ({"access_token": "A", "B" * 50 + "_token": "C"}, "<field>"),
+    ],
+    ids=[
+        "slack",
+        "list",
+        "id-object",
+        "list-value",
+        "number",
+        "upper",
+        "camel",
+        "deep",
+        "container",
+        "odd-key",
+    ],
+)
+def test_an_unrecognised_token_like_field_refuses_the_response(doc: object, says: str) -> None:
+    with pytest.raises(CaptureError) as info:
+        read(json.dumps(doc).encode(), "application/json")
+    assert says in str(info.value)
+    assert "B" * 50 not in str(info.value)  # key names that do not look like names are not quoted
+
+
+@pytest.mark.parametrize(
+    "body",
+    [b"access_token=A&bot_token=B", b"access_token=A&access_token=B", b"accessToken=A"],
+    ids=["unknown", "twice", "camel"],
+)
+def test_a_form_with_an_unrecognised_or_repeated_token_is_refused(body: bytes) -> None:
+    with pytest.raises(CaptureError):
+        read(body, "application/x-www-form-urlencoded")
+
+
+def test_harmless_fields_pass() -> None:
+    doc = {"access_token": "A", "token_type": "Bearer", "expires_in": 60, "has_token": True, "key": None}
+    assert read(json.dumps(doc).encode(), "application/json").tokens == {"access_token": "A"}
+
+
+@pytest.mark.parametrize(
+    ("body", "ctype", "refused"),
+    [
+        (b'{"error": "invalid_grant", "error_description": "no"}', "application/json", False),
+        (b'{"error": "x", "access_token": "A"}', "application/json", True),
+        (b'{"error": {"detail": {"refresh_token": "A"}}}', "application/problem+json", True),
+        (b"error=x&access_token=A", "application/x-www-form-urlencoded", True),
+        (b"<html>502</html>", "text/html", False),
+        (b"not json", "application/json", False),
+    ],
+    ids=["plain-error", "token-in-error", "nested-problem", "form", "html", "unparsable"],
+)
+def test_an_error_answer_passes_only_without_token_like_fields(
+    body: bytes, ctype: str, refused: bool
+) -> None:
+    if refused:
+        with pytest.raises(CaptureError):
+            check_other(body, ctype)
+    else:
+        check_other(body, ctype)
+
+
+def test_the_endpoint_must_be_one_of_the_credentials_hosts() -> None:
+    spec = parse_spec(GOOD)
+    assert endpoint_bound(spec, [HostPattern.parse("auth.example.com")])
+    assert endpoint_bound(spec, [HostPattern.parse("*.example.com")])
+    assert not endpoint_bound(spec, [HostPattern.parse("api.example.com")])

@@ -26,6 +26,9 @@ TOKENS = {
 }
 
 
+CRED_HOST = "claims[0].credentials[0].hosts[0]"
+
+
 def staged(name: str, tmp_path: Path, tokens: bool = True) -> Path:
     """Copy ``tests/rules/<name>`` into ``tmp_path`` with the token files it references."""
     dest = tmp_path / name
@@ -198,6 +201,13 @@ BAD = [
         "claims[0].credentials[0].on_misplaced",
         "unknown action 'drop'; expected one of: carry, block, terminate",
     ),
+    # issue 13 class 9: hosts a secret must not be bound to (proxy/suffixes.py)
+    ("bad-credential-host-com.yaml", 16, CRED_HOST, "com is a public suffix (Public Suffix List)"),
+    ("bad-credential-host-herokuapp.yaml", 16, CRED_HOST, "herokuapp.com is a public suffix"),
+    ("bad-credential-host-on-aws.yaml", 16, CRED_HOST, "*.on.aws covers"),
+    ("bad-credential-host-googleapis.yaml", 16, CRED_HOST, "googleapis.com is a public suffix"),
+    ("bad-credential-host-mixed-script.yaml", 16, CRED_HOST, "mixes scripts: Cyrillic, Latin"),
+    ("bad-credential-host-confusable.yaml", 16, CRED_HOST, "wholly in letters that look Latin"),
 ]
 
 
@@ -366,3 +376,25 @@ def test_max_requests_is_read_and_checked(tmp_path: Path) -> None:
     (problem,) = e.value.problems
     assert (problem.line, problem.field) == (11, "claims[0].credentials[0].max_requests")
     assert "at least 1" in problem.message
+
+
+def test_risky_hosts_are_warned_about_at_their_lines(tmp_path: Path) -> None:
+    """Egress wildcards over public or shared-tenant suffixes, and an address or internal names
+    as credential hosts: valid, with a warning each (issue 13 class 9)."""
+    policy = load_rules(staged("warn-risky-hosts.yaml", tmp_path))
+    found = [(w.line, w.field, w.severity) for w in policy.warnings]
+    assert found == [
+        (7, "pools.demo.egress[0].host", "warning"),
+        (8, "pools.demo.egress[1].host", "warning"),
+        (9, "pools.demo.egress[2].host", "warning"),
+        (10, "pools.demo.egress[3].host", "warning"),
+        (23, "claims[0].credentials[0].hosts[0]", "warning"),
+        (24, "claims[0].credentials[0].hosts[1]", "warning"),
+        (25, "claims[0].credentials[0].hosts[2]", "warning"),
+    ]
+    messages = [w.message for w in policy.warnings]
+    assert "*.com spans a public or shared-hosting suffix" in messages[0]
+    assert "*.on.aws covers" in messages[2]
+    assert "10.0.0.5 is an IP address" in messages[4]
+    assert "vault.internal is an internal name" in messages[5]
+    assert "localhost is a single-label name" in messages[6]

@@ -1,0 +1,123 @@
+"""Revocation is the same for every claim (issue 13 class 8): a rules-file claim whose proxy token
+changes (its token file rewritten, or a rules reload pointing it elsewhere, or the claim removed)
+has its open tunnels refused from the very next request and closed by the poll, as store
+claims' tunnels are when their token is rotated."""
+
+from __future__ import annotations
+
+import os
+import ssl
+import textwrap
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import httpx
+import pytest
+from harness import ProxyProcess
+from servers import TestCA, Upstream
+from test_reload import wait_reload
+
+pytestmark = pytest.mark.e2e
+
+
+def _rules(port: int, token_file: str, with_claim: bool = True) -> str:
+    text = textwrap.dedent(f"""\
+        version: 1
+        pools:
+          p:
+            egress:
+              - host: api.test
+                ports: [{port}]
+        """)
+    if with_claim:
+        text += f"claims:\n  - id: c\n    pool: p\n    proxy_token: file:{token_file}\n"
+    return text
+
+
+@dataclass
+class Setup:
+    tmp: Path
+    upstream: Upstream
+    proxy: ProxyProcess
+    rules: Path
+
+    def client(self, token: str) -> httpx.Client:
+        ctx = ssl.create_default_context(cafile=self.proxy.ca_pem)
+        return httpx.Client(proxy=self.proxy.url("c", token), verify=ctx, timeout=10)
+
+    def url(self, path: str) -> str:
+        return f"https://api.test:{self.upstream.port}{path}"
+
+    def received(self, prefix: str) -> list[str]:
+        return [r.path for r in self.upstream.requests if r.path.startswith(prefix)]
+
+
+@pytest.fixture
+def setup(tmp_path: Path) -> Iterator[Setup]:
+    ca = TestCA(tmp_path)
+    upstream = Upstream(ca, ["api.test"], tmpdir=tmp_path).start()
+    (tmp_path / "token").write_text("old-token-0001")
+    rules = tmp_path / "rules.yaml"
+    rules.write_text(_rules(upstream.port, "token"))
+    proxy = ProxyProcess(rules, tmp_path, upstream_ca=ca.ca_pem, resolve={"api.test": "127.0.0.1"})
+    try:
+        proxy.start()
+        yield Setup(tmp_path, upstream, proxy, rules)
+    finally:
+        proxy.stop()
+        upstream.stop()
+
+
+def _replace(path: Path, text: str) -> None:
+    new = path.with_name(path.name + ".new")
+    new.write_text(text)
+    os.replace(new, path)
+
+
+def _refused(client: httpx.Client, url: str) -> None:
+    """The open tunnel carries nothing more: a 407 inside it, or a closed connection whose
+    reconnect is refused with 407."""
+    try:
+        r = client.get(url)
+    except httpx.ProxyError as e:
+        assert "407" in str(e)
+        return
+    except httpx.RemoteProtocolError:  # the poll closed the idle tunnel first: reconnect
+        with pytest.raises(httpx.ProxyError, match="407"):
+            client.get(url)
+        return
+    assert r.status_code == 407, r.text
+
+
+def test_a_rewritten_token_file_revokes_the_open_tunnel_on_the_next_request(setup: Setup) -> None:
+    with setup.client("old-token-0001") as client:
+        assert client.get(setup.url("/rev/1")).status_code == 200
+        _replace(setup.tmp / "token", "new-token-0000002")
+        _refused(client, setup.url("/rev/2"))  # at once: no wait for any poll
+    assert setup.received("/rev") == ["/rev/1"]
+    with setup.client("new-token-0000002") as client:
+        assert client.get(setup.url("/rev/3")).status_code == 200
+
+
+def test_an_idle_tunnel_is_closed_when_its_token_changes(setup: Setup) -> None:
+    with setup.client("old-token-0001") as client:
+        assert client.get(setup.url("/idle/1")).status_code == 200
+        _replace(setup.tmp / "token", "new-token-0000002")
+        time.sleep(0.8)  # the poll runs every 0.2 s
+        with pytest.raises(httpx.TransportError):
+            # closed by the proxy; httpx reconnects and the old token's CONNECT gets 407
+            client.get(setup.url("/idle/2"))
+    assert setup.received("/idle") == ["/idle/1"]
+
+
+@pytest.mark.parametrize("change", ["other-token-file", "claim-removed"])
+def test_a_rules_reload_revokes_the_open_tunnel(setup: Setup, change: str) -> None:
+    (setup.tmp / "token2").write_text("reloaded-token-03")
+    with setup.client("old-token-0001") as client:
+        assert client.get(setup.url("/reload/1")).status_code == 200
+        _replace(setup.rules, _rules(setup.upstream.port, "token2", with_claim=change != "claim-removed"))
+        assert wait_reload(setup.proxy, 1)[0]["outcome"] == "applied"
+        _refused(client, setup.url("/reload/2"))
+    assert setup.received("/reload") == ["/reload/1"]
