@@ -60,6 +60,8 @@ class Reason(StrEnum):
     HOOK_ANSWERED = "hook_answered"
     HOOK_TIMEOUT = "hook_timeout"
     HOOK_FAILED = "hook_failed"
+    HOOK_POOL_LIMIT = "hook_pool_limit"
+    HOOK_NODE_LIMIT = "hook_node_limit"
 
 
 @dataclass(frozen=True, slots=True)

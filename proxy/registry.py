@@ -186,15 +186,19 @@ class Registry:
         (``max_requests``). Returns the name of a credential whose budget is spent (the request
         must then be refused), else None.
 
-        Rules-file credentials are counted in memory per (claim, credential name): the count
-        survives reloads but not a restart. Store credentials are counted in the store, in the
-        same commit-per-use, so the count survives restarts and is shared by every process; a
-        store failure counts as spent (fail closed). All budgets are checked before any is
-        counted, except between two store credentials of one request (rare: counted in order).
+        Every budget is counted in the store, one atomic commit per use, so the count is shared
+        by every worker (a budget of N is never exceeded on the node) and survives restarts:
+        store credentials in their own row, rules-file credentials per (claim, credential name)
+        in ``rules_budgets`` (kept across reloads). A store failure counts as spent (fail
+        closed). With no store (tests) rules-file budgets are counted in this process's memory.
+        Credentials of one request are counted in order (rare: two metered ones in one request
+        may spend the first when the second is refused).
         """
         metered = [c for c in claim.metered if c.name in names]  # not a walk over every credential
         if not metered:
             return None
+        if claim.origin != "store" and self.store is not None:
+            return self._spend_rules(claim, metered)
         if claim.origin != "store" or self.store is None:
             for c in metered:
                 if self._spent.get((claim.id, c.name), 0) >= (c.max_requests or 0):
@@ -205,6 +209,16 @@ class Registry:
         for c in metered:
             try:
                 if not self.store.spend(claim.id, c.name):
+                    return c.name
+            except SurrogateError as e:
+                log.warning("could not count a use of credential %r: %s", c.name, e)
+                return c.name
+        return None
+
+    def _spend_rules(self, claim: Claim, metered: list[Credential]) -> str | None:
+        for c in metered:
+            try:
+                if not self.store or not self.store.spend_rules_budget(claim.id, c.name, c.max_requests or 0):
                     return c.name
             except SurrogateError as e:
                 log.warning("could not count a use of credential %r: %s", c.name, e)

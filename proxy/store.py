@@ -113,6 +113,11 @@ _HISTORY_OF = """SELECT key_id, value, version, superseded_at FROM credential_hi
 _OAUTH = """CREATE TABLE IF NOT EXISTS credential_oauth (
       claim_id TEXT NOT NULL, name TEXT NOT NULL, spec TEXT NOT NULL, PRIMARY KEY (claim_id, name),
       FOREIGN KEY (claim_id, name) REFERENCES credentials(claim_id, name) ON DELETE CASCADE) STRICT"""
+# Request counts of rules-file credentials' budgets (their claims live in the rules file, not
+# here: no foreign key). Created when absent on open, like credential_history.
+_RULES_BUDGETS = """CREATE TABLE IF NOT EXISTS rules_budgets (
+      claim_id TEXT NOT NULL, name TEXT NOT NULL, requests_used INTEGER NOT NULL,
+      PRIMARY KEY (claim_id, name)) STRICT"""
 HISTORY_SECONDS = 24 * 3600.0  # proxy.live.LIVE_SECONDS: how long a superseded value is kept
 HISTORY_VERSIONS = 8  # proxy.live.LIVE_VERSIONS: at most this many per credential
 # Whole statements, never built from strings: the column lists are spelled out in each.
@@ -232,6 +237,7 @@ class CredentialStore(Protocol):
     def oauth_specs(self) -> dict[tuple[str, str], dict[str, Any]]: ...
     def touch_used(self, claim_id: str, name: str, at: float) -> None: ...
     def spend(self, claim_id: str, name: str) -> bool: ...
+    def spend_rules_budget(self, claim_id: str, name: str, max_requests: int) -> bool: ...
     def data_version(self) -> int: ...
     def snapshot(self) -> tuple[list[ClaimRecord], list[CredentialRecord]]: ...
     def rotate_keys(self, new_key: bool = True) -> int: ...
@@ -373,10 +379,11 @@ class Store:
                             db.execute(statement)
                     db.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
             have = {r[0] for r in db.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
-            if not {"credential_history", "credential_oauth"} <= have:
+            if not {"credential_history", "credential_oauth", "rules_budgets"} <= have:
                 with store._write():
                     db.execute(_HISTORY)
                     db.execute(_OAUTH)
+                    db.execute(_RULES_BUDGETS)
         except sqlite3.DatabaseError as e:
             db.close()
             raise StoreError(f"store {path} is not a usable SQLite database: {e}") from None
@@ -608,6 +615,28 @@ class Store:
             except sqlite3.Error as e:
                 raise StoreError(f"cannot count a use of credential {name!r}: {e}") from None
         return row is not None and row[0] is None
+
+    def spend_rules_budget(self, claim_id: str, name: str, max_requests: int) -> bool:
+        """Count one request that carries the secret of a rules-file credential whose budget is
+        ``max_requests`` (≥ 1). False (nothing counted) when ``max_requests`` are already counted.
+
+        One atomic statement (an upsert whose update is conditional), committed and fsynced, so
+        every process of the node counts into one number and a budget of N is never exceeded;
+        the count is kept across reloads and restarts (a restart must not hand out a fresh
+        budget), keyed by (claim id, credential name): a reload that raises ``max_requests``
+        allows that many more. Like :meth:`spend` it does not move this process's
+        :meth:`data_version`. Raises StoreError when the write fails.
+        """
+        with self._lock:
+            try:
+                cur = self._db.execute(
+                    "INSERT INTO rules_budgets VALUES (?, ?, 1) ON CONFLICT (claim_id, name) DO UPDATE "
+                    "SET requests_used = requests_used + 1 WHERE requests_used < ?",
+                    (claim_id, name, max_requests),
+                )
+            except sqlite3.Error as e:
+                raise StoreError(f"cannot count a use of credential {name!r}: {e}") from None
+        return cur.rowcount > 0 and max_requests >= 1
 
     # --- change detection and key rotation ----------------------------------------------------
 

@@ -47,7 +47,7 @@ import os
 import signal
 import socket
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -138,11 +138,14 @@ def become_worker() -> None:
         os.kill(os.getpid(), signal.SIGTERM)
 
 
-async def supervise(command: Sequence[str], count: int) -> int:
+async def supervise(
+    command: Sequence[str], count: int, on_exit: Callable[[int], None] | None = None
+) -> int:
     """Run ``command + ["--worker-index", i]`` for i in 0..count-1 until SIGTERM/SIGINT or until a
     worker exits; relay each worker's stdout (audit lines) to the audit sink configured in this
-    process. Returns the exit status for the supervisor: 0 after a requested stop, 1 when a worker
-    died."""
+    process. ``on_exit(i)`` is called for each worker found dead (its node-wide counts are given
+    back: proxy/counters.py). Returns the exit status for the supervisor: 0 after a requested
+    stop, 1 when a worker died."""
     loop = asyncio.get_running_loop()
     stop = asyncio.Event()
     procs: list[asyncio.subprocess.Process] = []
@@ -164,6 +167,8 @@ async def supervise(command: Sequence[str], count: int) -> int:
     if not stop.is_set():
         for task in done:
             i = exits[task]
+            if on_exit is not None:
+                on_exit(i)
             print(
                 f"surrogate: worker {i} (pid {procs[i].pid}) exited with status {procs[i].returncode}; "
                 "stopping the other workers",
