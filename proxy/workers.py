@@ -138,9 +138,7 @@ def become_worker() -> None:
         os.kill(os.getpid(), signal.SIGTERM)
 
 
-async def supervise(
-    command: Sequence[str], count: int, on_exit: Callable[[int], None] | None = None
-) -> int:
+async def supervise(command: Sequence[str], count: int, on_exit: Callable[[int], None] | None = None) -> int:
     """Run ``command + ["--worker-index", i]`` for i in 0..count-1 until SIGTERM/SIGINT or until a
     worker exits; relay each worker's stdout (audit lines) to the audit sink configured in this
     process. ``on_exit(i)`` is called for each worker found dead (its node-wide counts are given
