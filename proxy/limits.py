@@ -15,6 +15,10 @@ every rule here is tested with tables. The glue is ``addons/limits.py``.
   used, both are. A connection with a request in flight (a slow SSE response, a long upload) is
   never on this clock; mitmproxy's own idle timeout (``tcp_timeout``) bounds silence there.
 
+Connection counts and buckets are the node's (every worker's), kept in :mod:`proxy.counters`;
+the tolerance of the rate limit is none beyond float rounding: over any T seconds at most
+``burst + rate × T`` of a claim's CONNECTs and requests are admitted on the node.
+
 Defaults never bother a normal agent (a busy agent makes a few requests per second over a few
 connections) and stop one claim from taking the proxy for itself.
 """

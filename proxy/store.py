@@ -19,13 +19,16 @@ Schema (``PRAGMA user_version = 3``; created when absent, older files migrated i
                 superseded_at, key_id, value BLOB  -- a replaced value, sealed as it was stored)
     credential_oauth(claim_id, name -> credentials ON DELETE CASCADE, PK of the two,
                 spec JSON  -- OAuth token capture, see proxy.oauth)
+    rules_budgets(claim_id, name, PK of the two,  -- a rules-file credential (no foreign key)
+                requests_used)  -- its max_requests count, shared by every worker (spend_rules_budget)
 
 A migration only adds columns (``ALTER TABLE ... ADD COLUMN``, nullable or with a default) in one
 write transaction, so an older store keeps every row and reads as the defaults it was written with.
 
 A replaced value is kept in ``credential_history`` for response scrubbing (see
 :mod:`proxy.live`: at most 8 per credential, for 24 hours); that table is created on open when
-absent, whatever the schema version (it needs no migration); so is ``credential_oauth``.
+absent, whatever the schema version (it needs no migration); so are ``credential_oauth`` and
+``rules_budgets``.
 
 A value is encrypted with associated data ``claim_id NUL name NUL version``, so a ciphertext
 copied to another row or version fails to decrypt; a metadata change bumps the version and so

@@ -26,6 +26,10 @@ How it is put together (decisions, and why):
   files in ``<state dir>/metrics`` (emptied at start), and ``/metrics`` (worker 0's control API)
   sums every worker's counters and histograms; ``surrogate_open_connections`` is the sum over
   live workers.
+- **Limits.** Connection counts, rate buckets and hook-process counts live in one table every
+  worker maps (``<state dir>/limits.shm``, :mod:`proxy.counters`), which the supervisor creates
+  empty before any worker starts; budgets live in the store. A worker that exits has its column
+  of that table zeroed by the supervisor, so a ``kill -9`` leaks no slot.
 - **Signals.** SIGTERM or SIGINT to the supervisor stops every worker (SIGTERM, then SIGKILL
   after ``STOP_SECONDS``). SIGHUP is passed to every worker (each reloads the rules; each also
   watches the rules file itself, so a reload writes one ``reload`` event per worker). A worker
