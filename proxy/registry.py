@@ -191,8 +191,9 @@ class Registry:
         store credentials in their own row, rules-file credentials per (claim, credential name)
         in ``rules_budgets`` (kept across reloads). A store failure counts as spent (fail
         closed). With no store (tests) rules-file budgets are counted in this process's memory.
-        Credentials of one request are counted in order (rare: two metered ones in one request
-        may spend the first when the second is refused).
+        The rules-file budgets of one request are counted all or none; store credentials' in
+        order (rare: two metered store credentials in one request may spend the first when the
+        second is refused).
         """
         metered = [c for c in claim.metered if c.name in names]  # not a walk over every credential
         if not metered:
@@ -216,14 +217,12 @@ class Registry:
         return None
 
     def _spend_rules(self, claim: Claim, metered: list[Credential]) -> str | None:
-        for c in metered:
-            try:
-                if not self.store or not self.store.spend_rules_budget(claim.id, c.name, c.max_requests or 0):
-                    return c.name
-            except SurrogateError as e:
-                log.warning("could not count a use of credential %r: %s", c.name, e)
-                return c.name
-        return None
+        assert self.store is not None
+        try:
+            return self.store.spend_rules_budgets(claim.id, [(c.name, c.max_requests or 0) for c in metered])
+        except SurrogateError as e:
+            log.warning("could not count a use of credential %r: %s", metered[0].name, e)
+            return metered[0].name
 
     def record_use(self, claim: Claim, names: list[str], now: float) -> None:
         """Note the last-used time of store credentials (rate-limited by the store)."""

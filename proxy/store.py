@@ -20,7 +20,7 @@ Schema (``PRAGMA user_version = 3``; created when absent, older files migrated i
     credential_oauth(claim_id, name -> credentials ON DELETE CASCADE, PK of the two,
                 spec JSON  -- OAuth token capture, see proxy.oauth)
     rules_budgets(claim_id, name, PK of the two,  -- a rules-file credential (no foreign key)
-                requests_used)  -- its max_requests count, shared by every worker (spend_rules_budget)
+                requests_used)  -- its max_requests count, shared by every worker (spend_rules_budgets)
 
 A migration only adds columns (``ALTER TABLE ... ADD COLUMN``, nullable or with a default) in one
 write transaction, so an older store keeps every row and reads as the defaults it was written with.
@@ -240,7 +240,7 @@ class CredentialStore(Protocol):
     def oauth_specs(self) -> dict[tuple[str, str], dict[str, Any]]: ...
     def touch_used(self, claim_id: str, name: str, at: float) -> None: ...
     def spend(self, claim_id: str, name: str) -> bool: ...
-    def spend_rules_budget(self, claim_id: str, name: str, max_requests: int) -> bool: ...
+    def spend_rules_budgets(self, claim_id: str, budgets: Sequence[tuple[str, int]]) -> str | None: ...
     def data_version(self) -> int: ...
     def snapshot(self) -> tuple[list[ClaimRecord], list[CredentialRecord]]: ...
     def rotate_keys(self, new_key: bool = True) -> int: ...
@@ -619,27 +619,37 @@ class Store:
                 raise StoreError(f"cannot count a use of credential {name!r}: {e}") from None
         return row is not None and row[0] is None
 
-    def spend_rules_budget(self, claim_id: str, name: str, max_requests: int) -> bool:
-        """Count one request that carries the secret of a rules-file credential whose budget is
-        ``max_requests`` (≥ 1). False (nothing counted) when ``max_requests`` are already counted.
+    def spend_rules_budgets(self, claim_id: str, budgets: Sequence[tuple[str, int]]) -> str | None:
+        """Count one request that carries the secrets of rules-file credentials, given as
+        ``(name, max_requests)`` pairs. Returns the name of the first one whose ``max_requests``
+        are already counted (or below 1) — then nothing at all is counted — else None.
 
-        One atomic statement (an upsert whose update is conditional), committed and fsynced, so
-        every process of the node counts into one number and a budget of N is never exceeded;
-        the count is kept across reloads and restarts (a restart must not hand out a fresh
-        budget), keyed by (claim id, credential name): a reload that raises ``max_requests``
-        allows that many more. Like :meth:`spend` it does not move this process's
+        One write transaction of atomic statements (an upsert whose update is conditional),
+        committed and fsynced, so every process of the node counts into one number and a budget
+        of N is never exceeded; the count is kept across reloads and restarts (a restart must not
+        hand out a fresh budget), keyed by (claim id, credential name): a reload that raises
+        ``max_requests`` allows that many more. Like :meth:`spend` it does not move this process's
         :meth:`data_version`. Raises StoreError when the write fails.
         """
         with self._lock:
             try:
-                cur = self._db.execute(
-                    "INSERT INTO rules_budgets VALUES (?, ?, 1) ON CONFLICT (claim_id, name) DO UPDATE "
-                    "SET requests_used = requests_used + 1 WHERE requests_used < ?",
-                    (claim_id, name, max_requests),
-                )
+                self._db.execute("BEGIN IMMEDIATE")
+                for name, max_requests in budgets:
+                    cur = self._db.execute(
+                        "INSERT INTO rules_budgets SELECT ?1, ?2, 1 WHERE ?3 >= 1 "
+                        "ON CONFLICT (claim_id, name) DO UPDATE SET requests_used = requests_used + 1 "
+                        "WHERE requests_used < ?3",
+                        (claim_id, name, max_requests),
+                    )
+                    if not cur.rowcount:
+                        self._db.execute("ROLLBACK")
+                        return name
+                self._db.execute("COMMIT")
             except sqlite3.Error as e:
-                raise StoreError(f"cannot count a use of credential {name!r}: {e}") from None
-        return cur.rowcount > 0 and max_requests >= 1
+                if self._db.in_transaction:
+                    self._db.execute("ROLLBACK")
+                raise StoreError(f"cannot count a use of credentials of claim {claim_id!r}: {e}") from None
+        return None
 
     # --- change detection and key rotation ----------------------------------------------------
 

@@ -48,12 +48,20 @@ def _rules(tmp: Path, budget: int = BUDGET) -> Path:
 
 def test_a_rules_budget_counts_exactly_n_and_survives_a_restart(tmp_path: Path) -> None:
     with _open(tmp_path) as store:
-        assert [store.spend_rules_budget("c", "k", 2) for _ in range(3)] == [True, True, False]
-        assert store.spend_rules_budget("c", "other", 1)  # each credential has its own count
+        assert [store.spend_rules_budgets("c", [("k", 2)]) for _ in range(3)] == [None, None, "k"]
+        assert store.spend_rules_budgets("c", [("other", 1)]) is None  # each credential has its own count
     with _open(tmp_path) as store:  # a restarted node
-        assert not store.spend_rules_budget("c", "k", 2)
-        assert store.spend_rules_budget("c", "k", 3)  # a reload that raises the budget allows more
-        assert not store.spend_rules_budget("c", "k", 3)
+        assert store.spend_rules_budgets("c", [("k", 2)]) == "k"
+        assert store.spend_rules_budgets("c", [("k", 3)]) is None  # a reload that raises the budget
+        assert store.spend_rules_budgets("c", [("k", 3)]) == "k"
+
+
+def test_the_rules_budgets_of_one_request_are_counted_all_or_none(tmp_path: Path) -> None:
+    with _open(tmp_path) as store:
+        assert store.spend_rules_budgets("c", [("a", 5), ("b", 1)]) is None
+        assert store.spend_rules_budgets("c", [("a", 5), ("b", 1)]) == "b"  # b is spent: a is not counted
+        assert [store.spend_rules_budgets("c", [("a", 5)]) for _ in range(5)] == [None] * 4 + ["a"]
+        assert store.spend_rules_budgets("c", [("z", 0)]) == "z"  # a budget below 1 allows nothing
 
 
 def _spend(tmp: Path, rules: Path, results: multiprocessing.Queue[int]) -> None:
