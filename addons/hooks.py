@@ -15,7 +15,9 @@ Hook commands running at once are bounded, for the whole node (every worker: the
 ``--hook-processes`` (past it ``503 hook_node_limit``), both with ``Retry-After: 1``. A request
 past a bound is refused at once rather than queued: a queue would hold the sandbox's connection
 for as long as the commands ahead of it run. A slot is held from just before the process starts
-until it has exited and been reaped (a timeout kills its process group first).
+until it has exited and been reaped (a timeout kills its process group first). When the proxy
+stops, the commands still running are killed (their process groups), so none outlives the slot
+counted for it.
 """
 
 from __future__ import annotations
@@ -53,6 +55,14 @@ def _refuse(flow: http.HTTPFlow, reason: Reason, message: str, status: int) -> N
 class Hooks:
     def __init__(self, state: State) -> None:
         self.state = state
+        self.live: set[int] = set()  # process groups of the commands running now
+
+    def done(self) -> None:
+        """The proxy stops: its commands stop too (they run in their own sessions, so no signal
+        to the proxy reaches them), or they would outlive the slots counted for them."""
+        for group in self.live:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(group, signal.SIGKILL)
 
     def load(self, loader: addonmanager.Loader) -> None:
         loader.add_option(
@@ -164,6 +174,15 @@ class Hooks:
                 flow, Reason.HOOK_FAILED, f"hook route {route.id}: command cannot start ({e.strerror})", 502
             )
             return
+        self.live.add(proc.pid)
+        try:
+            await self._finish(flow, route, proc, stdin)
+        finally:
+            self.live.discard(proc.pid)
+
+    async def _finish(
+        self, flow: http.HTTPFlow, route: hooks.HookRoute, proc: asyncio.subprocess.Process, stdin: bytes
+    ) -> None:
         try:
             out = await asyncio.wait_for(self._run(proc, stdin), route.timeout)
         except TimeoutError:

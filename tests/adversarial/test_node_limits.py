@@ -130,6 +130,11 @@ def _rules(tmp: Path, port: int) -> Path:
             limits: {{hook_processes: 100}}
             hooks:
               - {{host: api.test, paths: [/hook], command: [{hook}, {tmp / "node-hooks.log"}, "1"]}}
+          stuck:
+            egress: [{{host: api.test, ports: [{port}]}}]
+            hooks:
+              - {{host: api.test, paths: [/hook], command: [{hook}, {tmp / "stuck-hooks.log"}, "60"],
+                  timeout: 120}}
         claims:
           - id: metered
             pool: p
@@ -141,6 +146,7 @@ def _rules(tmp: Path, port: int) -> Path:
           - {{id: hooked, pool: hooked, proxy_token: file:token}}
           - {{id: hooked-too, pool: hooked, proxy_token: file:token}}
           - {{id: wide, pool: wide, proxy_token: file:token}}
+          - {{id: stuck, pool: stuck, proxy_token: file:token}}
         """)
     )
     return rules
@@ -392,3 +398,47 @@ def test_a_worker_killed_with_sigkill_leaks_no_connection_slot(tmp_path: Path) -
     finally:
         proxy.stop()
         upstream.stop()
+
+
+def _group_alive(group: int) -> bool:
+    """Whether any live process is in process group ``group`` (the command and its children)."""
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except (FileNotFoundError, ProcessLookupError):
+            continue
+        if fields[0] != "Z" and int(fields[2]) == group:
+            return True
+    return False
+
+
+def test_hook_commands_stop_with_the_node(tmp_path: Path) -> None:
+    """A command runs in its own session, so a signal to the proxy never reached it or its children
+    (asyncio kills only the direct child as the loop closes): they outlived the node, and their
+    slots, on the next start. Now each worker kills its commands' process groups as it stops."""
+    token = secrets.token_urlsafe(16)
+    (tmp_path / "token").write_text(token)
+    canary.source(tmp_path / "secret", canary.make("stuck"))
+    ca = TestCA(tmp_path)
+    upstream = Upstream(ca, ["api.test"], tmpdir=tmp_path).start()
+    proxy = _start(tmp_path, _rules(tmp_path, upstream.port), ca)
+    node = Node(upstream, proxy, token, tmp_path, "")
+    log = tmp_path / "stuck-hooks.log"
+    with concurrent.futures.ThreadPoolExecutor(4) as pool:
+        try:
+            asked = [pool.submit(node.get, "stuck", f"/hook?i={i}") for i in range(4)]
+            deadline = time.monotonic() + 20
+            while time.monotonic() < deadline and (not log.exists() or len(log.read_text().splitlines()) < 4):
+                time.sleep(0.05)
+            groups = [int(line.split()[1]) for line in log.read_text().splitlines()]  # sh's pid: its group
+            assert len(groups) == 4 and all(_group_alive(g) for g in groups)
+        finally:
+            proxy.stop()
+            upstream.stop()
+        for f in asked:
+            with contextlib.suppress(httpx.HTTPError):
+                f.result(timeout=30)
+    deadline = time.monotonic() + 5
+    while any(_group_alive(g) for g in groups) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert not [g for g in groups if _group_alive(g)]
