@@ -442,3 +442,43 @@ def test_hook_commands_stop_with_the_node(tmp_path: Path) -> None:
     while any(_group_alive(g) for g in groups) and time.monotonic() < deadline:
         time.sleep(0.05)
     assert not [g for g in groups if _group_alive(g)]
+
+
+def _parent(pid: int) -> int:
+    return int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[1])
+
+
+def test_hook_commands_of_a_worker_killed_with_sigkill_do_not_outlive_it(tmp_path: Path) -> None:
+    """Nothing stops the commands of a worker killed with ``kill -9`` (their own sessions, no
+    timeout any more): they would run on, uncounted, beside the next start's. The supervisor, a
+    child subreaper, inherits them and kills their process groups."""
+    token = secrets.token_urlsafe(16)
+    (tmp_path / "token").write_text(token)
+    canary.source(tmp_path / "secret", canary.make("orphans"))
+    ca = TestCA(tmp_path)
+    upstream = Upstream(ca, ["api.test"], tmpdir=tmp_path).start()
+    proxy = _start(tmp_path, _rules(tmp_path, upstream.port), ca)
+    node = Node(upstream, proxy, token, tmp_path, "")
+    log = tmp_path / "stuck-hooks.log"
+    with concurrent.futures.ThreadPoolExecutor(6) as pool:
+        try:
+            asked = [pool.submit(node.get, "stuck", f"/hook?i={i}") for i in range(6)]
+            deadline = time.monotonic() + 20
+            while time.monotonic() < deadline and (not log.exists() or len(log.read_text().splitlines()) < 6):
+                time.sleep(0.05)
+            groups = [int(line.split()[1]) for line in log.read_text().splitlines()]
+            assert len(groups) == 6
+            victim = _parent(groups[0])
+            assert victim in node.workers()
+            os.kill(victim, signal.SIGKILL)
+            assert proxy.proc is not None and proxy.proc.wait(timeout=30) == 1
+        finally:
+            proxy.stop()
+            upstream.stop()
+        for f in asked:
+            with contextlib.suppress(httpx.HTTPError):
+                f.result(timeout=30)
+    deadline = time.monotonic() + 5
+    while any(_group_alive(g) for g in groups) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert not [g for g in groups if _group_alive(g)]
