@@ -177,8 +177,9 @@ class SharedCounters:
         _, _, full_at, used = _BUCKET.unpack_from(self._buf, at + _KEY)
         return bool(not used or now >= full_at)
 
-    def _find(self, key: str, now: float | None, create: bool) -> int | None:
-        """The offset of ``key``'s slot; with ``create``, a new one (zeroed) when absent."""
+    def _find(self, key: str, now: float | None, create: bool, keep: Sequence[int] = ()) -> int | None:
+        """The offset of ``key``'s slot; with ``create``, a new one (zeroed) when absent, never
+        one of the offsets in ``keep`` (slots just made for the other keys of one acquire)."""
         digest = _digest(key)
         home = int.from_bytes(digest[:8], "little") % self.slots
         spare = None
@@ -190,7 +191,7 @@ class SharedCounters:
             if found == _EMPTY:  # slots are never emptied, so the key is not further on
                 spare = at if spare is None else spare
                 break
-            if create and spare is None and self._reusable(at, now if now is not None else 0.0):
+            if create and spare is None and at not in keep and self._reusable(at, now or 0.0):
                 spare = at
         if not create:
             return None
@@ -205,13 +206,15 @@ class SharedCounters:
     def acquire(self, wants: Sequence[tuple[str, int]]) -> int:
         now = time.monotonic()
         with self._locked():
-            slots = [self._find(key, now, create=True) for key, _ in wants]
+            slots: list[int] = []
+            for key, _ in wants:
+                found = self._find(key, now, create=True, keep=slots)
+                assert found is not None
+                slots.append(found)
             for i, ((_, bound), at) in enumerate(zip(wants, slots, strict=True)):
-                assert at is not None
                 if sum(self._counts.unpack_from(self._buf, at + _KEY + _BUCKET.size)) >= bound:
                     return i
             for at in slots:
-                assert at is not None
                 (mine,) = self._mine.unpack_from(self._buf, self._mine_at(at))
                 self._mine.pack_into(self._buf, self._mine_at(at), mine + 1)
         return -1

@@ -177,3 +177,12 @@ def test_a_shared_check_costs_microseconds(tmp_path: Path) -> None:
     per_take = (time.process_time() - start) / n
     print(f"\nacquire+release {per_conn * 1e6:.1f} µs, take {per_take * 1e6:.1f} µs (CPU)")
     assert per_conn < 200e-6 and per_take < 200e-6
+
+
+def test_the_keys_of_one_acquire_never_share_a_slot() -> None:
+    """Regression: a slot made for the first key (still empty of counts) looked reusable to the
+    second key's search, and both counted in one slot."""
+    for slots in (2, 3, 4):
+        c = SharedCounters.anonymous(slots=slots)
+        assert c.acquire([("pool", 5), ("node", 5)]) == -1
+        assert (c.count("pool"), c.count("node")) == (1, 1)
