@@ -186,3 +186,47 @@ def test_the_keys_of_one_acquire_never_share_a_slot() -> None:
         c = SharedCounters.anonymous(slots=slots)
         assert c.acquire([("pool", 5), ("node", 5)]) == -1
         assert (c.count("pool"), c.count("node")) == (1, 1)
+
+
+_KEYS = st.sampled_from(["a", "b", "c", "d", "e", "f"])
+
+
+@given(
+    slots=st.integers(2, 8),
+    ops=st.lists(
+        st.one_of(
+            st.tuples(
+                st.just("acquire"), st.lists(_KEYS, min_size=1, max_size=3, unique=True), st.integers(1, 3)
+            ),
+            st.tuples(st.just("release"), st.lists(_KEYS, min_size=1, max_size=3, unique=True), st.just(0)),
+            st.tuples(st.just("take"), st.lists(_KEYS, min_size=1, max_size=1), st.just(0)),
+        ),
+        max_size=60,
+    ),
+)
+def test_the_table_counts_like_a_dict(slots: int, ops: list[tuple[str, list[str], int]]) -> None:
+    """Against a plain model, on tables small enough for keys to collide and slots to be reused:
+    every gauge reads what was taken minus what was given back, and never passes its bound."""
+    table = SharedCounters.anonymous(slots=slots)
+    model: dict[str, int] = {}
+    now = 1.0
+    for op, keys, bound in ops:
+        now += 0.5
+        try:
+            if op == "acquire":
+                got = table.acquire([(k, bound) for k in keys])
+                full = [i for i, k in enumerate(keys) if model.get(k, 0) >= bound]
+                assert got == (full[0] if full else -1)
+                if not full:
+                    for k in keys:
+                        model[k] = model.get(k, 0) + 1
+            elif op == "release":
+                table.release(keys)
+                for k in keys:
+                    model[k] = max(0, model.get(k, 0) - 1)
+            else:
+                table.take(keys[0], 10.0, 1, now)
+        except CountersFull:
+            # full only when every slot holds a count (buckets refill between operations here)
+            assert len({k for k, v in model.items() if v} | set(keys)) > slots
+        assert {k: table.count(k) for k in model} == model
