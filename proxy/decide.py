@@ -62,6 +62,8 @@ class Reason(StrEnum):
     HOOK_TIMEOUT = "hook_timeout"
     HOOK_FAILED = "hook_failed"
     AMBIGUOUS_PATH = "ambiguous_path"
+    HOOK_POOL_LIMIT = "hook_pool_limit"
+    HOOK_NODE_LIMIT = "hook_node_limit"
 
 
 @dataclass(frozen=True, slots=True)

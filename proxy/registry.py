@@ -186,15 +186,20 @@ class Registry:
         (``max_requests``). Returns the name of a credential whose budget is spent (the request
         must then be refused), else None.
 
-        Rules-file credentials are counted in memory per (claim, credential name): the count
-        survives reloads but not a restart. Store credentials are counted in the store, in the
-        same commit-per-use, so the count survives restarts and is shared by every process; a
-        store failure counts as spent (fail closed). All budgets are checked before any is
-        counted, except between two store credentials of one request (rare: counted in order).
+        Every budget is counted in the store, one atomic commit per use, so the count is shared
+        by every worker (a budget of N is never exceeded on the node) and survives restarts:
+        store credentials in their own row, rules-file credentials per (claim, credential name)
+        in ``rules_budgets`` (kept across reloads). A store failure counts as spent (fail
+        closed). With no store (tests) rules-file budgets are counted in this process's memory.
+        The rules-file budgets of one request are counted all or none; store credentials' in
+        order (rare: two metered store credentials in one request may spend the first when the
+        second is refused).
         """
         metered = [c for c in claim.metered if c.name in names]  # not a walk over every credential
         if not metered:
             return None
+        if claim.origin != "store" and self.store is not None:
+            return self._spend_rules(claim, metered)
         if claim.origin != "store" or self.store is None:
             for c in metered:
                 if self._spent.get((claim.id, c.name), 0) >= (c.max_requests or 0):
@@ -210,6 +215,14 @@ class Registry:
                 log.warning("could not count a use of credential %r: %s", c.name, e)
                 return c.name
         return None
+
+    def _spend_rules(self, claim: Claim, metered: list[Credential]) -> str | None:
+        assert self.store is not None
+        try:
+            return self.store.spend_rules_budgets(claim.id, [(c.name, c.max_requests or 0) for c in metered])
+        except SurrogateError as e:
+            log.warning("could not count a use of credential %r: %s", metered[0].name, e)
+            return metered[0].name
 
     def record_use(self, claim: Claim, names: list[str], now: float) -> None:
         """Note the last-used time of store credentials (rate-limited by the store)."""

@@ -31,7 +31,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from proxy import hooks, placeholders
 from proxy.errors import HostError, Problem, RulesError, SecretUnavailable
 from proxy.hosts import HostPattern
-from proxy.limits import DEFAULT_BURST, DEFAULT_CONNECTIONS, DEFAULT_RATE, Limits
+from proxy.limits import DEFAULT_BURST, DEFAULT_CONNECTIONS, DEFAULT_HOOK_PROCESSES, DEFAULT_RATE, Limits
 from proxy.paths import prefix_problem
 from proxy.policy import (
     DEFAULT_SURFACES,
@@ -79,6 +79,7 @@ class LimitsModel(_Model):
     connections: int = DEFAULT_CONNECTIONS
     requests_per_second: float = DEFAULT_RATE
     burst: int = DEFAULT_BURST
+    hook_processes: int = DEFAULT_HOOK_PROCESSES
 
 
 class PoolModel(_Model):
@@ -411,7 +412,9 @@ def _limits(lm: LimitsModel, loc: Loc, marks: _Marks) -> Limits:
         )
     if lm.burst < 1:
         marks.add(loc + ("burst",), f"burst {lm.burst} must be at least 1")
-    return Limits(lm.connections, lm.requests_per_second, lm.burst)
+    if lm.hook_processes < 1:
+        marks.add(loc + ("hook_processes",), f"hook_processes {lm.hook_processes} must be at least 1")
+    return Limits(lm.connections, lm.requests_per_second, lm.burst, lm.hook_processes)
 
 
 def _networks(

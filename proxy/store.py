@@ -19,13 +19,16 @@ Schema (``PRAGMA user_version = 3``; created when absent, older files migrated i
                 superseded_at, key_id, value BLOB  -- a replaced value, sealed as it was stored)
     credential_oauth(claim_id, name -> credentials ON DELETE CASCADE, PK of the two,
                 spec JSON  -- OAuth token capture, see proxy.oauth)
+    rules_budgets(claim_id, name, PK of the two,  -- a rules-file credential (no foreign key)
+                requests_used)  -- its max_requests count, shared by every worker (spend_rules_budgets)
 
 A migration only adds columns (``ALTER TABLE ... ADD COLUMN``, nullable or with a default) in one
 write transaction, so an older store keeps every row and reads as the defaults it was written with.
 
 A replaced value is kept in ``credential_history`` for response scrubbing (see
 :mod:`proxy.live`: at most 8 per credential, for 24 hours); that table is created on open when
-absent, whatever the schema version (it needs no migration); so is ``credential_oauth``.
+absent, whatever the schema version (it needs no migration); so are ``credential_oauth`` and
+``rules_budgets``.
 
 A value is encrypted with associated data ``claim_id NUL name NUL version``, so a ciphertext
 copied to another row or version fails to decrypt; a metadata change bumps the version and so
@@ -113,6 +116,11 @@ _HISTORY_OF = """SELECT key_id, value, version, superseded_at FROM credential_hi
 _OAUTH = """CREATE TABLE IF NOT EXISTS credential_oauth (
       claim_id TEXT NOT NULL, name TEXT NOT NULL, spec TEXT NOT NULL, PRIMARY KEY (claim_id, name),
       FOREIGN KEY (claim_id, name) REFERENCES credentials(claim_id, name) ON DELETE CASCADE) STRICT"""
+# Request counts of rules-file credentials' budgets (their claims live in the rules file, not
+# here: no foreign key). Created when absent on open, like credential_history.
+_RULES_BUDGETS = """CREATE TABLE IF NOT EXISTS rules_budgets (
+      claim_id TEXT NOT NULL, name TEXT NOT NULL, requests_used INTEGER NOT NULL,
+      PRIMARY KEY (claim_id, name)) STRICT"""
 HISTORY_SECONDS = 24 * 3600.0  # proxy.live.LIVE_SECONDS: how long a superseded value is kept
 HISTORY_VERSIONS = 8  # proxy.live.LIVE_VERSIONS: at most this many per credential
 # Whole statements, never built from strings: the column lists are spelled out in each.
@@ -232,6 +240,7 @@ class CredentialStore(Protocol):
     def oauth_specs(self) -> dict[tuple[str, str], dict[str, Any]]: ...
     def touch_used(self, claim_id: str, name: str, at: float) -> None: ...
     def spend(self, claim_id: str, name: str) -> bool: ...
+    def spend_rules_budgets(self, claim_id: str, budgets: Sequence[tuple[str, int]]) -> str | None: ...
     def data_version(self) -> int: ...
     def snapshot(self) -> tuple[list[ClaimRecord], list[CredentialRecord]]: ...
     def rotate_keys(self, new_key: bool = True) -> int: ...
@@ -373,10 +382,11 @@ class Store:
                             db.execute(statement)
                     db.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
             have = {r[0] for r in db.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
-            if not {"credential_history", "credential_oauth"} <= have:
+            if not {"credential_history", "credential_oauth", "rules_budgets"} <= have:
                 with store._write():
                     db.execute(_HISTORY)
                     db.execute(_OAUTH)
+                    db.execute(_RULES_BUDGETS)
         except sqlite3.DatabaseError as e:
             db.close()
             raise StoreError(f"store {path} is not a usable SQLite database: {e}") from None
@@ -608,6 +618,38 @@ class Store:
             except sqlite3.Error as e:
                 raise StoreError(f"cannot count a use of credential {name!r}: {e}") from None
         return row is not None and row[0] is None
+
+    def spend_rules_budgets(self, claim_id: str, budgets: Sequence[tuple[str, int]]) -> str | None:
+        """Count one request that carries the secrets of rules-file credentials, given as
+        ``(name, max_requests)`` pairs. Returns the name of the first one whose ``max_requests``
+        are already counted (or below 1) — then nothing at all is counted — else None.
+
+        One write transaction of atomic statements (an upsert whose update is conditional),
+        committed and fsynced, so every process of the node counts into one number and a budget
+        of N is never exceeded; the count is kept across reloads and restarts (a restart must not
+        hand out a fresh budget), keyed by (claim id, credential name): a reload that raises
+        ``max_requests`` allows that many more. Like :meth:`spend` it does not move this process's
+        :meth:`data_version`. Raises StoreError when the write fails.
+        """
+        with self._lock:
+            try:
+                self._db.execute("BEGIN IMMEDIATE")
+                for name, max_requests in budgets:
+                    cur = self._db.execute(
+                        "INSERT INTO rules_budgets SELECT ?1, ?2, 1 WHERE ?3 >= 1 "
+                        "ON CONFLICT (claim_id, name) DO UPDATE SET requests_used = requests_used + 1 "
+                        "WHERE requests_used < ?3",
+                        (claim_id, name, max_requests),
+                    )
+                    if not cur.rowcount:
+                        self._db.execute("ROLLBACK")
+                        return name
+                self._db.execute("COMMIT")
+            except sqlite3.Error as e:
+                if self._db.in_transaction:
+                    self._db.execute("ROLLBACK")
+                raise StoreError(f"cannot count a use of credentials of claim {claim_id!r}: {e}") from None
+        return None
 
     # --- change detection and key rotation ----------------------------------------------------
 

@@ -178,6 +178,12 @@ BAD = [
     ),
     ("bad-limits-rate.yaml", 7, "pools.demo.limits.requests_per_second", "must be a positive number"),
     ("bad-limits-connections.yaml", 8, "pools.demo.limits.connections", "connections 0 must be at least 1"),
+    (
+        "bad-limits-hook-processes.yaml",
+        7,
+        "pools.demo.limits.hook_processes",
+        "hook_processes 0 must be at least 1",
+    ),
     ("bad-duplicate-key.yaml", 9, "pools.demo.egress[0].intercept", "duplicate key 'intercept'"),
     ("bad-yaml-syntax.yaml", 8, "", "invalid YAML: expected ',' or ']'"),
     ("bad-empty.yaml", 1, "", "expected a mapping with 'version: 1' and 'pools'"),
@@ -353,11 +359,11 @@ def test_limits_default_and_read_from_the_pool(tmp_path: Path) -> None:
     rules = tmp_path / "r.yaml"
     rules.write_text(
         "version: 1\npools:\n  a: {}\n  b:\n"
-        "    limits: {connections: 4, requests_per_second: 0.5, burst: 3}\n"
+        "    limits: {connections: 4, requests_per_second: 0.5, burst: 3, hook_processes: 2}\n"
     )
     policy = load_rules(rules)
     assert policy.pools["a"].limits == Limits()
-    assert policy.pools["b"].limits == Limits(4, 0.5, 3)
+    assert policy.pools["b"].limits == Limits(4, 0.5, 3, 2)
 
 
 def test_max_requests_is_read_and_checked(tmp_path: Path) -> None:
