@@ -41,11 +41,12 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from urllib.parse import unquote_to_bytes
 
-from proxy import bodies, placeholders
+from proxy import bodies, placeholders, slots, spellings
 from proxy.decide import Decision, Reason, deny
 from proxy.errors import SecretUnavailable
 from proxy.policy import Credential, Misplaced, Surface
 from proxy.secrets import Secret
+from proxy.slots import BasicPart
 
 Fields = Sequence[tuple[bytes, bytes]]
 log = logging.getLogger("surrogate")
@@ -88,6 +89,9 @@ class _Hit:
     surface: Surface
     credential: Credential
     index: int = -1  # header field index, for header and Basic hits
+    swappable: bool = True  # False: a slot the credential is not swapped in, or another spelling
+    where: str = "request target"  # for messages; never the value
+    part: BasicPart | None = None  # Basic hits: the part it was found in
 
 
 def _decode_basic(value: bytes) -> bytes | None:
@@ -127,20 +131,71 @@ def _spelled(ph: bytes) -> re.Pattern[bytes]:
     return re.compile(b"".join(parts) + rb"(?![A-Za-z0-9])")
 
 
-def _misplaced(out: Outcome, cred: Credential, surface: Surface, host: str) -> None:
+def _misplaced(out: Outcome, cred: Credential, surface: Surface, host: str, where: str = "") -> None:
     if cred.on_misplaced is Misplaced.CARRY:
         out.carry(cred.name, surface)
         return
+    slots_ = f"its surfaces: {', '.join(sorted(cred.surfaces)) or 'none'}"
+    if surface in (Surface.HEADER, Surface.BASIC):
+        parts = ", ".join(p for p in slots.BASIC_PARTS if p in cred.basic_parts) or "none"
+        slots_ += f"; its headers: {slots.display(cred.headers)}; its Basic parts: {parts}"
     out.refuse(
         cred,
         surface,
         deny(
             Reason.PLACEHOLDER_MISPLACED,
-            f"placeholder of credential {cred.name!r} found in the {surface} toward {host}, where "
-            f"that credential is not swapped (its surfaces: {', '.join(sorted(cred.surfaces)) or 'none'})",
+            f"placeholder of credential {cred.name!r} found in {where or 'the ' + surface} toward "
+            f"{host}, where that credential is not swapped ({slots_})",
         ),
         terminate=cred.on_misplaced is Misplaced.TERMINATE,
     )
+
+
+def _header_hits(i: int, name: bytes, value: bytes, by_placeholder: Mapping[bytes, Credential]) -> list[_Hit]:
+    """Every registered placeholder in header field ``i``: raw in the value (swappable in the
+    credential's header slots), in Basic credentials (swappable in its Basic parts), and in any
+    other spelling of the value or of the name (never swappable; see :mod:`proxy.spellings`)."""
+    where = f"header {name.decode('latin-1')}"
+    hits: list[_Hit] = []
+    for m in placeholders.find(value):
+        cred = by_placeholder.get(m.group())
+        if cred is not None:
+            hits.append(_Hit(Surface.HEADER, cred, i, cred.swaps_in_header(name), where))
+    decoded = _decode_basic(value) if name.lower() == b"authorization" else None
+    if decoded:
+        user, password = slots.split_basic(decoded)
+        for part, text in ((BasicPart.USER, user), (BasicPart.PASSWORD, password or b"")):
+            for m in placeholders.find(text):
+                cred = by_placeholder.get(m.group())
+                if cred is not None:
+                    in_part = f"the Basic {'user name' if part is BasicPart.USER else 'password'} of {where}"
+                    hits.append(_Hit(Surface.BASIC, cred, i, cred.swaps_in_basic(part), in_part, part))
+    seen = {h.credential.name for h in hits}
+    basic = value.strip()[:6].lower() == b"basic "
+    for ph in spellings.hidden(value, by_placeholder):
+        cred = by_placeholder[ph]
+        if cred.name not in seen:
+            seen.add(cred.name)
+            surface = Surface.BASIC if basic else Surface.HEADER
+            hits.append(_Hit(surface, cred, i, False, f"{where}, encoded"))
+    for ph in spellings.hidden(name, by_placeholder):
+        hits.append(_Hit(Surface.HEADER, by_placeholder[ph], i, False, "a header name"))
+    return hits
+
+
+def _target_hits(path: bytes, query: bytes, by_placeholder: Mapping[bytes, Credential]) -> list[_Hit]:
+    """Registered placeholders in the request target: in the path (never swappable) and in the
+    query (swappable when spelled raw or percent-encoded once; any other spelling is not)."""
+    hits = [
+        _Hit(Surface.PATH, by_placeholder[ph], swappable=False)
+        for ph in spellings.hidden(path, by_placeholder)
+    ]
+    found = _registered(query, by_placeholder)
+    hits += [_Hit(Surface.QUERY, c) for c in found]
+    for ph in spellings.hidden(query, by_placeholder):
+        if by_placeholder[ph] not in found:
+            hits.append(_Hit(Surface.QUERY, by_placeholder[ph], swappable=False))
+    return hits
 
 
 def substitute_request(
@@ -160,31 +215,23 @@ def substitute_request(
     (:class:`BodyResolver`).
     """
     out = Outcome()
+    if not by_placeholder and not injections:
+        return out
     hits: list[_Hit] = []
     for i, (name, value) in enumerate(fields):
-        for m in placeholders.find(value):
-            cred = by_placeholder.get(m.group())
-            if cred is not None:
-                hits.append(_Hit(Surface.HEADER, cred, i))
-        decoded = _decode_basic(value) if name.lower() == b"authorization" else None
-        if decoded:
-            for m in placeholders.find(decoded):
-                cred = by_placeholder.get(m.group())
-                if cred is not None:
-                    hits.append(_Hit(Surface.BASIC, cred, i))
+        hits += _header_hits(i, name, value, by_placeholder)
     path, sep, query = target.partition(b"?")
-    hits += [_Hit(Surface.PATH, c) for c in _registered(path, by_placeholder)]
-    hits += [_Hit(Surface.QUERY, c) for c in _registered(query, by_placeholder)]
+    hits += _target_hits(path, query, by_placeholder)
 
     swaps: list[_Hit] = []
     for h in hits:  # violations first: any one refuses the request, whatever else it holds
         if not h.credential.bound_to(host):
-            out.refuse(h.credential, h.surface, _violation(h.credential, host, _where(h, fields)))
+            out.refuse(h.credential, h.surface, _violation(h.credential, host, h.where))
             return out
     for h in hits:
         c = h.credential
-        if not c.enables(h.surface):
-            _misplaced(out, c, h.surface, host)
+        if not h.swappable or not c.enables(h.surface):
+            _misplaced(out, c, h.surface, host, h.where)
             if out.refusal is not None:
                 return out
         elif not tls:
@@ -211,22 +258,20 @@ def substitute_request(
         return out
     new = list(fields)
     new_query = query
+    basic: dict[int, list[tuple[BasicPart | None, bytes, bytes]]] = {}
     for h in swaps:
         secret, _ = values[h.credential.name]
         ph, real = h.credential.placeholder.encode(), secret.reveal()
         if h.surface is Surface.QUERY:
             escaped = bodies.escape(real, "query")
             new_query = _spelled(ph).sub(lambda _, e=escaped: e, new_query)  # type: ignore[misc]
-            continue
-        name, value = new[h.index]
-        if h.surface is Surface.BASIC:
-            decoded = _decode_basic(value)
-            if decoded is not None and ph in decoded:
-                scheme = value.strip().split(None, 1)[0]
-                value = scheme + b" " + base64.b64encode(decoded.replace(ph, real.encode()))
+        elif h.surface is Surface.BASIC:
+            basic.setdefault(h.index, []).append((h.part, ph, real.encode()))
         else:
-            value = value.replace(ph, real.encode())
-        new[h.index] = (name, value)
+            name, value = new[h.index]
+            new[h.index] = (name, value.replace(ph, real.encode()))
+    for index, swapped in basic.items():
+        new[index] = _swap_basic(new[index], swapped)
     for c in active:
         assert c.inject is not None
         header = c.inject.header.encode("latin-1")
@@ -239,6 +284,26 @@ def substitute_request(
         out.target = path + sep + new_query
     out.used = {name: version for name, (_, version) in values.items()}
     return out
+
+
+def _swap_basic(
+    field_: tuple[bytes, bytes], swaps: list[tuple[BasicPart | None, bytes, bytes]]
+) -> tuple[bytes, bytes]:
+    """``field_`` (Basic credentials) with each ``(part, placeholder, secret)`` swapped in its part
+    only, re-encoded (RFC 7617 §2) under the scheme spelling the client used."""
+    name, value = field_
+    decoded = _decode_basic(value)
+    if decoded is None:
+        return field_
+    user, password = slots.split_basic(decoded)
+    for part, ph, real in swaps:
+        if part is BasicPart.USER:
+            user = user.replace(ph, real)
+        elif password is not None:
+            password = password.replace(ph, real)
+    rebuilt = user if password is None else user + b":" + password
+    scheme = value.strip().split(None, 1)[0]
+    return name, scheme + b" " + base64.b64encode(rebuilt)
 
 
 def _values(
@@ -266,12 +331,6 @@ def _unavailable(e: SecretUnavailable, names: Sequence[str]) -> Decision:
     log.warning("credential unavailable: %s", e)
     listed = ", ".join(repr(n) for n in names)
     return deny(Reason.CREDENTIAL_UNAVAILABLE, f"credential {listed} is unavailable right now", status=503)
-
-
-def _where(h: _Hit, fields: Fields) -> str:
-    if h.surface in (Surface.HEADER, Surface.BASIC):
-        return f"header {fields[h.index][0].decode('latin-1')}"
-    return "request target"
 
 
 def _violation(cred: Credential, host: str, where: str) -> Decision:

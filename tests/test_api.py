@@ -179,7 +179,8 @@ async def test_put_credential_creates_then_replaces_with_coverage_and_etag(api: 
         {
             "host": "api.test",
             "rule": "p.egress[0] api.test",
-            "header": "any request header carrying the placeholder",
+            "header": "the placeholder's header, one of: Api-Key, Authorization, Ocp-Apim-Subscription-Key, "
+            "Private-Token, X-Api-Key, X-Auth-Token, X-Goog-Api-Key",
         }
     ]
     r = await cred(

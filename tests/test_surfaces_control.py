@@ -83,9 +83,9 @@ def test_a_version_1_store_is_migrated_keeping_every_row(tmp_path: Path) -> None
         s.put_credential(
             "c1", "gh", value=b"v1", hosts=["api.test"], placeholder="surr_MigratePlaceholder000001"
         )
-    # Make it the version-1 file an older surrogate wrote: without the version-2 columns.
+    # Make it the version-1 file an older surrogate wrote: without the columns of versions 2 and later.
     db = sqlite3.connect(tmp_path / "store.sqlite3", isolation_level=None)
-    for column in ("requests_used", "max_requests", "surfaces", "on_misplaced"):
+    for column in ("basic_parts", "headers", "requests_used", "max_requests", "surfaces", "on_misplaced"):
         db.execute(f"ALTER TABLE credentials DROP COLUMN {column}")
     db.execute("PRAGMA user_version = 1")
     db.close()
