@@ -51,6 +51,7 @@ from proxy.slots import BasicPart
 Fields = Sequence[tuple[bytes, bytes]]
 log = logging.getLogger("surrogate")
 _WS = re.compile(rb"\s+")
+_URLSAFE = bytes.maketrans(b"-_", b"+/")
 
 
 @dataclass(slots=True)
@@ -172,7 +173,13 @@ def _header_hits(i: int, name: bytes, value: bytes, by_placeholder: Mapping[byte
                     hits.append(_Hit(Surface.BASIC, cred, i, cred.swaps_in_basic(part), in_part, part))
     seen = {h.credential.name for h in hits}
     basic = value.strip()[:6].lower() == b"basic "
-    for ph in spellings.hidden(value, by_placeholder):
+    # Basic credentials (also base64url ones, in any header) are decoded and read again, so that
+    # their own base64 is not one of the layers the scan reads
+    again = decoded or (_decode_basic(value.translate(_URLSAFE)) if basic else None)
+    found = spellings.hidden(value, by_placeholder) + (
+        spellings.hidden(again, by_placeholder) if again else []
+    )
+    for ph in found:
         cred = by_placeholder[ph]
         if cred.name not in seen:
             seen.add(cred.name)

@@ -17,6 +17,7 @@ from proxy.hosts import HostPattern
 from proxy.limits import Limits
 from proxy.policy import Injection
 from proxy.rules import load_rules
+from proxy.slots import DEFAULT_HEADERS, BasicPart
 
 RULES = Path(__file__).resolve().parent.parent / "rules"
 TOKENS = {
@@ -198,6 +199,19 @@ BAD = [
         "claims[0].credentials[0].on_misplaced",
         "unknown action 'drop'; expected one of: carry, block, terminate",
     ),
+    (
+        "bad-slot-header.yaml",
+        16,
+        "claims[0].credentials[0].headers[1]",
+        "'Host' is not a header a secret may",
+    ),
+    ("bad-slot-basic-part.yaml", 16, "claims[0].credentials[0].basic_parts[1]", "unknown Basic part 'realm'"),
+    (
+        "bad-slot-without-surface.yaml",
+        17,
+        "claims[0].credentials[0].headers",
+        "headers names where the header surface swaps; add 'header' to surfaces",
+    ),
 ]
 
 
@@ -366,3 +380,26 @@ def test_max_requests_is_read_and_checked(tmp_path: Path) -> None:
     (problem,) = e.value.problems
     assert (problem.line, problem.field) == (11, "claims[0].credentials[0].max_requests")
     assert "at least 1" in problem.message
+
+
+def test_slots_default_to_the_credential_headers_and_the_basic_password(tmp_path: Path) -> None:
+    """Issue 13 class 4: a credential that names no slots is swapped only in the common
+    credential headers and the Basic password; named ones are kept, compared case-insensitively."""
+    path = staged("good-minimal.yaml", tmp_path)
+    text = path.read_text().replace(
+        "        hosts: [api.github.com]\n",
+        "        hosts: [api.github.com]\n"
+        "        headers: [Authorization, DD-API-KEY]\n"
+        "        basic_parts: [user]\n",
+    )
+    path.write_text(text)
+    github, example = load_rules(path).claims["sandbox-1"].credentials
+    assert (github.headers, github.basic_parts) == (
+        frozenset({"authorization", "dd-api-key"}),
+        {BasicPart.USER},
+    )
+    assert github.swaps_in_header(b"dd-api-key") and not github.swaps_in_header(b"X-Api-Key")
+    assert (example.headers, example.basic_parts) == (DEFAULT_HEADERS, {BasicPart.PASSWORD})
+    assert {"authorization", "x-api-key", "api-key", "x-goog-api-key", "private-token"} <= DEFAULT_HEADERS
+    for reflected in (b"Origin", b"Referer", b"Cookie", b"X-Request-Id", b"Sec-WebSocket-Protocol"):
+        assert not example.swaps_in_header(reflected)
