@@ -5,11 +5,15 @@ canonical destination host, whether the upstream leg is TLS, and the claim's cre
 values are fetched only after the whole request head has been checked, and only for credentials
 bound to the host.
 
-Surfaces (:class:`proxy.policy.Surface`), each enabled per credential (default header, basic):
-- ``header``: anywhere inside any header value (``Bearer P``, ``token P``, ``X-Api-Key: P``);
+Surfaces (:class:`proxy.policy.Surface`), each enabled per credential (default header, basic),
+narrowed by the credential's slots (:mod:`proxy.slots`):
+- ``header``: inside the value of one of the credential's header slots (default: the headers that
+  carry credentials in practice, ``Authorization``, ``X-Api-Key``, ...; never ``Origin``,
+  ``Cookie``, ``X-Request-Id`` unless named), as ``Bearer P``, ``token P``, ``P``;
 - ``basic`` (and its alias ``userinfo``): inside Basic credentials (``Authorization: Basic
-  base64(user:pass)``, RFC 7617 §2): decoded, swapped in user and password, re-encoded, as git
-  and curl send them, including those they build from ``https://user:P@host`` URLs;
+  base64(user:pass)``, RFC 7617 §2): decoded, swapped in the credential's Basic parts (default the
+  password only), re-encoded, as git and curl send them, including those they build from
+  ``https://user:P@host`` URLs;
 - ``query``: in the query of the request target, spelled raw or percent-encoded (``surr%5F…``);
   the secret is percent-encoded as a query component needs (RFC 3986 §3.4: every byte but the
   unreserved ones, so ``&``, ``=``, ``+`` and ``#`` cannot change the query's shape);
@@ -17,12 +21,19 @@ Surfaces (:class:`proxy.policy.Surface`), each enabled per credential (default h
 The path is never a surface; a placeholder there is judged like one on a surface not enabled.
 The target is scanned as sent and percent-decoded, so ``%5F`` cannot hide ``_``.
 
+The violation scan reads more than the swap does: header names, and every spelling
+:func:`proxy.spellings.hidden` reads (percent-encoding, base64 and base64url at any alignment,
+nested) in header values, Basic credentials, the query and the path. Such a hit is never swapped:
+toward a host its credential is not bound to it is a violation, toward a bound one it is judged
+like a placeholder outside the credential's slots (``on_misplaced``).
+
 Decision for a registered placeholder found on surface S, credential C, toward host H:
 - C not bound to H, S a header, Basic credentials, the query or the path: a *violation*, refused
   (403), whatever C says;
-- C bound to H and S enabled for C: swapped; over cleartext HTTP refused instead (a secret only
-  leaves over verified TLS);
-- otherwise (S not enabled for C, or a body toward a host C is not bound to): C's
+- C bound to H, S enabled for C and the hit in one of C's slots, spelled raw: swapped; over
+  cleartext HTTP refused instead (a secret only leaves over verified TLS);
+- otherwise (S not enabled for C, outside its slots, another spelling, or a body toward a host C
+  is not bound to): C's
   ``on_misplaced``: ``carry`` passes the placeholder inert (audited as carried, with S),
   ``block`` refuses the request, ``terminate`` closes the connection. In a body, whose request
   head has already left, ``block`` closes the connection too.

@@ -23,7 +23,9 @@ def test_rotated_file_value_is_used_by_the_next_request(env: Env) -> None:
         second = client.get(env.url("api.test", "/t/rot-2"), headers={"X-Api-Key": env.placeholder})
     env.received += [first.content, second.content]
     assert first.status_code == second.status_code == 200
-    sent = {r.path: dict(r.headers)["X-Api-Key"] for r in env.upstream.requests if r.path.startswith("/t/rot-")}
+    sent = {
+        r.path: dict(r.headers)["X-Api-Key"] for r in env.upstream.requests if r.path.startswith("/t/rot-")
+    }
     assert sent == {"/t/rot-1": env.secret, "/t/rot-2": rotated}
     assert env.proxy.wait_event(path="/t/rot-2")["credentials"][0] == {"name": "gh", "version": 2}
 

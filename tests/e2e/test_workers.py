@@ -164,7 +164,8 @@ def test_a_control_api_change_reaches_every_worker_by_the_next_request(world: Wo
         r = api.patch("/v1/claims/live/credentials/k", json={"value": "second-value"})
         assert r.status_code == 200, r.text
     codes = [
-        world.get(f"/ctl/after/{i}", "live", token, **{"X-Api-Key": placeholder}) for i in range(NEW_CONNECTIONS)
+        world.get(f"/ctl/after/{i}", "live", token, **{"X-Api-Key": placeholder})
+        for i in range(NEW_CONNECTIONS)
     ]
     assert codes == [200] * NEW_CONNECTIONS
     sent = [
