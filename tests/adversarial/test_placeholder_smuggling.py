@@ -7,11 +7,12 @@ from __future__ import annotations
 
 import base64
 import json
+import socket
 import subprocess
 from typing import Any
 
 import pytest
-from harness import World
+from harness import World, status_line
 
 PH = "surr_HostileTestPlaceholder001"
 
@@ -162,3 +163,30 @@ def test_generated_spellings_anywhere_toward_an_unbound_host_are_refused_and_aud
     args, path = _placed(spelling, where)
     done = world.curl(*args, world.url(path, "other.test"))
     _refused_and_audited(world, done, path.split("?")[0])
+
+
+@pytest.mark.parametrize(
+    "userinfo", [f"x:{PH}", PH, f"x:{PH.replace('_', '%5F')}"], ids=["password", "user", "percent"]
+)
+@pytest.mark.parametrize("tunnelled", [False, True], ids=["plain-http", "in-a-tunnel"])
+def test_url_userinfo_in_the_request_line_is_refused_before_any_upstream_connection(
+    world: World, userinfo: str, tunnelled: bool
+) -> None:
+    """Clients send URL userinfo as Basic credentials (scanned above); one written into the
+    request line itself is refused by mitmproxy's HTTP/1 reader (400) before any hook runs, so
+    there is no request and no audit event, only the refusal (RFC 9110 §4.2.4 forbids it)."""
+    before = world.upstream.connections
+    port = world.upstream.port
+    if tunnelled:
+        head = f"GET https://{userinfo}@other.test:{port}/ui HTTP/1.1\r\nHost: other.test:{port}\r\n\r\n"
+        data = world.tunnel_request(head.encode(), host="other.test")
+    else:
+        with socket.create_connection(("127.0.0.1", world.proxy.port), timeout=10) as s:
+            s.sendall(
+                f"GET http://{userinfo}@plain.test:{port}/ui HTTP/1.1\r\nHost: plain.test:{port}\r\n"
+                f"Proxy-Authorization: {world.proxy_auth()}\r\n\r\n".encode()
+            )
+            data = s.recv(65536)
+        world.received.append(data)
+    assert status_line(data) == b"400", data[:200]
+    assert world.paths("/ui") == [] and world.upstream.connections == before
