@@ -467,8 +467,9 @@ def _warnings(
     model: RulesModel, pools: dict[str, Pool], claims: dict[str, Claim], marks: _Marks
 ) -> list[Problem]:
     """Risky but valid: '*' in a pool whose claims hold credentials, wildcards over shared-hosting
-    suffixes, and rules an earlier rule overlaps so that order decides (for CONNECT, the first
-    host-and-port match picks interception or an opaque tunnel)."""
+    suffixes, rules an earlier rule overlaps so that order decides (for CONNECT, the first
+    host-and-port match picks interception or an opaque tunnel), and header slots that hosts
+    commonly reflect (proxy.slots.REFLECTED)."""
     before = len(marks.problems)
     credentialed = {c.pool for c in claims.values() if c.credentials}
     for name, pool in pools.items():
@@ -488,6 +489,15 @@ def _warnings(
                         f"{earlier.label()} comes first and covers {rule.host}: a CONNECT there is "
                         f"{'intercepted' if earlier.intercept else 'an opaque tunnel'} "
                         "whatever this rule says",
+                    )
+    for ci, km_claim in enumerate(model.claims):
+        for k, km in enumerate(km_claim.credentials):
+            for j, header in enumerate(km.headers or ()):
+                if header.lower() in slots.REFLECTED:
+                    where: Loc = ("claims", ci, "credentials", k, "headers", j)
+                    marks.add(
+                        where,
+                        f"{header} is a header hosts commonly reflect: a secret swapped there may come back",
                     )
     found = marks.problems[before:]
     del marks.problems[before:]

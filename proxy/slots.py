@@ -59,6 +59,11 @@ DEFAULT_HEADERS = frozenset(h.lower() for h in DEFAULT_HEADER_NAMES)
 DEFAULT_BASIC_PARTS = frozenset({BasicPart.PASSWORD})
 BASIC_PARTS = (BasicPart.USER, BasicPart.PASSWORD)
 
+# Headers hosts commonly reflect (CORS answers, logs, error pages, WebSocket handshakes): naming
+# one as a slot is allowed, and `rules check` warns.
+REFLECTED = frozenset(
+    {"origin", "referer", "cookie", "x-request-id", "sec-websocket-protocol", "user-agent", "x-forwarded-for"}
+)
 # Framing and routing headers: a secret there changes how the request is read, not who it is.
 _NEVER = frozenset({"host", "content-length", "transfer-encoding", "connection", "te", "upgrade"})
 

@@ -403,3 +403,16 @@ def test_slots_default_to_the_credential_headers_and_the_basic_password(tmp_path
     assert {"authorization", "x-api-key", "api-key", "x-goog-api-key", "private-token"} <= DEFAULT_HEADERS
     for reflected in (b"Origin", b"Referer", b"Cookie", b"X-Request-Id", b"Sec-WebSocket-Protocol"):
         assert not example.swaps_in_header(reflected)
+
+
+def test_a_reflected_header_as_a_slot_is_a_warning_at_its_line(tmp_path: Path) -> None:
+    path = staged("good-minimal.yaml", tmp_path)
+    path.write_text(
+        path.read_text().replace(
+            "        hosts: [api.github.com]\n",
+            "        hosts: [api.github.com]\n        headers: [Authorization, Cookie]\n",
+        )
+    )
+    (warning,) = load_rules(path).warnings
+    assert (warning.severity, warning.field) == ("warning", "claims[0].credentials[0].headers[1]")
+    assert warning.line == 25 and "Cookie is a header hosts commonly reflect" in warning.message
