@@ -227,3 +227,26 @@ def test_cli_client_reads_the_value_from_stdin_never_argv(world: World) -> None:
     assert bad.returncode == 1 and "not covered" in bad.stderr and value not in bad.stderr
     with world.api() as api:
         assert api.get("/v1/claims/cli/credentials/k").json()["hosts"] == ["api.test"]
+
+
+def test_slots_written_through_the_api_are_used_by_the_next_request(world: World) -> None:
+    """Issue 13 class 4 for store credentials: the default slots leave Origin alone, named slots
+    (a PATCH, acknowledged) replace them from the next request on the same connection."""
+    value = world.canary()
+    with world.api() as api:
+        token = api.post("/v1/claims", json={"id": "slots", "pool": "p"}).json()["proxy_token"]
+        r = api.put("/v1/claims/slots/credentials/svc", json={"hosts": ["api.test"], "value": value})
+        placeholder = r.json()["placeholder"]
+        both = {"Origin": f"https://{placeholder}.app.test", "X-Api-Key": placeholder}
+        with world.client("slots", token) as client:
+            assert client.get(world.url("/slot/1"), headers=both).status_code == 200
+            r = api.patch("/v1/claims/slots/credentials/svc", json={"headers": ["DD-API-KEY"]})
+            assert r.status_code == 200 and r.json()["headers"] == ["dd-api-key"]
+            sent = {**both, "DD-API-KEY": placeholder}
+            assert client.get(world.url("/slot/2"), headers=sent).status_code == 200
+    assert world.sent("/slot/1", "Origin") == [f"https://{placeholder}.app.test"]
+    assert world.sent("/slot/1", "X-Api-Key") == [value]
+    assert world.sent("/slot/2", "X-Api-Key") == [placeholder]  # no longer one of its slots
+    assert world.sent("/slot/2", "DD-API-KEY") == [value]
+    event = world.proxy.wait_event(path="/slot/2")
+    assert event["carried_on"] == [{"name": "svc", "surface": "header"}]
