@@ -115,3 +115,12 @@ def test_cli_sends_surfaces_and_on_misplaced() -> None:
     method, url, body, _ = client._request(args)
     assert (method, url) == ("PATCH", "/v1/claims/c1/credentials/k")
     assert body == {"surfaces": ["query", "body"], "on_misplaced": "block"}
+
+
+def test_cli_sends_slots() -> None:
+    args = cli._parser().parse_args(
+        ["creds", "patch", "c1", "k", "--host", "api.test", "--slot-header", "X-Api-Key",
+         "--slot-header", "Cookie", "--basic-part", "user", "--state-dir", "/nonexistent"]
+    )  # fmt: skip
+    _, _, body, _ = client._request(args)
+    assert body == {"hosts": ["api.test"], "headers": ["X-Api-Key", "Cookie"], "basic_parts": ["user"]}
