@@ -59,10 +59,9 @@ def hidden(value: bytes, registered: Container[bytes]) -> list[bytes]:
     in the order found. Raises nothing."""
     if len(value) < _SHORTEST:
         return []
-    found = _cached(value) if len(value) <= _CACHED else _candidates(value)
     out: list[bytes] = []
-    for candidate in found:  # "surr_" and the letters and digits after it (at most 64)
-        for length in range(_SHORTEST, len(candidate) + 1):
+    for candidate in candidates(value):
+        for length in range(_SHORTEST, min(len(candidate), _SHORTEST + _MAX_BODY - _MIN_BODY) + 1):
             if candidate[:length] in registered:
                 if candidate[:length] not in out:
                     out.append(candidate[:length])
@@ -70,10 +69,17 @@ def hidden(value: bytes, registered: Container[bytes]) -> list[bytes]:
     return out
 
 
+def candidates(value: bytes) -> tuple[bytes, ...]:
+    """Every ``surr_`` run in any spelling of ``value``, each with the letters and digits after
+    it, at most 65 of them (so that one longer than a placeholder's 64 shows it): what
+    :func:`hidden` checks against the registered placeholders, and :mod:`proxy.forgery` for
+    checksums. Pure in ``value`` (no claim's placeholders are involved), so cached."""
+    if len(value) < _SHORTEST:
+        return ()
+    return _cached(value) if len(value) <= _CACHED else _candidates(value)
+
+
 def _candidates(value: bytes) -> tuple[bytes, ...]:
-    """Every ``surr_`` run (with up to 64 letters or digits after it) in any spelling of
-    ``value``: what :func:`hidden` checks against the registered placeholders. Pure in ``value``
-    (no claim's placeholders are involved), so it can be cached across requests and claims."""
     out: list[bytes] = []
     _scan(value, MAX_LAYERS, out)
     return tuple(out)
@@ -114,12 +120,12 @@ def _runs(value: bytes, layers: int, out: list[bytes]) -> None:
 
 
 def _raw(value: bytes, out: list[bytes]) -> None:
-    """Each ``surr_`` of ``value`` with the letters or digits after it (at most 64)."""
+    """Each ``surr_`` of ``value`` with the letters or digits after it (at most 65)."""
     at = value.find(_PREFIX)
     while at != -1:
         start = at + len(_PREFIX)
         body = _ALNUM.match(value, start)
-        end = min(body.end() if body else start, start + _MAX_BODY)
+        end = min(body.end() if body else start, start + _MAX_BODY + 1)
         if end - start >= _MIN_BODY and value[at:end] not in out:
             out.append(value[at:end])
         at = value.find(_PREFIX, start)
