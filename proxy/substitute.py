@@ -288,7 +288,7 @@ def substitute_request(
             basic.setdefault(h.index, []).append((h.part, ph, real.encode()))
         else:
             name, value = new[h.index]
-            new[h.index] = (name, value.replace(ph, real.encode()))
+            new[h.index] = (name, _replace(value, ph, real.encode()))
     for index, swapped in basic.items():
         new[index] = _swap_basic(new[index], swapped)
     for c in active:
@@ -305,6 +305,12 @@ def substitute_request(
     return out
 
 
+def _replace(text: bytes, ph: bytes, real: bytes) -> bytes:
+    """``text`` with each occurrence of ``ph`` that is a placeholder (not followed by a letter or
+    digit: ``placeholders.PATTERN``) replaced by ``real``; a longer run is another string."""
+    return re.sub(re.escape(ph) + rb"(?![A-Za-z0-9])", lambda _: real, text)
+
+
 def _swap_basic(
     field_: tuple[bytes, bytes], swaps: list[tuple[BasicPart | None, bytes, bytes]]
 ) -> tuple[bytes, bytes]:
@@ -317,9 +323,9 @@ def _swap_basic(
     user, password = slots.split_basic(decoded)
     for part, ph, real in swaps:
         if part is BasicPart.USER:
-            user = user.replace(ph, real)
+            user = _replace(user, ph, real)
         elif password is not None:
-            password = password.replace(ph, real)
+            password = _replace(password, ph, real)
     rebuilt = user if password is None else user + b":" + password
     scheme = value.strip().split(None, 1)[0]
     return name, scheme + b" " + base64.b64encode(rebuilt)

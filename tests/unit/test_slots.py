@@ -161,3 +161,9 @@ def test_outside_the_slots_toward_an_unbound_host_is_still_a_violation(
 )
 def test_which_headers_may_be_slots(name: str, ok: bool) -> None:
     assert (header_problem(name) is None) is ok
+
+
+def test_a_longer_run_beside_the_placeholder_is_left_as_it_is(tmp_path: Path) -> None:
+    """Only the placeholder is swapped, not the start of a longer string (``surr_…xyz``)."""
+    out = _run(_cred(tmp_path), [("Authorization", f"Bearer {PH} {PH}xyz")])
+    assert out.fields == [(b"Authorization", f"Bearer {SECRET} {PH}xyz".encode())]
