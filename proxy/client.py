@@ -71,6 +71,20 @@ def add_commands(sub: Any, state: argparse.ArgumentParser) -> None:
             help="where the placeholder is swapped (repeatable; default header and basic)",
         )
         p.add_argument(
+            "--slot-header",
+            action="append",
+            dest="slot_headers",
+            metavar="NAME",
+            help="a header the placeholder is swapped in (repeatable; default: the credential headers)",
+        )
+        p.add_argument(
+            "--basic-part",
+            action="append",
+            dest="basic_parts",
+            choices=["user", "password"],
+            help="a part of Basic credentials the placeholder is swapped in (repeatable; default password)",
+        )
+        p.add_argument(
             "--on-misplaced",
             choices=["carry", "block", "terminate"],
             help="a placeholder where it is not swapped: pass it inert (default), refuse, or close",
@@ -141,4 +155,8 @@ def _request(args: argparse.Namespace) -> tuple[str, str, dict[str, Any] | None,
         body["surfaces"] = args.surfaces
     if args.on_misplaced:
         body["on_misplaced"] = args.on_misplaced
+    if args.slot_headers:
+        body["headers"] = args.slot_headers
+    if args.basic_parts:
+        body["basic_parts"] = args.basic_parts
     return args.action.upper(), url, body, headers

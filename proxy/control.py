@@ -21,7 +21,7 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
-from proxy import audit, placeholders
+from proxy import audit, placeholders, slots
 from proxy.errors import HostError, SecretUnavailable, SurrogateError
 from proxy.hosts import HostPattern
 from proxy.metrics import Metrics
@@ -50,8 +50,14 @@ class Coverage:
     header: str
 
 
-def coverage(pool: Pool, hosts: list[str], inject_header: str | None) -> list[Coverage]:
-    """For each host pattern, the intercepting rule of ``pool`` that covers it.
+def coverage(
+    pool: Pool,
+    hosts: list[str],
+    inject_header: str | None,
+    headers: list[str] | tuple[str, ...] | None = None,
+) -> list[Coverage]:
+    """For each host pattern, the intercepting rule of ``pool`` that covers it, and the headers
+    the secret travels in (the injection's, else the header slots ``headers``; None: the default).
 
     Raises ControlError(422) naming the first host that does not parse or is not covered.
     """
@@ -92,7 +98,10 @@ def coverage(pool: Pool, hosts: list[str], inject_header: str | None) -> list[Co
                 "(intercept: false), so the credential could never apply",
                 f"hosts[{i}]",
             )
-        header = inject_header or "any request header carrying the placeholder"
+        slot = slots.display(
+            slots.DEFAULT_HEADERS if headers is None else frozenset(h.lower() for h in headers)
+        )
+        header = inject_header or f"the placeholder's header, one of: {slot}"
         out.append(Coverage(str(pattern), rule.label(), header))
     return out
 
@@ -267,7 +276,7 @@ class Control:
         pool = self._pool(claim_id)
         header, fmt = body.get("inject_header"), body.get("inject_format")
         _check_inject(header, fmt)
-        cov = coverage(pool, body["hosts"], header)
+        cov = coverage(pool, body["hosts"], header, body.get("headers"))
         value = _check_value(body["value"])
         placeholder = body.get("placeholder")
         _check_placeholder(placeholder)
@@ -292,6 +301,8 @@ class Control:
                 max_requests=body.get("max_requests"),
                 surfaces=body.get("surfaces"),
                 on_misplaced=body.get("on_misplaced"),
+                headers=body.get("headers"),
+                basic_parts=body.get("basic_parts"),
             )
             # a second short transaction: a PUT replaces, so no "oauth" clears the capture
             self.store.set_oauth(claim_id, name, oauth.to_json() if oauth else None)
@@ -312,7 +323,9 @@ class Control:
         header = changes.get("inject_header", old.inject_header)
         fmt = changes.get("inject_format", old.inject_format)
         _check_inject(header, fmt if "inject_format" in changes else None)
-        cov = coverage(pool, list(changes.get("hosts", old.hosts)), header)
+        cov = coverage(
+            pool, list(changes.get("hosts", old.hosts)), header, changes.get("headers", old.headers)
+        )
         if "hosts" in changes:
             spec = self.store.oauth_specs().get((claim_id, name))
             if spec is not None:

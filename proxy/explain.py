@@ -419,7 +419,7 @@ def render(e: Explanation) -> str:
         lines.append(f"  credential {p.credential}: {p.how} in header {p.header}")
     if e.carried:
         lines.append(
-            f"  carried unchanged in the URL (not a surface its credential enables): {', '.join(e.carried)}"
+            f"  carried unchanged (found where its credential is not swapped): {', '.join(e.carried)}"
         )
     shown = e.verdict in (e.connect, e.request, e.substitution)  # its sentence is printed above
     lines.append(f"verdict: {_line(e.verdict, message=not shown)}")

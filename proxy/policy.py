@@ -18,6 +18,7 @@ from proxy.errors import Problem, SecretUnavailable
 from proxy.hosts import HostPattern
 from proxy.limits import Limits
 from proxy.secrets import Secret, ValueSource
+from proxy.slots import DEFAULT_BASIC_PARTS, DEFAULT_HEADERS, BasicPart
 
 if TYPE_CHECKING:
     from proxy.hooks import HookRoute
@@ -138,12 +139,24 @@ class Credential:
     surfaces: frozenset[Surface] = DEFAULT_SURFACES
     on_misplaced: Misplaced = Misplaced.CARRY
     oauth: OAuthSpec | None = None  # token capture: this credential is the refresh token (proxy.oauth)
+    # the slots (proxy.slots): lower-cased header names the header surface swaps in, and the
+    # parts of Basic credentials the basic surface swaps in
+    headers: frozenset[str] = DEFAULT_HEADERS
+    basic_parts: frozenset[BasicPart] = DEFAULT_BASIC_PARTS
 
     def enables(self, surface: Surface) -> bool:
         """True when a placeholder found on ``surface`` may be swapped (toward a bound host)."""
         if surface is Surface.BASIC:
             return Surface.BASIC in self.surfaces or Surface.USERINFO in self.surfaces
         return surface in self.surfaces
+
+    def swaps_in_header(self, name: bytes) -> bool:
+        """True when a placeholder spelled raw in the value of header ``name`` may be swapped."""
+        return Surface.HEADER in self.surfaces and name.decode("latin-1").lower() in self.headers
+
+    def swaps_in_basic(self, part: BasicPart) -> bool:
+        """True when a placeholder in this part of Basic credentials may be swapped."""
+        return self.enables(Surface.BASIC) and part in self.basic_parts
 
     def expired(self, now: float) -> bool:
         return self.expires_at is not None and now >= self.expires_at

@@ -17,6 +17,7 @@ import logging
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from proxy import slots
 from proxy.errors import SecretUnavailable, SurrogateError
 from proxy.hosts import HostPattern
 from proxy.oauth import OAuthSpec, parse_spec
@@ -164,6 +165,10 @@ class Registry:
                     surfaces=DEFAULT_SURFACES if r.surfaces is None else frozenset(map(Surface, r.surfaces)),
                     on_misplaced=Misplaced(r.on_misplaced or Misplaced.CARRY),
                     oauth=oauth,
+                    headers=slots.DEFAULT_HEADERS if r.headers is None else frozenset(r.headers),
+                    basic_parts=slots.DEFAULT_BASIC_PARTS
+                    if r.basic_parts is None
+                    else frozenset(map(slots.BasicPart, r.basic_parts)),
                 )
             built[r.claim_id, r.name] = (r.version, cred)
             by_claim.setdefault(r.claim_id, []).append(cred)

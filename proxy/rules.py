@@ -28,7 +28,7 @@ from typing import Any, Literal, get_args, get_origin
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from proxy import hooks, placeholders
+from proxy import hooks, placeholders, slots
 from proxy.errors import HostError, Problem, RulesError, SecretUnavailable
 from proxy.hosts import HostPattern
 from proxy.limits import DEFAULT_BURST, DEFAULT_CONNECTIONS, DEFAULT_HOOK_PROCESSES, DEFAULT_RATE, Limits
@@ -48,6 +48,7 @@ from proxy.policy import (
     Surface,
 )
 from proxy.secrets import ValueSource
+from proxy.slots import BasicPart
 from proxy.suffixes import confusable, internal, wildcard_risk
 
 _TOKEN = re.compile(r"^[!#$%&'*+.^_`|~0-9A-Za-z-]+$")  # RFC 9110 §5.6.2 token
@@ -105,6 +106,8 @@ class CredentialModel(_Model):
     inject: InjectModel | None = None
     max_requests: int | None = None
     surfaces: list[str] = Field(default_factory=lambda: [str(x) for x in DEFAULT_SURFACES])
+    headers: list[str] | None = None  # header slots (proxy.slots); None: DEFAULT_HEADERS
+    basic_parts: list[str] | None = None  # Basic slots (proxy.slots); None: the password
     on_misplaced: str = Misplaced.CARRY.value
 
 
@@ -440,8 +443,9 @@ def _warnings(
     model: RulesModel, pools: dict[str, Pool], claims: dict[str, Claim], marks: _Marks
 ) -> list[Problem]:
     """Risky but valid: '*' in a pool whose claims hold credentials, wildcards over shared-hosting
-    suffixes, and rules an earlier rule overlaps so that order decides (for CONNECT, the first
-    host-and-port match picks interception or an opaque tunnel)."""
+    suffixes, rules an earlier rule overlaps so that order decides (for CONNECT, the first
+    host-and-port match picks interception or an opaque tunnel), and header slots that hosts
+    commonly reflect (proxy.slots.REFLECTED)."""
     before = len(marks.problems)
     credentialed = {c.pool for c in claims.values() if c.credentials}
     for name, pool in pools.items():
@@ -475,6 +479,15 @@ def _warnings(
                 if not pattern.any_host and (why := internal(name)) is not None:
                     where: Loc = ("claims", ci, "credentials", ki, "hosts", j)
                     marks.add(where, f"credential host {pattern}: {why}")
+    for ci, km_claim in enumerate(model.claims):
+        for k, km in enumerate(km_claim.credentials):
+            for j, header in enumerate(km.headers or ()):
+                if header.lower() in slots.REFLECTED:
+                    where = ("claims", ci, "credentials", k, "headers", j)
+                    marks.add(
+                        where,
+                        f"{header} is a header hosts commonly reflect: a secret swapped there may come back",
+                    )
     found = marks.problems[before:]
     del marks.problems[before:]
     return [dataclasses.replace(p, severity="warning") for p in found]
@@ -577,6 +590,7 @@ def _credential(
             f"max_requests {km.max_requests} must be at least 1 (omit it for no budget)",
         )
     surfaces = _surfaces(km, loc, marks)
+    headers, parts = _slots(km, surfaces, loc, marks)
     source = _source(km.value, base_dir, loc + ("value",), marks)
     if source is None or len(marks.problems) != before:
         return None
@@ -589,7 +603,40 @@ def _credential(
         surfaces=surfaces,
         on_misplaced=Misplaced(km.on_misplaced),
         max_requests=km.max_requests,
+        headers=headers,
+        basic_parts=parts,
     )
+
+
+def _slots(
+    km: CredentialModel, surfaces: frozenset[Surface], loc: Loc, marks: _Marks
+) -> tuple[frozenset[str], frozenset[BasicPart]]:
+    """The header and Basic slots (proxy.slots); a bad name, or slots for a surface the
+    credential does not enable, is a problem."""
+    headers = slots.DEFAULT_HEADERS
+    if km.headers is not None:
+        if Surface.HEADER not in surfaces:
+            marks.add(
+                loc + ("headers",), "headers names where the header surface swaps; add 'header' to surfaces"
+            )
+        for j, name in enumerate(km.headers):
+            if (why := slots.header_problem(name)) is not None:
+                marks.add(loc + ("headers", j), why)
+        headers = frozenset(h.lower() for h in km.headers)
+    parts = slots.DEFAULT_BASIC_PARTS
+    if km.basic_parts is not None:
+        if not {Surface.BASIC, Surface.USERINFO} & surfaces:
+            marks.add(
+                loc + ("basic_parts",),
+                "basic_parts names where the basic surface swaps; add 'basic' to surfaces",
+            )
+        for j, name in enumerate(km.basic_parts):
+            if name not in set(BasicPart):
+                marks.add(
+                    loc + ("basic_parts", j), f"unknown Basic part {name!r}; expected some of: user, password"
+                )
+        parts = frozenset(BasicPart(n) for n in km.basic_parts if n in set(BasicPart))
+    return headers, parts
 
 
 def _surfaces(km: CredentialModel, loc: Loc, marks: _Marks) -> frozenset[Surface]:

@@ -3,7 +3,7 @@
 The file is ``<state dir>/store.sqlite3``, mode 0600 (SQLite gives its WAL and shm the same mode);
 the keys live apart, in :mod:`proxy.keyring`'s key file.
 
-Schema (``PRAGMA user_version = 3``; created when absent, older files migrated in place)::
+Schema (``PRAGMA user_version = 4``; created when absent, older files migrated in place)::
 
     claims(id TEXT PK, pool, sources JSON, token_hash BLOB  -- sha256 of the token, never the token
            version, created_at, updated_at)
@@ -14,7 +14,9 @@ Schema (``PRAGMA user_version = 3``; created when absent, older files migrated i
                 surfaces JSON  -- null: the default (header, basic); since version 2
                 on_misplaced   -- null: carry; since version 2
                 max_requests   -- the request budget, NULL: none; since version 3
-                requests_used) -- requests that carried the secret; reset by a PUT, kept by a PATCH
+                requests_used  -- requests that carried the secret; reset by a PUT, kept by a PATCH
+                headers JSON   -- header slots (proxy.slots), null: the default list; since version 4
+                basic_parts JSON) -- Basic slots, null: the password only; since version 4
     credential_history(claim_id, name -> credentials ON DELETE CASCADE, version, PK of the three,
                 superseded_at, key_id, value BLOB  -- a replaced value, sealed as it was stored)
     credential_oauth(claim_id, name -> credentials ON DELETE CASCADE, PK of the two,
@@ -75,13 +77,13 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any, Protocol, Self
 
-from proxy import placeholders
+from proxy import placeholders, slots
 from proxy.errors import SurrogateError
 from proxy.keyring import DecryptError, KeyRing
 from proxy.policy import SURFACES, Misplaced
 
 FILENAME = "store.sqlite3"
-SCHEMA_VERSION = 3
+SCHEMA_VERSION = 4
 _SCHEMA = (
     """CREATE TABLE claims (
       id TEXT PRIMARY KEY, pool TEXT NOT NULL, sources TEXT NOT NULL, token_hash BLOB NOT NULL,
@@ -102,6 +104,10 @@ _MIGRATIONS: dict[int, tuple[str, ...]] = {
     2: (  # the request budget
         "ALTER TABLE credentials ADD COLUMN max_requests INTEGER",
         "ALTER TABLE credentials ADD COLUMN requests_used INTEGER NOT NULL DEFAULT 0",
+    ),
+    3: (  # substitution slots (proxy.slots)
+        "ALTER TABLE credentials ADD COLUMN headers TEXT",
+        "ALTER TABLE credentials ADD COLUMN basic_parts TEXT",
     ),
 }
 # Previous values kept for scrubbing (proxy.live); added beside schema 1, so created when absent
@@ -127,22 +133,22 @@ HISTORY_VERSIONS = 8  # proxy.live.LIVE_VERSIONS: at most this many per credenti
 _CLAIMS = "SELECT id, pool, sources, version, created_at, updated_at FROM claims"
 _CLAIM = "SELECT id, pool, sources, version, created_at, updated_at FROM claims WHERE id = ?"
 _CREDS = """SELECT claim_id, name, hosts, inject_header, inject_format, placeholder, version, created_at,
-    updated_at, expires_at, last_used_at, surfaces, on_misplaced, max_requests, requests_used
-    FROM credentials"""
+    updated_at, expires_at, last_used_at, surfaces, on_misplaced, max_requests, requests_used,
+    headers, basic_parts FROM credentials"""
 _CRED = _CREDS + " WHERE claim_id = ? AND name = ?"
 _CREDS_OF = _CREDS + " WHERE claim_id = ? ORDER BY name"
 _SEALED = "SELECT key_id, value, version FROM credentials WHERE claim_id = ? AND name = ?"
 _UPSERT = """INSERT INTO credentials (claim_id, name, hosts, inject_header, inject_format, placeholder,
     version, created_at, updated_at, expires_at, last_used_at, key_id, value, surfaces, on_misplaced,
-    max_requests, requests_used)
+    max_requests, requests_used, headers, basic_parts)
     VALUES (:claim_id, :name, :hosts, :inject_header, :inject_format, :placeholder, :version,
     :created_at, :updated_at, :expires_at, :last_used_at, :key_id, :value, :surfaces, :on_misplaced,
-    :max_requests, :requests_used)
+    :max_requests, :requests_used, :headers, :basic_parts)
     ON CONFLICT (claim_id, name) DO UPDATE SET hosts = :hosts, inject_header = :inject_header,
     inject_format = :inject_format, placeholder = :placeholder, version = :version,
     updated_at = :updated_at, expires_at = :expires_at, key_id = :key_id, value = :value,
     surfaces = :surfaces, on_misplaced = :on_misplaced, max_requests = :max_requests,
-    requests_used = :requests_used"""
+    requests_used = :requests_used, headers = :headers, basic_parts = :basic_parts"""
 _PATCHABLE = frozenset(
     {
         "value",
@@ -154,6 +160,8 @@ _PATCHABLE = frozenset(
         "surfaces",
         "on_misplaced",
         "max_requests",
+        "headers",
+        "basic_parts",
     }
 )
 _TOUCH_EVERY = 1.0  # seconds: last_used_at is a hint, not worth an fsync per request
@@ -207,6 +215,8 @@ class CredentialRecord:
     on_misplaced: str | None = None  # None: carry
     max_requests: int | None = None  # the request budget; None: none
     requests_used: int = 0  # requests that carried the secret (see spend())
+    headers: tuple[str, ...] | None = None  # header slots, lower-cased; None: proxy.slots.DEFAULT_HEADERS
+    basic_parts: tuple[str, ...] | None = None  # Basic slots; None: the password only
 
 
 class CredentialStore(Protocol):
@@ -226,7 +236,8 @@ class CredentialStore(Protocol):
         inject_header: str | None = None, inject_format: str | None = None,
         placeholder: str | None = None, expires_at: float | None = None, if_match: int | None = None,
         surfaces: Sequence[str] | None = None, on_misplaced: str | None = None,
-        max_requests: int | None = None,
+        max_requests: int | None = None, headers: Sequence[str] | None = None,
+        basic_parts: Sequence[str] | None = None,
     ) -> CredentialRecord: ...  # fmt: skip
     def patch_credential(
         self, claim_id: str, name: str, *, if_match: int | None = None, **changes: Any
@@ -268,10 +279,14 @@ def _cred(row: tuple[Any, ...]) -> CredentialRecord:
         misplaced,
         max_requests,
         requests_used,
+        slot_headers,
+        slot_parts,
     ) = row
     return CredentialRecord(
         claim_id, name, tuple(json.loads(hosts)), header, fmt, placeholder, version, created, updated,
         expires, used, surfaces, misplaced, max_requests, requests_used,
+        None if slot_headers is None else tuple(json.loads(slot_headers)),
+        None if slot_parts is None else tuple(json.loads(slot_parts)),
     )  # fmt: skip
 
 
@@ -478,7 +493,8 @@ class Store:
         inject_header: str | None = None, inject_format: str | None = None,
         placeholder: str | None = None, expires_at: float | None = None, if_match: int | None = None,
         surfaces: Sequence[str] | None = None, on_misplaced: str | None = None,
-        max_requests: int | None = None,
+        max_requests: int | None = None, headers: Sequence[str] | None = None,
+        basic_parts: Sequence[str] | None = None,
     ) -> CredentialRecord:  # fmt: skip
         """Create or replace a credential; ``if_match`` makes it a compare-and-set on the version.
         A replaced credential's request count starts again at 0 (a PATCH keeps it)."""
@@ -488,7 +504,8 @@ class Store:
         fields: dict[str, Any] = {"value": value, "hosts": hosts, "inject_header": inject_header,
                                   "inject_format": inject_format, "expires_at": expires_at,
                                   "surfaces": surfaces, "on_misplaced": on_misplaced,
-                                  "max_requests": max_requests, "requests_used": 0}  # fmt: skip
+                                  "max_requests": max_requests, "requests_used": 0,
+                                  "headers": headers, "basic_parts": basic_parts}  # fmt: skip
         if placeholder is not None:
             fields["placeholder"] = placeholder
         with self._write() as db:
@@ -506,10 +523,10 @@ class Store:
         self, claim_id: str, name: str, *, if_match: int | None = None, **changes: Any
     ) -> CredentialRecord:
         """Change some of value, hosts, inject_header, inject_format, expires_at, placeholder,
-        surfaces, on_misplaced.
+        surfaces, on_misplaced, max_requests, headers, basic_parts.
 
-        None clears inject_header, inject_format or expires_at, and sets surfaces and
-        on_misplaced back to their defaults; value, hosts and placeholder
+        None clears inject_header, inject_format or expires_at, and sets surfaces,
+        on_misplaced, headers and basic_parts back to their defaults; value, hosts and placeholder
         cannot be cleared. An empty patch changes nothing (and keeps the version).
         """
         if unknown := sorted(set(changes) - _PATCHABLE):
@@ -773,6 +790,13 @@ class Store:
             changes["hosts"] = _strings("hosts", changes["hosts"])
         if changes.get("surfaces") is not None:
             changes["surfaces"] = _surfaces(changes["surfaces"])
+        if changes.get("headers") is not None:
+            changes["headers"] = tuple(
+                sorted(slots.normalise_headers(_strings("headers", changes["headers"])))
+            )
+        if changes.get("basic_parts") is not None:
+            parts = slots.basic_parts(_strings("basic_parts", changes["basic_parts"]))
+            changes["basic_parts"] = tuple(str(p) for p in slots.BASIC_PARTS if p in parts)
         if changes.get("on_misplaced") is not None and changes["on_misplaced"] not in set(Misplaced):
             raise ValueError(
                 f"on_misplaced {changes['on_misplaced']!r} is not one of: {', '.join(Misplaced)}"
@@ -794,6 +818,8 @@ class Store:
             **asdict(new),
             "hosts": json.dumps(new.hosts),
             "surfaces": surfaces,
+            "headers": None if new.headers is None else json.dumps(new.headers),
+            "basic_parts": None if new.basic_parts is None else json.dumps(new.basic_parts),
             "key_id": key_id,
             "value": blob,
         }

@@ -342,7 +342,7 @@ def test_http2_client_in_transparent_mode(world: World) -> None:
         "--resolve",
         "api.test:443:10.232.0.2",
         "-H",
-        f"X-Key: {PH}",
+        f"X-Api-Key: {PH}",
         "https://api.test/t/transparent-h2",
     )
     assert done.stdout.endswith("200"), done
