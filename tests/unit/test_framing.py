@@ -1,0 +1,123 @@
+"""addons/framing.py on mitmproxy's own upstream-side senders: the bytes written always match the
+head's declared length; a body that would not is never completed (issue 20)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from mitmproxy import options
+from mitmproxy.proxy import commands
+from mitmproxy.proxy.context import Context
+from mitmproxy.proxy.layers.http import _http1
+from mitmproxy.proxy.layers.http._base import ReceiveHttp
+from mitmproxy.proxy.layers.http._events import (
+    RequestData,
+    RequestEndOfMessage,
+    RequestHeaders,
+    ResponseProtocolError,
+)
+from mitmproxy.test import tflow, tutils
+
+from addons import framing
+
+
+@pytest.fixture(autouse=True)
+def installed() -> None:
+    framing.install()
+
+
+def _client() -> Any:
+    ctx = Context(tflow.tclient_conn(), options.Options())
+    ctx.server = tflow.tserver_conn()
+    return _http1.Http1Client(ctx)
+
+
+def _run(layer: Any, *events: Any) -> tuple[bytes, list[Any]]:
+    """What ``layer`` wrote to the upstream for ``events``, and its other commands."""
+    wrote, other = b"", []
+    for ev in events:
+        for cmd in layer.send(ev):
+            if isinstance(cmd, commands.SendData):
+                wrote += cmd.data
+            else:
+                other.append(cmd)
+    return wrote, other
+
+
+def _broken(other: list[Any]) -> bool:
+    closed = any(isinstance(c, commands.CloseConnection) for c in other)
+    failed = any(isinstance(c, ReceiveHttp) and isinstance(c.event, ResponseProtocolError) for c in other)
+    return closed and failed
+
+
+def test_install_is_idempotent() -> None:
+    send = _http1.Http1Client.send
+    framing.install()
+    assert _http1.Http1Client.send is send
+
+
+@pytest.mark.parametrize(
+    ("length", "pieces"),
+    [
+        pytest.param("10", [b"0123456789", b"x"], id="past-the-length"),
+        pytest.param("10", [b"0123456789x"], id="past-the-length-in-one-read"),
+        pytest.param("10", [b"01234"], id="short-of-the-length"),
+        pytest.param("0", [b"x"], id="zero-then-a-byte"),
+    ],
+)
+def test_a_body_that_disagrees_with_its_content_length_is_never_completed(
+    length: str, pieces: list[bytes]
+) -> None:
+    req = tutils.treq(
+        method=b"POST", content=None, headers=((b"host", b"a.test"), (b"content-length", length.encode()))
+    )
+    layer = _client()
+    events = [
+        RequestHeaders(1, req, end_stream=False),
+        *(RequestData(1, p) for p in pieces),
+        RequestEndOfMessage(1),
+    ]
+    wrote, other = _run(layer, *events)
+    head, _, body = wrote.partition(b"\r\n\r\n")
+    assert b"content-length: " + length.encode() in head.lower()
+    assert len(body) <= int(length)  # never a byte past the declared length
+    assert _broken(other)
+
+
+def test_a_body_that_matches_its_content_length_passes_unchanged() -> None:
+    req = tutils.treq(
+        method=b"POST", content=None, headers=((b"host", b"a.test"), (b"content-length", b"10"))
+    )
+    wrote, other = _run(
+        _client(), RequestHeaders(1, req, end_stream=False), RequestData(1, b"01234"), RequestData(1, b"56789"),
+        RequestEndOfMessage(1),
+    )  # fmt: skip
+    assert wrote.endswith(b"\r\n\r\n0123456789") and not _broken(other)
+
+
+@pytest.mark.parametrize(
+    "body", [b"", b"GET /smuggled HTTP/1.1\r\nHost: a.test\r\n\r\n"], ids=["no-body", "body"]
+)
+def test_an_http2_head_without_a_length_is_chunked_toward_http1_when_a_body_follows(body: bytes) -> None:
+    req = tutils.treq(method=b"POST", http_version=b"HTTP/2.0", content=None, headers=((b"host", b"a.test"),))
+    events: list[Any] = [RequestHeaders(1, req, end_stream=False)]
+    events += [RequestData(1, body)] if body else []
+    wrote, other = _run(_client(), *events, RequestEndOfMessage(1))
+    head, _, rest = wrote.partition(b"\r\n\r\n")
+    assert not _broken(other)
+    if body:
+        assert b"transfer-encoding: chunked" in head.lower()
+        assert rest == b"%x\r\n%s\r\n0\r\n\r\n" % (len(body), body)
+    else:
+        assert b"transfer-encoding" not in head.lower() and rest == b""
+
+
+def test_content_length_beside_chunked_is_dropped() -> None:
+    fields = ((b"host", b"a.test"), (b"transfer-encoding", b"chunked"), (b"content-length", b"3"))
+    req = tutils.treq(method=b"POST", content=None, headers=fields)
+    wrote, _ = _run(
+        _client(), RequestHeaders(1, req, end_stream=False), RequestData(1, b"abcdef"), RequestEndOfMessage(1)
+    )
+    head, _, rest = wrote.partition(b"\r\n\r\n")
+    assert b"content-length" not in head.lower() and rest == b"6\r\nabcdef\r\n0\r\n\r\n"
