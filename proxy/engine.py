@@ -39,7 +39,7 @@ from mitmproxy import options
 from mitmproxy.master import Master
 
 import addons
-from addons import framing, headlimit
+from addons import framing, headlimit, malformed
 from addons.reload import Reload
 from certs import ca
 from proxy.api import make_app
@@ -84,6 +84,7 @@ def build_master(config: RunConfig, on_ready: Callable[[], None] | None = None) 
         config.state.own_ports.add(config.control.tcp[1])
     headlimit.install()
     framing.install()
+    malformed.install()
     drop_debug_typechecks()
     cache_hook_args()
     ca.ensure_ca(config.state_dir)

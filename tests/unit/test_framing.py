@@ -89,10 +89,10 @@ def test_a_body_that_matches_its_content_length_passes_unchanged() -> None:
     req = tutils.treq(
         method=b"POST", content=None, headers=((b"host", b"a.test"), (b"content-length", b"10"))
     )
+    head = RequestHeaders(1, req, end_stream=False)
     wrote, other = _run(
-        _client(), RequestHeaders(1, req, end_stream=False), RequestData(1, b"01234"), RequestData(1, b"56789"),
-        RequestEndOfMessage(1),
-    )  # fmt: skip
+        _client(), head, RequestData(1, b"01234"), RequestData(1, b"56789"), RequestEndOfMessage(1)
+    )
     assert wrote.endswith(b"\r\n\r\n0123456789") and not _broken(other)
 
 
