@@ -104,6 +104,9 @@ def _why_broken(what: str) -> str:
 
 def _h1_send(original: Send) -> Send:
     def send(self: Any, event: HttpEvent) -> Generator[Any, Any, None]:
+        if self.state == self.passthrough:  # after a 101 (WebSocket): raw bytes, no HTTP framing
+            yield from original(self, event)
+            return
         body: _Body | None = getattr(self, _STATE, None)
         if isinstance(event, RequestHeaders):
             req = event.request

@@ -39,7 +39,7 @@ from mitmproxy import options
 from mitmproxy.master import Master
 
 import addons
-from addons import framing, headlimit, malformed
+from addons import framing, headlimit, malformed, wslimit
 from addons.reload import Reload
 from certs import ca
 from proxy.api import make_app
@@ -85,6 +85,7 @@ def build_master(config: RunConfig, on_ready: Callable[[], None] | None = None) 
     headlimit.install()
     framing.install()
     malformed.install()
+    wslimit.install()
     drop_debug_typechecks()
     cache_hook_args()
     ca.ensure_ca(config.state_dir)

@@ -14,7 +14,8 @@ host, path or anything else the sandbox chooses.
     surrogate_store_operations_total{operation, outcome}        control-API store writes
     surrogate_rule_reloads_total{outcome}                       applied | rejected
     surrogate_control_requests_total{method, status_class}      control-API calls
-    surrogate_limit_refusals_total{limit}                       connections | rate | header_timeout
+    surrogate_limit_refusals_total{limit}                       connections | rate | header_timeout |
+                                                                websocket_message
 """
 
 from __future__ import annotations

@@ -31,7 +31,15 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from proxy import hooks, placeholders
 from proxy.errors import HostError, Problem, RulesError, SecretUnavailable
 from proxy.hosts import HostPattern
-from proxy.limits import DEFAULT_BURST, DEFAULT_CONNECTIONS, DEFAULT_RATE, Limits
+from proxy.limits import (
+    DEFAULT_BURST,
+    DEFAULT_CONNECTIONS,
+    DEFAULT_RATE,
+    DEFAULT_WEBSOCKET_MESSAGE,
+    MAX_WEBSOCKET_MESSAGE,
+    MIN_WEBSOCKET_MESSAGE,
+    Limits,
+)
 from proxy.policy import (
     DEFAULT_SURFACES,
     SURFACES,
@@ -77,6 +85,7 @@ class LimitsModel(_Model):
     connections: int = DEFAULT_CONNECTIONS
     requests_per_second: float = DEFAULT_RATE
     burst: int = DEFAULT_BURST
+    websocket_message_bytes: int = DEFAULT_WEBSOCKET_MESSAGE
 
 
 class PoolModel(_Model):
@@ -409,7 +418,13 @@ def _limits(lm: LimitsModel, loc: Loc, marks: _Marks) -> Limits:
         )
     if lm.burst < 1:
         marks.add(loc + ("burst",), f"burst {lm.burst} must be at least 1")
-    return Limits(lm.connections, lm.requests_per_second, lm.burst)
+    ws = lm.websocket_message_bytes
+    if not MIN_WEBSOCKET_MESSAGE <= ws <= MAX_WEBSOCKET_MESSAGE:
+        marks.add(
+            loc + ("websocket_message_bytes",),
+            f"websocket_message_bytes {ws} must be from {MIN_WEBSOCKET_MESSAGE} to {MAX_WEBSOCKET_MESSAGE}",
+        )
+    return Limits(lm.connections, lm.requests_per_second, lm.burst, ws)
 
 
 def _networks(
