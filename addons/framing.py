@@ -159,6 +159,8 @@ def _h1_break(self: Any, stream_id: int, what: str) -> Generator[Any, Any, None]
 def _h2_handle(original: Send) -> Send:
     def _handle_event(self: Any, event: Any) -> Generator[Any, Any, None]:
         if not isinstance(event, (RequestHeaders, RequestData, RequestEndOfMessage)):
+            if isinstance(event, RequestProtocolError):
+                self.__dict__.get(_STATE, {}).pop(event.stream_id, None)
             yield from original(self, event)
             return
         bodies: dict[int, _Body] = self.__dict__.setdefault(_STATE, {})

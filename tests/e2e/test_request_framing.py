@@ -261,3 +261,25 @@ def test_every_upstream_connection_of_this_module_stayed_in_step(env: Env) -> No
 
 def test_the_audit_file_holds_no_secret(env: Env) -> None:
     assert env.secret not in Path(env.proxy.audit_path).read_text()
+
+
+def test_a_compressed_body_that_stalls_mid_placeholder_is_refused_not_held(env: Env) -> None:
+    """Check only: the client's bytes are held while the decoded tail may still become a
+    placeholder. 1.25 MB of empty deflate blocks after ``surr_Fr`` decode to nothing: past the
+    1 MiB hold the body is refused (the connection closes) instead of held without bound."""
+    path = "/stall"
+    z = zlib.compressobj(6, zlib.DEFLATED, 16 + zlib.MAX_WBITS)
+    parts = [z.compress(b'{"k": "surr_Fr') + z.flush(zlib.Z_SYNC_FLUSH)]
+    parts += [b"\x00\x00\x00\xff\xff"] * 250_000  # empty stored blocks (RFC 1951 §3.2.4), byte-aligned
+    parts.append(z.compress(b'amingBlock"}') + z.flush())
+    sent = b"".join(parts)
+    assert len(sent) > 1024 * 1024
+    with env.client("blk", False) as client, pytest.raises(httpx.HTTPError):
+        client.post(
+            env.url("raw.test", path),
+            content=sent,
+            headers={"Content-Type": "application/json", "Content-Encoding": "gzip"},
+        )
+    event = env.proxy.wait_event(path=path)
+    assert (event["reason"], event["status"]) == ("bad_request_body", None)
+    assert all(not r.complete for r in env.raw.requests(path))
