@@ -121,3 +121,68 @@ def test_content_length_beside_chunked_is_dropped() -> None:
     )
     head, _, rest = wrote.partition(b"\r\n\r\n")
     assert b"content-length" not in head.lower() and rest == b"6\r\nabcdef\r\n0\r\n\r\n"
+
+
+# --- toward an HTTP/2 upstream --------------------------------------------------------------------
+
+
+def _h2_client() -> Any:
+    from mitmproxy.proxy.layers.http import _http2
+
+    opts = options.Options()
+    opts.add_option("validate_inbound_headers", bool, True, "")
+    opts.add_option("normalize_outbound_headers", bool, True, "")
+    opts.add_option("http2_ping_keepalive", int, 58, "")
+    ctx = Context(tflow.tclient_conn(), opts)
+    ctx.server = tflow.tserver_conn()
+    ctx.server.alpn = b"h2"
+    layer = _http2.Http2Client(ctx)
+    return layer
+
+
+def _h2_upstream_sees(layer: Any, *events_: Any) -> tuple[list[Any], list[Any]]:
+    """Run ``events_`` through ``layer`` (an Http2Client) and read what it wrote with a real h2
+    server connection: (the h2 events the upstream would see, the layer's other commands)."""
+    import h2.config
+    import h2.connection
+    from mitmproxy.proxy import events as pevents
+
+    upstream = h2.connection.H2Connection(h2.config.H2Configuration(client_side=False))
+    upstream.initiate_connection()
+    seen, other = [], []
+    for ev in (pevents.Start(), *events_):
+        for cmd in layer.handle_event(ev):
+            if isinstance(cmd, commands.SendData):
+                seen += upstream.receive_data(cmd.data)
+            elif not isinstance(cmd, commands.RequestWakeup | commands.Log):
+                other.append(cmd)
+    return seen, other
+
+
+@pytest.mark.parametrize(
+    ("pieces", "why"),
+    [
+        pytest.param([b"0123456789", b"x"], "past", id="past-the-length"),
+        pytest.param([b"01234"], "short", id="short-of-the-length"),
+    ],
+)
+def test_an_http2_upstream_never_gets_a_body_that_disagrees_with_its_content_length(
+    pieces: list[bytes], why: str
+) -> None:
+    import h2.events
+
+    req = tutils.treq(
+        method=b"POST", http_version=b"HTTP/2.0", content=None, headers=((b"content-length", b"10"),)
+    )
+    req.authority = "a.test"
+    events_ = [
+        RequestHeaders(1, req, end_stream=False),
+        *(RequestData(1, p) for p in pieces),
+        RequestEndOfMessage(1),
+    ]
+    seen, other = _h2_upstream_sees(_h2_client(), *events_)
+    received = sum(len(e.data) for e in seen if isinstance(e, h2.events.DataReceived))
+    assert received <= 10
+    assert not any(isinstance(e, h2.events.StreamEnded) for e in seen)  # never a whole request
+    assert any(isinstance(e, h2.events.StreamReset) for e in seen)
+    assert any(isinstance(c, ReceiveHttp) and isinstance(c.event, ResponseProtocolError) for c in other)

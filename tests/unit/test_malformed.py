@@ -67,3 +67,12 @@ def test_a_line_without_an_end_raises_at_the_bound() -> None:
     buf += b"0"
     with pytest.raises(Malformed):
         reader(buf)
+
+
+def test_a_trailer_section_past_its_bound_raises() -> None:
+    from addons.malformed import MAX_TRAILERS
+
+    reader, buf = StrictChunkedReader(), ReceiveBuffer()
+    buf += b"0\r\nX-T: " + b"a" * MAX_TRAILERS
+    with pytest.raises(Malformed):
+        reader(buf)
