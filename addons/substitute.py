@@ -170,10 +170,10 @@ class Substitute:
             return b"".join(sent)
 
         def check(chunk: bytes) -> bytes:
-            # Nothing can be swapped here (the resolver only carries or refuses), so the client's
-            # own bytes go on, under the client's own framing: re-encoding would change them and
-            # their length (issue 20). A read is held while the decoded tail may still become a
-            # placeholder, so no byte of a refused one leaves.
+            # Nothing can be swapped in this coded body (the resolver only carries or refuses), so
+            # the client's own bytes go on, under the client's own framing: re-encoding would
+            # change them and their length (issue 20). A read is held while the decoded tail may
+            # still become a placeholder, so no byte of a refused one leaves.
             for piece in decode(chunk):
                 swapper.feed(piece)
             if chunk:
@@ -189,7 +189,9 @@ class Substitute:
             pending.clear()
             return out
 
-        step = swap if swaps else check
+        # identity without a swap: the swapper hands back the very bytes it was fed (holding only
+        # a tail that may become a placeholder), so only a coded body needs whole reads held
+        step = swap if swaps or encoding in ("", "identity") else check
 
         def stream(chunk: bytes) -> list[bytes]:
             if done[0]:
