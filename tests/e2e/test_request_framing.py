@@ -283,3 +283,24 @@ def test_a_compressed_body_that_stalls_mid_placeholder_is_refused_not_held(env: 
     event = env.proxy.wait_event(path=path)
     assert (event["reason"], event["status"]) == ("bad_request_body", None)
     assert all(not r.complete for r in env.raw.requests(path))
+
+
+@pytest.mark.parametrize("http2", PROTOCOLS)
+@pytest.mark.parametrize("encoding", ["gzip", "deflate", "br", "zstd"])
+def test_a_refused_placeholder_in_a_compressed_body_still_closes_the_connection(
+    env: Env, http2: bool, encoding: str
+) -> None:
+    """Forwarding the client's own bytes does not let a refused placeholder through: the
+    compressed read holding it is checked before it leaves, and the upstream never gets the
+    whole request."""
+    path = f"/refused-coded/{encoding}/{int(http2)}"
+    sent = CODECS[encoding](json.dumps({"k": P_BLK, "pad": "y" * 1000}).encode())
+    with env.client("blk", http2) as client, pytest.raises(httpx.HTTPError):
+        client.post(
+            env.url("raw.test", path),
+            content=sent,
+            headers={"Content-Type": "application/json", "Content-Encoding": encoding},
+        )
+    event = env.proxy.wait_event(path=path)
+    assert (event["reason"], event["violation_surface"]) == ("placeholder_misplaced", "body")
+    assert all(not r.complete for r in env.raw.requests(path))
