@@ -31,15 +31,10 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from proxy import hooks, placeholders
 from proxy.errors import HostError, Problem, RulesError, SecretUnavailable
 from proxy.hosts import HostPattern
-from proxy.limits import (
-    DEFAULT_BURST,
-    DEFAULT_CONNECTIONS,
-    DEFAULT_RATE,
-    DEFAULT_WEBSOCKET_MESSAGE,
-    MAX_WEBSOCKET_MESSAGE,
-    MIN_WEBSOCKET_MESSAGE,
-    Limits,
-)
+from proxy.limits import DEFAULT_BURST, DEFAULT_CONNECTIONS, DEFAULT_RATE, Limits
+from proxy.limits import DEFAULT_WEBSOCKET_MESSAGE as DEFAULT_WS_MESSAGE
+from proxy.limits import MAX_WEBSOCKET_MESSAGE as MAX_WS_MESSAGE
+from proxy.limits import MIN_WEBSOCKET_MESSAGE as MIN_WS_MESSAGE
 from proxy.policy import (
     DEFAULT_SURFACES,
     SURFACES,
@@ -85,7 +80,7 @@ class LimitsModel(_Model):
     connections: int = DEFAULT_CONNECTIONS
     requests_per_second: float = DEFAULT_RATE
     burst: int = DEFAULT_BURST
-    websocket_message_bytes: int = DEFAULT_WEBSOCKET_MESSAGE
+    websocket_message_bytes: int = DEFAULT_WS_MESSAGE
 
 
 class PoolModel(_Model):
@@ -419,12 +414,10 @@ def _limits(lm: LimitsModel, loc: Loc, marks: _Marks) -> Limits:
     if lm.burst < 1:
         marks.add(loc + ("burst",), f"burst {lm.burst} must be at least 1")
     ws = lm.websocket_message_bytes
-    if not MIN_WEBSOCKET_MESSAGE <= ws <= MAX_WEBSOCKET_MESSAGE:
-        marks.add(
-            loc + ("websocket_message_bytes",),
-            f"websocket_message_bytes {ws} must be from {MIN_WEBSOCKET_MESSAGE} to {MAX_WEBSOCKET_MESSAGE}",
-        )
-    return Limits(lm.connections, lm.requests_per_second, lm.burst, ws)
+    if not MIN_WS_MESSAGE <= ws <= MAX_WS_MESSAGE:
+        why = f"websocket_message_bytes {ws} must be from {MIN_WS_MESSAGE} to {MAX_WS_MESSAGE}"
+        marks.add(loc + ("websocket_message_bytes",), why)
+    return Limits(lm.connections, lm.requests_per_second, lm.burst, websocket_message=ws)
 
 
 def _networks(
