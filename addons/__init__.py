@@ -6,6 +6,7 @@ Each addon handles one concern and talks to the others only through ``flow.metad
 1. identify   — who is this (claim), from Proxy-Authorization; strips Proxy-* headers
    limits     — the claim's open connections and request rate (429 before any other work), and
                 the request-head deadline; right after identify because it needs the claim
+   wslimit    — the pool's bound on one WebSocket message (1009 past it), before scrub sees one
    hygiene    — refuse ambiguous request heads (duplicate Host, control characters, oversize,
                 TRACE toward credentials); drop hop-by-hop headers
 2. policy     — egress rules decide; deny before any upstream TCP/TLS; authority agreement
@@ -47,6 +48,7 @@ from addons.resolve import Resolve
 from addons.scrub import Scrub
 from addons.stream import Stream
 from addons.substitute import Substitute
+from addons.wslimit import WebSocketLimit
 from proxy.state import State
 
 
@@ -66,6 +68,7 @@ def chain(state: State) -> list[Any]:
     return [
         Identify(state),
         Limiter(state),
+        WebSocketLimit(state),
         Hygiene(),
         Policy(state),
         Forgery(),

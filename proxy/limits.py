@@ -35,6 +35,12 @@ DEFAULT_RATE = 100.0
 DEFAULT_BURST = 200
 DEFAULT_HOOK_PROCESSES = 8  # per pool: its hook commands running at once, all its claims together
 DEFAULT_NODE_HOOK_PROCESSES = 32  # per node: ``surrogate run --hook-processes``
+# The largest WebSocket message (bytes, decompressed) the proxy assembles (addons/wslimit.py):
+# mitmproxy holds a whole message before any hook sees it, so past this the connection is closed
+# with 1009 (RFC 6455 §7.4.1). 16 MiB: above what chat and realtime APIs send in one message.
+DEFAULT_WEBSOCKET_MESSAGE = 16 * 1024 * 1024
+MIN_WEBSOCKET_MESSAGE = 1024
+MAX_WEBSOCKET_MESSAGE = 1024 * 1024 * 1024
 
 
 @dataclass(frozen=True, slots=True)
@@ -42,12 +48,14 @@ class Limits:
     """A pool's limits. ``connections``: open client connections per claim (≥ 1);
     ``rate``: sustained requests per second per claim (> 0); ``burst``: requests allowed at once
     after a quiet spell (≥ 1); ``hook_processes``: hook commands of the pool running at once on
-    the node, every claim of the pool together (≥ 1)."""
+    the node, every claim of the pool together (≥ 1); ``websocket_message``: the largest
+    WebSocket message in bytes, either direction (1 KiB to 1 GiB)."""
 
     connections: int = DEFAULT_CONNECTIONS
     rate: float = DEFAULT_RATE
     burst: int = DEFAULT_BURST
     hook_processes: int = DEFAULT_HOOK_PROCESSES
+    websocket_message: int = DEFAULT_WEBSOCKET_MESSAGE
 
 
 @dataclass(slots=True)

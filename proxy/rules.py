@@ -32,6 +32,9 @@ from proxy import hooks, placeholders, slots
 from proxy.errors import HostError, Problem, RulesError, SecretUnavailable
 from proxy.hosts import HostPattern
 from proxy.limits import DEFAULT_BURST, DEFAULT_CONNECTIONS, DEFAULT_HOOK_PROCESSES, DEFAULT_RATE, Limits
+from proxy.limits import DEFAULT_WEBSOCKET_MESSAGE as DEFAULT_WS_MESSAGE
+from proxy.limits import MAX_WEBSOCKET_MESSAGE as MAX_WS_MESSAGE
+from proxy.limits import MIN_WEBSOCKET_MESSAGE as MIN_WS_MESSAGE
 from proxy.paths import prefix_problem
 from proxy.policy import (
     DEFAULT_SURFACES,
@@ -81,6 +84,7 @@ class LimitsModel(_Model):
     requests_per_second: float = DEFAULT_RATE
     burst: int = DEFAULT_BURST
     hook_processes: int = DEFAULT_HOOK_PROCESSES
+    websocket_message_bytes: int = DEFAULT_WS_MESSAGE
 
 
 class PoolModel(_Model):
@@ -417,7 +421,11 @@ def _limits(lm: LimitsModel, loc: Loc, marks: _Marks) -> Limits:
         marks.add(loc + ("burst",), f"burst {lm.burst} must be at least 1")
     if lm.hook_processes < 1:
         marks.add(loc + ("hook_processes",), f"hook_processes {lm.hook_processes} must be at least 1")
-    return Limits(lm.connections, lm.requests_per_second, lm.burst, lm.hook_processes)
+    ws = lm.websocket_message_bytes
+    if not MIN_WS_MESSAGE <= ws <= MAX_WS_MESSAGE:
+        why = f"websocket_message_bytes {ws} must be from {MIN_WS_MESSAGE} to {MAX_WS_MESSAGE}"
+        marks.add(loc + ("websocket_message_bytes",), why)
+    return Limits(lm.connections, lm.requests_per_second, lm.burst, lm.hook_processes, websocket_message=ws)
 
 
 def _networks(

@@ -185,6 +185,12 @@ BAD = [
         "pools.demo.limits.hook_processes",
         "hook_processes 0 must be at least 1",
     ),
+    (
+        "bad-limits-websocket.yaml",
+        8,
+        "pools.demo.limits.websocket_message_bytes",
+        "websocket_message_bytes 100 must be from 1024 to 1073741824",
+    ),
     ("bad-duplicate-key.yaml", 9, "pools.demo.egress[0].intercept", "duplicate key 'intercept'"),
     ("bad-yaml-syntax.yaml", 8, "", "invalid YAML: expected ',' or ']'"),
     ("bad-empty.yaml", 1, "", "expected a mapping with 'version: 1' and 'pools'"),
