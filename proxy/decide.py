@@ -60,6 +60,7 @@ class Reason(StrEnum):
     HOOK_ANSWERED = "hook_answered"
     HOOK_TIMEOUT = "hook_timeout"
     HOOK_FAILED = "hook_failed"
+    WRONG_INTERFACE = "wrong_interface"
 
 
 @dataclass(frozen=True, slots=True)
