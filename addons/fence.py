@@ -81,7 +81,8 @@ class Fence:
             sock = io.writer.get_extra_info("socket") if io is not None and io.writer else None
             if sock is not None:
                 try:
-                    mark = sock.getsockopt(socket.SOL_SOCKET, socket.SO_MARK)
+                    # an int, signed: the top bit of the mark makes it negative
+                    mark = sock.getsockopt(socket.SOL_SOCKET, socket.SO_MARK) & 0xFFFFFFFF
                 except OSError:
                     mark = None
             self._marks[client.id] = mark
