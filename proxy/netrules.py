@@ -20,7 +20,9 @@ Three ways to pick the sandbox's traffic, each printed for iptables + ip6tables 
 
 - ``interface``: everything arriving on that interface (a veth or bridge); PREROUTING, INPUT and
   FORWARD. With ``sources`` as well, an anti-spoof rule drops what arrives there from any other
-  source address (raw/prerouting, before connection tracking and NAT).
+  source address (raw/prerouting, before connection tracking and NAT). Its packets are marked
+  with :func:`interface_mark` (unless a bridge port's rule marked them first), so that a claim
+  with ``interface:`` can check where its connections arrived.
 - ``sources``: everything from those networks; one family's rules per network given. A family
   without a source cannot be fenced by address (its IPv6 is not matched): prefer ``interface``.
 - ``uid``: processes of that user on this host; OUTPUT, which also sees the proxy's own
@@ -59,7 +61,9 @@ _MARK_BIT = 0x80000000
 def interface_mark(interface: str) -> int:
     """The firewall mark the printed rules give a sandbox's packets arriving on ``interface``:
     CRC-32 of the name with the top bit set (a stable number that survives re-creating the veth).
-    The proxy reads it back from the accepted socket (``net.ipv4.tcp_fwmark_accept=1``)."""
+    The proxy reads it back from the accepted socket (``net.ipv4.tcp_fwmark_accept=1``). A
+    sandbox in its own network namespace cannot forge it: the kernel clears a packet's mark when
+    it crosses into another namespace (``skb_scrub_packet``)."""
     return _MARK_BIT | (zlib.crc32(interface.encode()) & 0x7FFFFFFF)
 
 
@@ -123,7 +127,23 @@ def transparent_rules(
         out += _iptables(form, version, port, ipv6, dns, sources if interface is None else [])
     spoof = _antispoof_ipt(form, sources) if interface is not None and sources else []
     out += spoof
-    out += ["", "# nftables (nft -f FILE)", *_nft(form, port, ipv6, dns, sources, interface is not None), ""]
+    nft = _nft(form, port, ipv6, dns, sources, interface is not None)
+    if interface is not None:
+        mark = f"{interface_mark(interface):#010x}"
+        out += [
+            "",
+            f"# the arrival mark {mark} (claims with interface: {interface}); a port's own mark stays",
+            "sysctl -w net.ipv4.tcp_fwmark_accept=1",
+            *(f"{cmd} -t mangle -A PREROUTING {form.ipt} -m mark --mark 0 -j MARK --set-mark {mark}"
+              for cmd in ("iptables", "ip6tables")),
+        ]  # fmt: skip
+        nft[-1:-1] = [
+            "  chain arrival {",
+            "    type filter hook prerouting priority mangle; policy accept;",
+            f"    {form.nft} meta mark 0 meta mark set {mark}",
+            "  }",
+        ]
+    out += ["", "# nftables (nft -f FILE)", *nft, ""]
     return "\n".join(out)
 
 

@@ -38,6 +38,8 @@ from servers import TestCA
 pytestmark = pytest.mark.e2e
 
 PH = "surr_FencePlaceholder0000001"
+PH_BOUND = "surr_FenceBoundPlaceholder01"  # claim "bound": interface = the sandbox's veth
+BOUND = ("10.241.0.12", "fd00:241::12")
 SANDBOX_UID = 4241
 UP4, UP6, DENIED4, DENIED6 = "10.242.0.2", "fd00:242::2", "10.242.0.3", "fd00:242::3"
 
@@ -179,6 +181,8 @@ def fence(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Fence]:
     (tmp / "token").write_text("unused-in-transparent-mode")
     ca = TestCA(tmp)
     ca.ca.private_key_pem.write_to_path(str(tmp / "ca-key.pem"))
+    lab = Lab()
+    host_if, up_if = f"sg-hs-{lab.tag}", f"sg-hu-{lab.tag}"
     (tmp / "rules.yaml").write_text(
         textwrap.dedent(f"""\
         version: 1
@@ -197,16 +201,24 @@ def fence(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Fence]:
                 value: file:secret
                 placeholder: {PH}
                 hosts: [api.test, api6.test]
+          - id: bound
+            pool: p
+            proxy_token: file:token
+            sources: [{BOUND[0]}/32, "{BOUND[1]}/128"]
+            interface: {host_if}
+            credentials:
+              - name: bound-api
+                value: file:secret
+                placeholder: {PH_BOUND}
+                hosts: [api.test, api6.test]
         """)
     )
     record = canary.exempt(tmp / "upstream.jsonl")
-    lab = Lab()
     public_ca = Path(f"/tmp/sg-fence-ca-{lab.tag}.pem")
     upstream = None
     proxy = None
     try:
         host, sbx, up = lab.add("host"), lab.add("sbx"), lab.add("up")
-        host_if, up_if = f"sg-hs-{lab.tag}", f"sg-hu-{lab.tag}"
         lab.link(host, host_if, sbx, "eth0")
         lab.link(host, up_if, up, "eth0")
         lab.addr(host, host_if, "10.241.0.1/24", "fd00:241::1/64")
@@ -300,9 +312,13 @@ def test_the_printed_fence_leaves_the_sandbox_only_the_proxy(fence: Fence, form:
     load_printed(printed(fence, form), fence.host, tool)
     tag = f"{form}-{tool}"
     # IPv4 and IPv6 TCP to an allowed host go through the proxy, the placeholder swapped
-    for family, name, address in (("v4", "api.test", UP4), ("v6", "api6.test", UP6)):
+    for family, name, address, source in (
+        ("v4", "api.test", UP4, "10.241.0.2"),
+        ("v6", "api6.test", UP6, "fd00:241::2"),
+    ):
         path = f"/fence/{tag}/{family}"
-        done = fence.curl(form, f"https://{name}{path}", address, "-H", f"Authorization: Bearer {PH}")
+        bind = ["--interface", source] if form != "uid" else []  # not the bound claim's address
+        done = fence.curl(form, f"https://{name}{path}", address, *bind, "-H", f"Authorization: Bearer {PH}")
         assert done.stdout.endswith("200"), (family, done)
         event = fence.proxy.wait_event(path=path)
         assert (event["claim"], event["decision"], event["host"]) == ("sandbox", "allow", name)
@@ -312,6 +328,20 @@ def test_the_printed_fence_leaves_the_sandbox_only_the_proxy(fence: Fence, form:
             time.sleep(0.1)
         auth = [v for h in fence.upstream_saw(path) for k, v in h if k.lower() == "authorization"]
         assert auth == [f"Bearer {fence.secret}"], family  # swapped, never the placeholder
+    if form == "interface":  # the printed mark: a claim bound to this veth is served here
+        fence.lab.addr(fence.sbx, "eth0", f"{BOUND[0]}/24", f"{BOUND[1]}/64")
+        for family, name, address, source in (
+            ("v4", "api.test", UP4, BOUND[0]),
+            ("v6", "api6.test", UP6, BOUND[1]),
+        ):
+            path = f"/fence/{tag}/bound-{family}"
+            done = fence.curl(form, f"https://{name}{path}", address, "--interface", source,
+                              "-H", f"Authorization: Bearer {PH_BOUND}")  # fmt: skip
+            assert done.stdout.endswith("200"), (family, done)
+            event = fence.proxy.wait_event(path=path)
+            assert (event["claim"], event["credentials"]) == ("bound", [{"name": "bound-api", "version": 1}])
+        for cidr in (f"{BOUND[0]}/24", f"{BOUND[1]}/64"):
+            sh("ip", "addr", "del", cidr, "dev", "eth0", ns=fence.sbx)
     # IPv6 (and IPv4) TCP to a host no rule allows: refused by the proxy, nothing arrives there
     for family, address in (("v6", DENIED6), ("v4", DENIED4)):
         done = fence.curl(form, f"https://denied.test/fence/{tag}/denied-{family}", address)

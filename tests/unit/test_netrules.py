@@ -51,12 +51,12 @@ def test_uid_rules_exclude_the_proxy_user() -> None:
 
 def test_no_ipv6_listener_drops_all_ipv6() -> None:
     out = transparent_rules(8081, interface="veth0", ipv6=False)
-    v6 = [line for line in out.splitlines() if line.startswith("ip6tables ")]
+    v6 = [line for line in out.splitlines() if line.startswith("ip6tables -t filter")]
     assert v6 == [
         "ip6tables -t filter -I INPUT 1 -i veth0 -j DROP",
         "ip6tables -t filter -I FORWARD 1 -i veth0 -j DROP",
     ]
-    assert out.count("redirect to :8081") == 1
+    assert out.count("redirect to :8081") == 1 and "ip6tables -t nat" not in out
 
 
 def test_a_named_resolver_is_the_only_dns_let_through() -> None:
@@ -129,3 +129,12 @@ def test_source_form_says_which_family_is_not_fenced() -> None:
 def test_bad_arguments_are_refused(kwargs: dict, says: str) -> None:
     with pytest.raises(ValueError, match=says):
         transparent_rules(8081, **kwargs)
+
+
+def test_the_interface_form_marks_what_arrives_there_unless_a_port_marked_it() -> None:
+    out = transparent_rules(8081, interface="veth0")
+    mark = f"{interface_mark('veth0'):#010x}"
+    assert f"iptables -t mangle -A PREROUTING -i veth0 -m mark --mark 0 -j MARK --set-mark {mark}" in out
+    assert f"ip6tables -t mangle -A PREROUTING -i veth0 -m mark --mark 0 -j MARK --set-mark {mark}" in out
+    assert f'iifname "veth0" meta mark 0 meta mark set {mark}' in out
+    assert "sysctl -w net.ipv4.tcp_fwmark_accept=1" in out
