@@ -72,6 +72,7 @@ table inet sgcount {
   counter c_denied {}
   counter c_udp {}
   counter c_echo {}
+  counter c_dns {}
   chain count {
     type filter hook prerouting priority -400; policy accept;
     ip saddr 10.241.0.0/16 counter name "c_sbx"
@@ -79,6 +80,7 @@ table inet sgcount {
     ip daddr 10.242.0.3 counter name "c_denied"
     ip6 daddr fd00:242::3 counter name "c_denied"
     meta l4proto udp counter name "c_udp"
+    ip daddr 10.242.0.2 udp dport 53 counter name "c_dns"
     icmp type echo-request counter name "c_echo"
     icmpv6 type echo-request counter name "c_echo"
   }
@@ -275,14 +277,14 @@ def fence(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Fence]:
     canary.assert_absent({"fence proxy artifacts": proxy.audit_path.read_bytes() + proxy.stderr().encode()})
 
 
-def printed(fence: Fence, form: str) -> str:
+def printed(fence: Fence, form: str, *extra: str) -> str:
     args = {
         "interface": ["--interface", fence.host_if],
         "source": ["--source", "10.241.0.2/32", "--source", "fd00:241::2/128"],
         "uid": ["--uid", str(SANDBOX_UID), "--proxy-uid", "0"],
     }[form]
     return subprocess.run(
-        [sys.executable, "-m", "proxy", "transparent-rules", "--port", str(fence.tport), *args],
+        [sys.executable, "-m", "proxy", "transparent-rules", "--port", str(fence.tport), *args, *extra],
         capture_output=True,
         text=True,
         cwd=ROOT,
@@ -352,7 +354,63 @@ def test_the_printed_fence_leaves_the_sandbox_only_the_proxy(fence: Fence, form:
     assert fence.run(form, "ping", "-6", "-c1", "-W1", UP6).returncode != 0
     time.sleep(0.3)
     counts = fence.counts()
-    assert counts == {"sbx": 0, "denied": 0, "udp": 0, "echo": 0}, counts
+    assert counts == {"sbx": 0, "denied": 0, "udp": 0, "echo": 0, "dns": 0}, counts
+
+
+@pytest.mark.parametrize("tool", ["iptables", "nft"])
+def test_a_named_resolver_is_the_only_udp_that_leaves(fence: Fence, tool: str) -> None:
+    """--resolver 10.242.0.2: DNS to it passes (UDP 53 only); QUIC to it and everything else
+    stays dropped."""
+    flush_rules(fence.host)
+    fence.reset_counts()
+    load_printed(printed(fence, "interface", "--resolver", UP4), fence.host, tool)
+    fence.run("interface", "python3", "-c", UDP_PROBE)
+    time.sleep(0.3)
+    counts = fence.counts()
+    assert counts["dns"] == 3 and counts["udp"] == 3 and counts["echo"] == 0, counts
+
+
+@pytest.mark.parametrize("tool", ["iptables", "nft"])
+def test_without_an_ipv6_listener_all_ipv6_is_dropped(fence: Fence, tool: str) -> None:
+    flush_rules(fence.host)
+    fence.reset_counts()
+    load_printed(printed(fence, "interface", "--no-ipv6"), fence.host, tool)
+    done = fence.curl("interface", "https://api6.test/fence/no-ipv6", UP6, "--max-time", "3")
+    assert not done.stdout.endswith("200"), done
+    ok = fence.curl("interface", "https://api.test/fence/no-ipv6-v4", UP4)
+    assert ok.stdout.endswith("200"), ok
+    fence.run("interface", "python3", "-c", UDP_PROBE)
+    time.sleep(0.3)
+    assert fence.counts() == {"sbx": 0, "denied": 0, "udp": 0, "echo": 0, "dns": 0}
+    assert [e for e in fence.proxy.audit_events() if e.get("path") == "/fence/no-ipv6"] == []
+
+
+@pytest.mark.parametrize("tool", ["iptables", "nft"])
+def test_the_interface_anti_spoof_rule_drops_another_source(fence: Fence, tool: str) -> None:
+    """--interface IF --source CIDR: what arrives on IF from an address outside CIDR is dropped
+    before NAT: the sandbox cannot pose as any other address, claimed or not."""
+    flush_rules(fence.host)
+    fence.reset_counts()
+    rules = printed(fence, "interface", "--source", "10.241.0.2/32", "--source", "fd00:241::2/128")
+    load_printed(rules, fence.host, tool)
+    fence.lab.addr(fence.sbx, "eth0", "10.241.0.99/24", "fd00:241::99/64")
+    try:
+        for family, name, address, source in (
+            ("v4", "api.test", UP4, "10.241.0.99"),
+            ("v6", "api6.test", UP6, "fd00:241::99"),
+        ):
+            path = f"/fence/{tool}/spoofed-{family}"
+            done = fence.curl(
+                "interface", f"https://{name}{path}", address, "--interface", source, "--max-time", "3"
+            )
+            assert not done.stdout.endswith("200"), done
+            assert [e for e in fence.proxy.audit_events() if e.get("path") == path] == []
+        ok = fence.curl("interface", "https://api.test/fence/own-source", UP4, "--interface", "10.241.0.2")
+        assert ok.stdout.endswith("200"), ok
+    finally:
+        for cidr in ("10.241.0.99/24", "fd00:241::99/64"):
+            sh("ip", "addr", "del", cidr, "dev", "eth0", ns=fence.sbx, check=False)
+    assert fence.counts()["sbx"] == 0
 
 
 def test_nft_uid_rules_load_on_this_nft(fence: Fence) -> None:
