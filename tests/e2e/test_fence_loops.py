@@ -168,3 +168,51 @@ def test_a_redirect_without_the_exclusion_is_refused_once_when_the_sandbox_share
         assert done.stdout.endswith("403") and "own_listener" in done.stdout, done
     finally:
         proxy.stop()
+
+
+RULES_OPAQUE_LOOP = """\
+version: 1
+pools:
+  p:
+    egress:
+      - host: api.test
+        intercept: false
+    limits:
+      connections: 32
+claims:
+  - id: sandbox
+    pool: p
+    proxy_token: file:token
+    sources: [10.244.0.1/32]
+"""
+
+
+def test_a_looped_tls_connection_is_never_passed_through_again(lab: Lab, tmp_path: Path) -> None:
+    """The same loop on an opaque (pass-through) rule: the looped connection is intercepted, not
+    passed on, and its request refused once; before, each pass-through opened the next."""
+    host = host_ns(lab, "10.244.0.1/24", "fd00:244::1/64")
+    (tmp_path / "token").write_text("unused")
+    (tmp_path / "rules.yaml").write_text(RULES_OPAQUE_LOOP)
+    tport = free_port()
+    proxy = NsProxy(host, tmp_path / "rules.yaml", tmp_path, resolve={"api.test": "10.244.0.2"})
+    proxy.args += ["--transparent", f"[::]:{tport}"]
+    proxy.start()
+    rule = ["-d", "10.244.0.2", "-p", "tcp", "--dport", "443", "-j", "REDIRECT", "--to-ports", str(tport)]
+    sh("iptables", "-t", "nat", "-A", "OUTPUT", *rule, ns=host)
+    try:
+        done = curl(
+            host,
+            "--cacert",
+            str(proxy.ca_pem),
+            "--resolve",
+            "api.test:443:10.244.0.2",
+            "https://api.test/tls-loop",
+        )
+        assert done.stdout.endswith("403") and "own_listener" in done.stdout, done
+        time.sleep(1.0)
+        events = proxy.audit_events()
+        refused = [e for e in events if e["decision"] != "allow"]
+        assert [(e["path"], e["reason"]) for e in refused] == [("/tls-loop", "own_listener")], events
+        assert len([e for e in events if e["event"] == "tunnel"]) <= 1, events
+    finally:
+        proxy.stop()
