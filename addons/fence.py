@@ -5,8 +5,10 @@
   listener, and — when the sandbox and the proxy share an address — from a claim's address: it
   would be allowed, open the next, and so on until a limit. The local end (address, port) of every
   upstream connection is kept while it is open; a transparent connection whose source is one of
-  them is the proxy talking to itself and is refused once (403 ``own_listener``), whatever the
-  addresses, before anything is sent on. A looped TLS connection is never passed through.
+  them — or, from another worker, a connecting socket of the proxy's user in the kernel's table
+  (:mod:`proxy.sockets`) — is the proxy talking to itself and is refused once (403
+  ``own_listener``), whatever the addresses, before anything is sent on. A looped TLS connection
+  is never passed through.
 - **Interface binding** (issue 21). A claim with ``interface: IF`` accepts only connections that
   arrived on IF. mitmproxy does not know a connection's arrival interface, so the kernel says it:
   the printed rules (``surrogate transparent-rules``) mark a sandbox's packets with
@@ -21,6 +23,7 @@
 from __future__ import annotations
 
 import ipaddress
+import os
 import socket
 from typing import Any
 
@@ -28,7 +31,9 @@ from mitmproxy import connection, ctx, http, tls
 from mitmproxy.proxy import mode_specs, server_hooks
 
 from addons import facts
+from proxy import sockets
 from proxy.decide import Reason, deny
+from proxy.hostaddrs import is_own_address
 from proxy.netrules import interface_mark
 
 
@@ -66,7 +71,14 @@ class Fence:
         self._marks.pop(client.id, None)
 
     def _loops(self, client: connection.Client) -> bool:
-        return _key(client.peername) in self.upstream_ends
+        end = _key(client.peername)
+        if end is None:
+            return False
+        if end in self.upstream_ends:
+            return True
+        # another worker's upstream connection (--workers N): the kernel's socket table knows it;
+        # asked only for a source on this host, so a sandbox elsewhere costs nothing
+        return is_own_address(ipaddress.ip_address(end[0])) and sockets.held_by(end, os.getuid())
 
     def _wrong_interface(self, client: connection.Client, claim: Any) -> bool:
         if claim is None or claim.interface is None:

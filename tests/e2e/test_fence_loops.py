@@ -116,11 +116,12 @@ claims:
 """
 
 
+@pytest.mark.parametrize("workers", [1, 2])
 @pytest.mark.parametrize(
     ("family", "name", "upstream"), [("v4", "api.test", "10.244.0.2"), ("v6", "api6.test", "fd00:244::2")]
 )
 def test_a_redirect_without_the_exclusion_is_refused_once_when_the_sandbox_shares_the_address(
-    lab: Lab, tmp_path: Path, family: str, name: str, upstream: str
+    lab: Lab, tmp_path: Path, family: str, name: str, upstream: str, workers: int
 ) -> None:
     """The sandbox is a process on the proxy's host (same address, a claim's source); the redirect
     rule catches every user's connections to the upstream, the proxy's own included. Before the
@@ -134,6 +135,7 @@ def test_a_redirect_without_the_exclusion_is_refused_once_when_the_sandbox_share
         tmp_path / "rules.yaml",
         tmp_path,
         resolve={"api.test": "10.244.0.2", "api6.test": "fd00:244::2"},
+        workers=workers,  # 2: the looped connection may land on the other worker
     )
     proxy.args += ["--transparent", f"[::]:{tport}"]
     proxy.start()
