@@ -424,3 +424,47 @@ def test_nft_uid_rules_load_on_this_nft(fence: Fence) -> None:
 
 def test_zz_no_client_saw_the_secret(fence: Fence) -> None:
     canary.assert_absent({"fence clients": "".join(fence.received).encode()})
+
+
+VARIANTS = {
+    "interface": ["--interface", "sg-any0"],
+    "interface-sources": [
+        "--interface",
+        "sg-any0",
+        "--source",
+        "10.241.9.2/32",
+        "--source",
+        "fd00:241:9::2/128",
+    ],
+    "interface-resolvers-no-ipv6": ["--interface", "sg-any0", "--resolver", "10.241.9.53", "--no-ipv6"],
+    "source-both": [
+        "--source",
+        "10.241.9.0/24",
+        "--source",
+        "fd00:241:9::/64",
+        "--resolver",
+        "fd00:241:9::53",
+    ],
+    "source-v4-no-ipv6": ["--source", "10.241.9.0/24", "--no-ipv6"],
+    "uid": ["--uid", "4242", "--proxy-uid", "4243", "--resolver", "127.0.0.53", "--resolver", "::1"],
+    "uid-no-ipv6": ["--uid", "4242", "--proxy-uid", "4243", "--no-ipv6"],
+    "bridge-port": ["--bridge-port", "sg-any1", "--source", "10.241.9.2/32", "--source", "fd00:241:9::2/128"],
+    "bridge-port-v4": ["--bridge-port", "sg-any1", "--source", "10.241.9.2/32"],
+}
+
+
+@pytest.mark.parametrize("tool", ["iptables", "nft"])
+@pytest.mark.parametrize("variant", VARIANTS, ids=list(VARIANTS))
+def test_every_printed_variant_loads_on_this_machines_tools(fence: Fence, variant: str, tool: str) -> None:
+    """Each option combination's rules load as printed (iptables, ip6tables, ebtables, nft), and
+    loading them twice (a second sandbox) merges instead of failing."""
+    ns = fence.lab.add(f"ld{len(fence.lab.spaces)}")
+    out = subprocess.run(
+        [sys.executable, "-m", "proxy", "transparent-rules", "--port", "8081", *VARIANTS[variant]],
+        capture_output=True, text=True, cwd=ROOT, check=True,
+    ).stdout  # fmt: skip
+    load_printed(out, ns, tool)
+    if tool == "nft":
+        load_printed(out, ns, tool)
+    listed = sh("nft", "list", "ruleset", ns=ns).stdout
+    assert ("redirect" in listed or "REDIRECT" in listed or "bridge" in listed) and "drop" in listed.lower()
