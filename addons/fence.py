@@ -54,6 +54,7 @@ class Fence:
     def __init__(self) -> None:
         self.upstream_ends: dict[tuple[str, int], int] = {}  # local end -> open connections
         self._marks: dict[str, int | None] = {}  # client id -> its socket's mark
+        self._looped: dict[str, bool] = {}  # client id -> decided at its first request
 
     def server_connected(self, data: server_hooks.ServerConnectionHookData) -> None:
         end = _key(data.server.sockname)
@@ -69,8 +70,16 @@ class Fence:
 
     def client_disconnected(self, client: connection.Client) -> None:
         self._marks.pop(client.id, None)
+        self._looped.pop(client.id, None)
 
     def _loops(self, client: connection.Client) -> bool:
+        # the looping upstream connection was registered before it sent a byte, so the answer at
+        # a connection's first request (or ClientHello) holds for its life
+        if client.id not in self._looped:
+            self._looped[client.id] = self._looping(client)
+        return self._looped[client.id]
+
+    def _looping(self, client: connection.Client) -> bool:
         end = _key(client.peername)
         if end is None:
             return False
