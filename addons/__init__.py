@@ -10,6 +10,9 @@ Each addon handles one concern and talks to the others only through ``flow.metad
    hygiene    — refuse ambiguous request heads (duplicate Host, control characters, oversize,
                 TRACE toward credentials); drop hop-by-hop headers
 2. policy     — egress rules decide; deny before any upstream TCP/TLS; authority agreement
+   fence      — transparent mode: a looped connection (one of the proxy's own upstream
+                connections, redirected back) and a claim's connection from the wrong interface
+                are refused; after policy, so that it can undo a pass-through policy chose
    forgery    — a placeholder with surrogate's checksum that this claim does not hold: refused
    hooks      — a hook route's request is answered by an operator command (no upstream); it runs
                 after policy (only allowed requests) and before substitute (it sees placeholders,
@@ -36,6 +39,7 @@ from typing import Any
 from mitmproxy.addons import errorcheck, next_layer, proxyserver, tlsconfig
 
 from addons.audit import Audit
+from addons.fence import Fence
 from addons.forgery import Forgery
 from addons.hooks import Hooks
 from addons.hygiene import Hygiene
@@ -71,6 +75,7 @@ def chain(state: State) -> list[Any]:
         WebSocketLimit(state),
         Hygiene(),
         Policy(state),
+        Fence(),
         Forgery(),
         Hooks(state),
         Substitute(state),

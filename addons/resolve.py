@@ -13,7 +13,8 @@ lookup an attacker's DNS could answer differently).
 
 Refused, after resolution (so in any spelling: ``127.1``, ``0x7f000001``, ``[::ffff:127.0.0.1]``,
 a name whose DNS answers loopback...):
-- one of surrogate's own listening ports on a local address (403 ``own_listener``);
+- one of surrogate's own listening ports on a local address — loopback, unspecified, or any
+  address of this host (:mod:`proxy.hostaddrs`) — (403 ``own_listener``);
 - any special-purpose address (:mod:`proxy.addresses`: private, loopback, link-local, CGNAT,
   metadata endpoints, embedded IPv4...) unless the pool lists it in ``allow_cidrs``
   (403 ``special_address``). Every resolved address must pass, not just the first. Addresses the
@@ -34,6 +35,7 @@ from addons import facts
 from proxy.addresses import Network, allowed_by, special
 from proxy.decide import Decision, Reason, deny
 from proxy.errors import HostError
+from proxy.hostaddrs import is_own_address
 from proxy.hosts import canonical_host
 from proxy.state import State
 
@@ -41,9 +43,7 @@ IP = ipaddress.IPv4Address | ipaddress.IPv6Address
 
 
 def _is_local(ip: IP) -> bool:
-    if isinstance(ip, ipaddress.IPv6Address) and ip.ipv4_mapped is not None:
-        ip = ip.ipv4_mapped
-    return ip.is_loopback or ip.is_unspecified
+    return is_own_address(ip)  # loopback, unspecified, or any address of this host (issue 21)
 
 
 class Resolve:

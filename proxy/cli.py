@@ -191,11 +191,24 @@ def _parser() -> argparse.ArgumentParser:
 
     tr = sub.add_parser("transparent-rules", help="print iptables/nftables rules that redirect a sandbox")
     tr.add_argument("--port", type=int, required=True, help="the proxy's --transparent port")
-    which = tr.add_mutually_exclusive_group(required=True)
-    which.add_argument("--interface", help="the sandbox's interface (veth, bridge)")
-    which.add_argument("--source", help="the sandbox's address or CIDR")
-    which.add_argument("--uid", type=int, help="the sandbox's user on this host")
+    tr.add_argument("--interface", help="the sandbox's interface (veth, bridge)")
+    tr.add_argument(
+        "--source",
+        action="append",
+        help="the sandbox's address or CIDR (repeatable, IPv4 and IPv6); with --interface or "
+        "--bridge-port: the only source addresses allowed there (anti-spoof)",
+    )
+    tr.add_argument("--uid", type=int, help="the sandbox's user on this host")
     tr.add_argument("--proxy-uid", type=int, help="the proxy's user (required with --uid)")
+    tr.add_argument(
+        "--bridge-port", help="print the anti-spoof rules of one sandbox's port on a shared bridge"
+    )
+    tr.add_argument(
+        "--resolver", action="append", default=[], help="a DNS resolver the sandbox may reach (repeatable)"
+    )
+    tr.add_argument(
+        "--no-ipv6", action="store_true", help="the proxy has no IPv6 transparent listener: drop all IPv6"
+    )
 
     keys = sub.add_parser("keys", help="the store's encryption keys")
     keys_sub = keys.add_subparsers(dest="keys_command", required=True)
@@ -296,6 +309,9 @@ def main(argv: list[str] | None = None) -> int:
                     source=args.source,
                     uid=args.uid,
                     proxy_uid=args.proxy_uid,
+                    ipv6=not args.no_ipv6,
+                    resolvers=args.resolver,
+                    bridge_port=args.bridge_port,
                 )
             )
             return 0

@@ -64,6 +64,7 @@ class Reason(StrEnum):
     AMBIGUOUS_PATH = "ambiguous_path"
     HOOK_POOL_LIMIT = "hook_pool_limit"
     HOOK_NODE_LIMIT = "hook_node_limit"
+    WRONG_INTERFACE = "wrong_interface"
 
 
 @dataclass(frozen=True, slots=True)

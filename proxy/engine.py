@@ -122,6 +122,10 @@ def build_master(config: RunConfig, on_ready: Callable[[], None] | None = None) 
 
 
 def _hostport(host: str, port: int) -> str:
+    # "::" means every address of both families, as on a Linux socket without IPV6_V6ONLY; asyncio
+    # would bind it IPv6-only, so it becomes mitmproxy's host-less spec (one socket per family).
+    if host == "::":
+        return str(port)
     return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
 
 

@@ -185,6 +185,7 @@ class Claim:
     refusing: bool = field(default=False, repr=False, compare=False)  # some on_misplaced refuses
     oauth: tuple[Credential, ...] = field(default=(), repr=False, compare=False)  # token endpoints
     metered: tuple[Credential, ...] = field(default=(), repr=False, compare=False)  # max_requests
+    interface: str | None = None  # transparent mode: the interface its connections must arrive on
 
     @classmethod
     def build(

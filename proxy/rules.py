@@ -120,6 +120,7 @@ class ClaimModel(_Model):
     pool: str
     proxy_token: str
     sources: list[str] = Field(default_factory=list)
+    interface: str | None = None  # transparent mode: the interface (veth, bridge port) it arrives on
     credentials: list[CredentialModel] = Field(default_factory=list)
 
 
@@ -322,7 +323,8 @@ def _build(model: RulesModel, base_dir: Path, marks: _Marks) -> Policy:
                 creds.append(cred)
         if token is not None:
             sources = _networks(cm.sources, loc + ("sources",), marks, owners, cm.id)
-            claims[cm.id] = Claim.build(cm.id, cm.pool, SourceToken(token), tuple(creds), "rules", sources)
+            claim = Claim.build(cm.id, cm.pool, SourceToken(token), tuple(creds), "rules", sources)
+            claims[cm.id] = _bind_interface(claim, cm, loc, marks)
     for pname, pool in pools.items():
         holder = next((c.id for c in claims.values() if c.pool == pname and c.credentials), None)
         wide = pool.any_host_rule()
@@ -426,6 +428,21 @@ def _limits(lm: LimitsModel, loc: Loc, marks: _Marks) -> Limits:
         why = f"websocket_message_bytes {ws} must be from {MIN_WS_MESSAGE} to {MAX_WS_MESSAGE}"
         marks.add(loc + ("websocket_message_bytes",), why)
     return Limits(lm.connections, lm.requests_per_second, lm.burst, lm.hook_processes, websocket_message=ws)
+
+
+_IFACE = re.compile(r"^[A-Za-z0-9_.@-]{1,15}$")  # Linux IFNAMSIZ is 16 including the NUL
+
+
+def _bind_interface(claim: Claim, cm: ClaimModel, loc: Loc, marks: _Marks) -> Claim:
+    """A claim's ``interface``: its transparent connections must arrive there (issue 21)."""
+    if cm.interface is None:
+        return claim
+    if not _IFACE.match(cm.interface):
+        marks.add(loc + ("interface",), f"{cm.interface!r} is not an interface name")
+        return claim
+    if not cm.sources:
+        marks.add(loc + ("interface",), "interface needs sources: it binds the claim's source addresses")
+    return dataclasses.replace(claim, interface=cm.interface)
 
 
 def _networks(

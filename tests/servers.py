@@ -422,6 +422,8 @@ class _Server(socketserver.TCPServer):
 
     def __init__(self, upstream: Upstream) -> None:
         self.upstream = upstream
+        if ":" in upstream.bind[0]:  # an IPv6 address (the fence tests' upstream namespace)
+            self.address_family = socket.AF_INET6
         super().__init__(upstream.bind, _Handler)
 
     def get_request(self) -> tuple[socket.socket, object]:
