@@ -179,7 +179,7 @@ class Registry:
             token = StoreToken(self.store, c.id)
             sources = tuple(ipaddress.ip_network(s, strict=False) for s in c.sources)
             held = tuple(by_claim.get(c.id, ()))
-            fresh[c.id] = Claim.build(c.id, c.pool, token, held, "store", sources)
+            fresh[c.id] = Claim.build(c.id, c.pool, token, held, "store", sources, c.interface)
             versions[c.id] = c.version
         gone = {cid for cid, v in self._versions.items() if versions.get(cid) != v}
         self._store_claims, self._versions, self._seen = fresh, versions, version

@@ -38,6 +38,7 @@ from proxy.limits import MIN_WEBSOCKET_MESSAGE as MIN_WS_MESSAGE
 from proxy.paths import prefix_problem
 from proxy.policy import (
     DEFAULT_SURFACES,
+    INTERFACE_NAME,
     SURFACES,
     Claim,
     Credential,
@@ -430,14 +431,13 @@ def _limits(lm: LimitsModel, loc: Loc, marks: _Marks) -> Limits:
     return Limits(lm.connections, lm.requests_per_second, lm.burst, lm.hook_processes, websocket_message=ws)
 
 
-_IFACE = re.compile(r"^[A-Za-z0-9_.@-]{1,15}$")  # Linux IFNAMSIZ is 16 including the NUL
 
 
 def _bind_interface(claim: Claim, cm: ClaimModel, loc: Loc, marks: _Marks) -> Claim:
     """A claim's ``interface``: its transparent connections must arrive there (issue 21)."""
     if cm.interface is None:
         return claim
-    if not _IFACE.match(cm.interface):
+    if not INTERFACE_NAME.match(cm.interface):
         marks.add(loc + ("interface",), f"{cm.interface!r} is not an interface name")
         return claim
     if not cm.sources:
