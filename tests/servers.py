@@ -62,6 +62,7 @@ class Recorded:
     path: str  # raw request target, including query
     headers: list[tuple[str, str]]  # in order, as received
     body_len: int
+    session: int = -1  # index into Upstream.sessions of the TLS session it came over
 
 
 def echo_lines(headers: list[tuple[str, str]], target: str, body: bytes) -> list[bytes]:
@@ -172,7 +173,8 @@ class _Handler(BaseHTTPRequestHandler):
     # -- request/response plumbing ------------------------------------------------------------
 
     def _record(self, body_len: int) -> None:
-        rec = Recorded(self.command, self.path, list(self.headers.items()), body_len)
+        session = getattr(self.connection, "surrogate_session", -1)
+        rec = Recorded(self.command, self.path, list(self.headers.items()), body_len, session)
         self.upstream._record(rec)
 
     def _body(self) -> Iterator[bytes]:
@@ -440,6 +442,7 @@ class Upstream:
         self.git_password = git_password
         self.requests: list[Recorded] = []
         self.connections = 0
+        self.sessions: list[str | None] = []  # per completed TLS handshake: the SNI it carried
         self.sse_release = threading.Event()
         self.oauth_refresh = ""  # /oauth/token: the first refresh token it accepts
         self.oauth_seen: list[str] = []  # refresh tokens received
@@ -448,6 +451,7 @@ class Upstream:
         self._tmpdir = tmpdir
         self._ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
         ca.ca.issue_cert(*hostnames).configure_cert(self._ctx)
+        self._ctx.sni_callback = self._sni
         self._ctx.set_alpn_protocols(["http/1.1"])  # clients offering h2 must fall back
         self._lock = threading.Lock()
         self._live: set[socket.socket] = set()
@@ -514,6 +518,9 @@ class Upstream:
             self.connections += 1
             self._live.add(sock)
 
+    def _sni(self, sock: ssl.SSLObject | ssl.SSLSocket, name: str | None, _: ssl.SSLContext) -> None:
+        sock.surrogate_sni = name  # type: ignore[union-attr]  # read back in _serve_connection
+
     def _track_thread(self, t: threading.Thread) -> None:
         with self._lock:
             self._threads = [x for x in self._threads if x.is_alive()] + [t]
@@ -528,6 +535,8 @@ class Upstream:
             with self._lock:
                 self._live.discard(raw)
                 self._live.add(conn)
+                conn.surrogate_session = len(self.sessions)  # type: ignore[attr-defined]
+                self.sessions.append(getattr(conn, "surrogate_sni", None))
             _Handler(conn, addr, server)
         except OSError:
             pass  # handshake failures, resets and broken pipes are the client's business
