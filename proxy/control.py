@@ -70,7 +70,9 @@ def coverage(pool: Pool, hosts: list[str], inject_header: str | None) -> list[Co
             pattern = HostPattern.parse(raw)
         except HostError as e:
             raise ControlError(422, "invalid_host", str(e), f"hosts[{i}]") from None
-        rule = next((r for r in pool.egress if r.intercept and r.host.covers(pattern)), None)
+        rule = next(
+            (r for r in pool.egress if r.intercept and r.scheme == "https" and r.host.covers(pattern)), None
+        )
         if rule is None:
             raise ControlError(
                 422,

@@ -268,7 +268,7 @@ def explain(
     mismatch = _authority(headers, host, port)
     if mismatch is not None:
         return Explanation(**steps, verdict=mismatch, notes=tuple(notes))
-    request = decide_request(pool, host, port, method, target, intercepted_only=tunnelled)
+    request = decide_request(pool, host, port, method, target, intercepted_only=tunnelled, scheme=scheme)
     if not request.allowed:
         return Explanation(**steps, verdict=request, request=request, notes=tuple(notes))
 
@@ -426,7 +426,14 @@ def render(e: Explanation) -> str:
 
 # --- audit why ------------------------------------------------------------------------------------
 
-_EGRESS = {"allowed", "no_rule", "port_not_allowed", "method_not_allowed", "path_not_allowed"}
+_EGRESS = {
+    "allowed",
+    "no_rule",
+    "port_not_allowed",
+    "scheme_not_allowed",
+    "method_not_allowed",
+    "path_not_allowed",
+}
 # Reached only after the egress rules allowed the request (substitution, resolution, upstream).
 _AFTER_EGRESS = {
     "placeholder_violation",

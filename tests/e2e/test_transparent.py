@@ -190,7 +190,10 @@ def world(tmp_path_factory: pytest.TempPathFactory) -> Iterator[World]:
           p:
             egress:
               - host: api.test
-                ports: [443, 80, 8443]
+                ports: [443, 8443]
+              - host: api.test
+                ports: [80]
+                scheme: http
               - host: other.test
               - host: pkgs.test
                 ports: [9443]
