@@ -655,6 +655,44 @@ def test_an_opaque_sni_naming_another_address_is_intercepted_and_refused(world: 
     assert len(passed) <= 1  # only the previous test's pass-through, if it ran
 
 
+NOT_HTTP_CLIENT = """
+import socket, sys, time
+port, payload = int(sys.argv[1]), sys.argv[2].encode().decode("unicode_escape").encode("latin-1")
+with socket.create_connection(("10.232.0.2", port), timeout=10) as s:
+    s.sendall(payload)
+    data = b""
+    try:
+        while chunk := s.recv(65536):
+            data += chunk
+    except OSError:
+        pass
+print(repr(data))
+"""
+
+
+@pytest.mark.parametrize(
+    ("port", "payload"),
+    [(443, "SSH-2.0-OpenSSH_9.6\\r\\n"), (80, "PING\\r\\n")],
+    ids=["ssh-banner-to-443", "redis-ping-to-80"],
+)
+def test_bytes_that_are_not_http_in_a_redirected_connection_are_refused_and_audited(
+    world: World, port: int, payload: str
+) -> None:
+    """Was: a redirected connection whose first bytes were not HTTP became mitmproxy's raw TCP
+    layer and was relayed to the original destination, decided by no rule."""
+    before = len(world.proxy.audit_events())
+    done = sandbox_python(world, NOT_HTTP_CLIENT, str(port), payload)
+    assert done.returncode == 0 and done.stdout.strip() == "b''", done
+    deadline = time.monotonic() + 5
+    found: list[dict] = []
+    while not found and time.monotonic() < deadline:
+        found = [e for e in world.proxy.audit_events()[before:] if e["reason"] == "not_http"]
+        time.sleep(0.05)
+    assert [(e["event"], e["claim"], e["host"], e["port"]) for e in found] == [
+        ("tunnel", "sandbox", "10.232.0.2", port)
+    ]
+
+
 def test_zz_upstream_saw_only_the_allowed_requests_with_the_real_secret(world: World) -> None:
     """Runs last in this module: stops the upstream to read what it recorded."""
     assert world.upstream.stdin is not None
