@@ -33,7 +33,9 @@ CASES = [
 ]
 
 
-@pytest.mark.parametrize(("name", "tls", "server", "expected"), [c[:4] for c in CASES], ids=[c[4] for c in CASES])
+@pytest.mark.parametrize(
+    ("name", "tls", "server", "expected"), [c[:4] for c in CASES], ids=[c[4] for c in CASES]
+)
 def test_a_connection_matches_only_requests_for_its_own_name(
     name: str, tls: bool, server: Server, expected: bool
 ) -> None:
