@@ -12,6 +12,7 @@ addons/policy.py (the request target's authority must be the tunnel's).
 from __future__ import annotations
 
 import http.client
+import json
 import socket
 import ssl
 import threading
@@ -20,8 +21,9 @@ import time
 import h2.config
 import h2.connection
 import h2.events
+import jsonschema
 import pytest
-from harness import World, status_line
+from harness import ROOT, World, status_line
 
 
 def _exchange(sock: socket.socket | ssl.SSLSocket, head: str) -> tuple[int, bytes]:
@@ -330,6 +332,7 @@ def test_bytes_that_are_not_http_in_an_intercepted_tunnel_are_refused_and_audite
     assert [(e["event"], e["claim"], e["host"], e["decision"]) for e in found] == [
         ("tunnel", "agent", "api.test", "deny")
     ]
+    jsonschema.validate(found[0], json.loads((ROOT / "docs" / "audit-schema.json").read_text()))
     assert world.upstream.connections == before_conns  # the upstream saw nothing at all
 
 

@@ -691,6 +691,7 @@ def test_bytes_that_are_not_http_in_a_redirected_connection_are_refused_and_audi
     assert [(e["event"], e["claim"], e["host"], e["port"]) for e in found] == [
         ("tunnel", "sandbox", "10.232.0.2", port)
     ]
+    jsonschema.validate(found[0], json.loads((ROOT / "docs" / "audit-schema.json").read_text()))
 
 
 def test_zz_upstream_saw_only_the_allowed_requests_with_the_real_secret(world: World) -> None:
