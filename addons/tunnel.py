@@ -19,6 +19,11 @@ HTTP, so no HTTP refusal would be read), and audit writes one ``tunnel`` event w
 ``not_http``. An intercepted context is any layer decision below an explicit-proxy CONNECT
 (policy has set opaque ones already) and every decision in transparent mode (a redirected
 connection has no CONNECT at all: its requests are its only decision points).
+
+The same holds for the other way mitmproxy relays raw bytes: an upstream's ``101 Switching
+Protocols`` to anything but WebSocket (RFC 9110 §7.8; mitmproxy then relays both directions
+unparsed, past the scrubber). That response is refused in ``responseheaders``: the connection
+is closed, the 101 is never sent, and the request's audit event says ``not_http``.
 """
 
 from __future__ import annotations
@@ -79,6 +84,21 @@ class NextLayer(next_layer.NextLayer):
     def client_disconnected(self, client: connection.Client) -> None:
         self.tunnels.pop(client.id, None)
 
+    @facts.fail_closed
+    def responseheaders(self, flow: http.HTTPFlow) -> None:
+        resp = flow.response
+        if resp is None or resp.status_code != 101 or _is_websocket(flow):
+            return
+        protocol = (resp.headers.get("upgrade") or "")[:64]
+        flow.metadata[facts.DECISION] = deny(
+            Reason.NOT_HTTP,
+            f"the upstream switched to protocol {protocol!r}, which is neither HTTP nor WebSocket: "
+            "closed, nothing relayed",
+            status=502,
+        )
+        flow.response = None  # never sent: the audit event must not say 101
+        flow.kill()
+
     def _next_layer(self, context: Context, data_client: bytes, data_server: bytes) -> layer.Layer | None:
         if not _intercepted(context):
             return super()._next_layer(context, data_client, data_server)
@@ -109,6 +129,13 @@ class NextLayer(next_layer.NextLayer):
         )
         facts.log.warning("refused non-HTTP bytes in an intercepted connection to %s:%s", host, port)
         facts.REFUSED_TUNNELS[client.id] = facts.Passthrough(claim, host, port, decision, time.time())
+
+
+def _is_websocket(flow: http.HTTPFlow) -> bool:
+    """mitmproxy's own test for a WebSocket upgrade (``HttpStream.send_response``)."""
+    assert flow.response is not None
+    upgrade = (flow.response.headers.get("upgrade") or "").lower()
+    return upgrade == "websocket" and flow.request.headers.get("Sec-WebSocket-Version", "") == "13"
 
 
 def _intercepted(context: Context) -> bool:

@@ -3,8 +3,10 @@
 Endpoints: GET /sse, GET /bytes/<n>, POST|PUT /upload, /git/... (git smart HTTP through the real
 git-http-backend CGI), /reflect* (a hostile echo of the Authorization header, for the scrubbing
 tests), /echo (a hostile echo of every header, the query and the body, raw and escaped, in any
-content coding or as SSE; also decompression bombs), and a JSON catch-all. No other response
-echoes a request header value.
+content coding or as SSE; also decompression bombs), /upgrade-raw (101 to a non-WebSocket
+protocol, then the Authorization raw; any path ending so), and a JSON catch-all. No other
+response echoes a request header value. ``Upstream.sessions`` holds the SNI of every TLS
+session accepted, and each ``Recorded.session`` the index of the session its request came over.
 """
 
 from __future__ import annotations
@@ -158,6 +160,8 @@ class _Handler(BaseHTTPRequestHandler):
             return self._bytes(int(m[1]))
         if path == "/echo":
             return self._echo()
+        if path.endswith("/upgrade-raw"):
+            return self._upgrade_raw()
         if self.command == "POST" and path == "/oauth/token":
             return self._token()
         received = sum(len(c) for c in self._body())
@@ -218,6 +222,17 @@ class _Handler(BaseHTTPRequestHandler):
         self.wfile.write(b"%x\r\n%s\r\n" % (len(data), data))
 
     # -- endpoints ---------------------------------------------------------------------------
+
+    def _upgrade_raw(self) -> None:
+        """A hostile upstream: 101 to a protocol that is not WebSocket, then the Authorization it
+        received as raw bytes (a proxy relaying the upgraded bytes would leak it unscrubbed)."""
+        self._record(0)
+        self.send_response(101)
+        self.send_header("Upgrade", "raw-echo")
+        self.send_header("Connection", "Upgrade")
+        self.end_headers()
+        self.wfile.write(b"raw: " + (self.headers.get("Authorization") or "").encode() + b"\n")
+        self.close_connection = True
 
     def _reflect(self, path: str) -> None:
         """A hostile upstream: hands the Authorization it received back (the scrubbing tests).

@@ -396,3 +396,17 @@ def test_plain_http_inside_a_tunnel_to_a_tls_port_is_refused(world: World) -> No
     data = _tunnel_raw(world, [head.encode()], tls=False)
     assert status_line(data) == b"403" and b"scheme_not_allowed" in data, data[:300]
     assert world.upstream.connections == before
+
+
+def test_an_upgrade_to_a_protocol_that_is_not_websocket_is_refused(world: World) -> None:
+    """Was: an upstream's 101 to another protocol made mitmproxy relay both directions raw,
+    past the scrubber: the upstream's reflection of the secret reached the sandbox."""
+    port = world.upstream.port
+    head = (
+        f"GET /v1/upgrade-raw HTTP/1.1\r\nHost: api.test:{port}\r\nConnection: Upgrade\r\n"
+        f"Upgrade: raw-echo\r\nAuthorization: Bearer {world.placeholder}\r\n\r\n"
+    ).encode()
+    data = world.tunnel_request(head, host="api.test")
+    assert b"101" not in data.split(b"\r\n", 1)[0] and world.secret.encode() not in data, data[:200]
+    event = world.proxy.wait_event(path="/v1/upgrade-raw")
+    assert (event["reason"], event["status"]) == ("not_http", None)
