@@ -440,7 +440,7 @@ class _Server(socketserver.TCPServer):
 
 
 class Upstream:
-    """Threaded HTTPS/1.1 server on 127.0.0.1 (ephemeral port).
+    """Threaded HTTPS/1.1 server on 127.0.0.1 (ephemeral port); plain HTTP/1.1 with ``tls=False``.
 
     Its certificate covers `hostnames` and is signed by the TestCA.
     """
@@ -452,8 +452,10 @@ class Upstream:
         git_password: str | None = None,
         tmpdir: pathlib.Path | None = None,
         bind: tuple[str, int] = ("127.0.0.1", 0),
+        tls: bool = True,
     ) -> None:
         self.bind = bind  # a test network namespace's address, for transparent-mode tests
+        self.tls = tls  # False: plain HTTP/1.1 (the cleartext tests); sessions stay empty
         self.git_password = git_password
         self.requests: list[Recorded] = []
         self.connections = 0
@@ -546,12 +548,13 @@ class Upstream:
             raw.settimeout(10)  # a client that never finishes the handshake must not pin us
             # The handshake happens here, in the per-connection thread; wrap_socket detaches
             # `raw`, so from now on only `conn` owns the file descriptor.
-            conn = self._ctx.wrap_socket(raw, server_side=True)
-            with self._lock:
-                self._live.discard(raw)
-                self._live.add(conn)
-                conn.surrogate_session = len(self.sessions)  # type: ignore[attr-defined]
-                self.sessions.append(getattr(conn, "surrogate_sni", None))
+            if self.tls:
+                conn = self._ctx.wrap_socket(raw, server_side=True)
+                with self._lock:
+                    self._live.discard(raw)
+                    self._live.add(conn)
+                    conn.surrogate_session = len(self.sessions)  # type: ignore[attr-defined]
+                    self.sessions.append(getattr(conn, "surrogate_sni", None))
             _Handler(conn, addr, server)
         except OSError:
             pass  # handshake failures, resets and broken pipes are the client's business

@@ -24,6 +24,7 @@ import h2.events
 import jsonschema
 import pytest
 from harness import ROOT, World, status_line
+from servers import TestCA, Upstream
 
 
 def _exchange(sock: socket.socket | ssl.SSLSocket, head: str) -> tuple[int, bytes]:
@@ -410,3 +411,27 @@ def test_an_upgrade_to_a_protocol_that_is_not_websocket_is_refused(world: World)
     assert b"101" not in data.split(b"\r\n", 1)[0] and world.secret.encode() not in data, data[:200]
     event = world.proxy.wait_event(path="/v1/upgrade-raw")
     assert (event["reason"], event["status"]) == ("not_http", None)
+
+
+def test_plain_http_requests_for_two_names_on_one_address_get_two_connections(
+    world: World, tmp_path_factory: pytest.TempPathFactory
+) -> None:
+    """Cleartext sibling: absolute-form http:// for plain.test and evil.test (both pinned to
+    127.0.0.1; claim ``wide`` allows plain http anywhere) on one client connection: one upstream
+    connection per name, reused for the same name."""
+    tmp = tmp_path_factory.mktemp("plain-upstream")
+    with Upstream(TestCA(tmp), ["plain.test"], tmpdir=tmp, tls=False) as plain:
+        auth = world.proxy_auth("wide")
+        statuses = []
+        with socket.create_connection(("127.0.0.1", world.proxy.port), timeout=15) as s:
+            for i, name in enumerate(["plain.test", "evil.test", "plain.test", "evil.test"]):
+                status, _ = _exchange(
+                    s,
+                    f"GET http://{name}:{plain.port}/two-names-{i} HTTP/1.1\r\nHost: {name}:{plain.port}\r\n"
+                    f"Proxy-Authorization: {auth}\r\n\r\n",
+                )
+                statuses.append(status)
+        assert statuses == [200] * 4
+        hosts = [next(v for k, v in r.headers if k.lower() == "host") for r in plain.requests]
+        assert [h.split(":")[0] for h in hosts] == ["plain.test", "evil.test", "plain.test", "evil.test"]
+        assert plain.connections == 2
