@@ -12,7 +12,9 @@ chosen, UDP) and, for an intercepted context, allows only:
 - TLS, once (the tunnel's TLS, which surrogate terminates; TLS inside that TLS is refused);
 - HTTP: an HTTP ALPN was negotiated, or the first line is an HTTP/1 request line
   (``method SP target SP HTTP/x.y``, RFC 9112 §3); until that line ends (at most
-  :data:`FIRST_LINE_LIMIT` bytes), the decision waits for more bytes.
+  :data:`FIRST_LINE_LIMIT` bytes), the decision waits for more bytes. A connection that sends
+  nothing (a protocol whose server speaks first) waits too, and ``--header-timeout`` closes it:
+  no upstream connection is ever opened for it.
 
 Anything else closes the connection without a byte relayed or answered (the protocol is not
 HTTP, so no HTTP refusal would be read), and audit writes one ``tunnel`` event with reason
