@@ -28,7 +28,8 @@ Each addon handles one concern and talks to the others only through ``flow.metad
 7. metrics    — Prometheus counters from the same facts
 
 then only the mitmproxy addons interception needs: proxyserver (listeners, loop check),
-next_layer (protocol detection; runs after policy's opaque-tunnel choice), tlsconfig (our CA,
+next_layer (protocol detection; runs after policy's opaque-tunnel choice; addons/tunnel.py's
+subclass: only TLS and HTTP in an intercepted tunnel), tlsconfig (our CA,
 upstream verification), errorcheck (exit non-zero on a startup error).
 """
 
@@ -36,7 +37,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from mitmproxy.addons import errorcheck, next_layer, proxyserver, tlsconfig
+from mitmproxy.addons import errorcheck, proxyserver, tlsconfig
 
 from addons.audit import Audit
 from addons.fence import Fence
@@ -52,6 +53,7 @@ from addons.resolve import Resolve
 from addons.scrub import Scrub
 from addons.stream import Stream
 from addons.substitute import Substitute
+from addons.tunnel import NextLayer
 from addons.wslimit import WebSocketLimit
 from proxy.state import State
 
@@ -86,7 +88,7 @@ def chain(state: State) -> list[Any]:
         Audit(),
         Metrics(state),
         proxyserver.Proxyserver(),
-        next_layer.NextLayer(),
+        NextLayer(state),  # mitmproxy's, refusing non-HTTP bytes in intercepted tunnels
         TlsConfig(),
         errorcheck.ErrorCheck(repeat_errors_on_stderr=True),
     ]

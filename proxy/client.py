@@ -129,7 +129,8 @@ def _request(args: argparse.Namespace) -> tuple[str, str, dict[str, Any] | None,
     if args.command == "claims":
         base = "/v1/claims"
         if args.action == "create":
-            claim_body = {"id": args.id, "pool": args.pool, "sources": args.source, "interface": args.interface}
+            claim_body = {"id": args.id, "pool": args.pool, "sources": args.source}
+            claim_body["interface"] = args.interface
             return "POST", base, claim_body, headers
         if args.action == "list":
             return "GET", base, None, headers

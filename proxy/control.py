@@ -80,7 +80,9 @@ def coverage(
             raise ControlError(
                 422, "risky_host", f"host {pattern}: {why}; list the exact hosts", f"hosts[{i}]"
             )
-        rule = next((r for r in pool.egress if r.intercept and r.host.covers(pattern)), None)
+        rule = next(
+            (r for r in pool.egress if r.intercept and r.scheme == "https" and r.host.covers(pattern)), None
+        )
         if rule is None:
             raise ControlError(
                 422,

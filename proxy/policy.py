@@ -70,6 +70,7 @@ class EgressRule:
     paths: tuple[str, ...]
     intercept: bool
     report: bool = False  # report mode: allow what this rule would refuse, and audit would_deny
+    scheme: str = "https"  # "https": CONNECT and https:// requests; "http": plain http:// only
 
     def label(self) -> str:
         return f"{self.id} {self.host}"
