@@ -14,7 +14,9 @@ Each addon handles one concern and talks to the others only through ``flow.metad
                 after policy (only allowed requests) and before substitute (it sees placeholders,
                 never secrets), and before stream (its body is read whole, bounded)
 3. substitute — placeholders → secrets, injections, violations
+   scrub (messages) — WebSocket messages from the upstream, scrubbed before stream lets them go
 4. stream     — forward every body read as it arrives (SSE), count bytes
+   trailers   — trailers that cannot be passed on, dropped (addons/h1read.py)
    scrub      — secrets → placeholders in responses, on the stream stream set up
    oauth      — a token endpoint's response: real tokens into the store, placeholders onward; it
                 wraps scrub's stream (it reads the body decoded and scrubbed), so it comes after
@@ -35,6 +37,7 @@ from mitmproxy.addons import errorcheck, next_layer, proxyserver, tlsconfig
 
 from addons.audit import Audit
 from addons.forgery import Forgery
+from addons.h1read import Trailers
 from addons.hooks import Hooks
 from addons.hygiene import Hygiene
 from addons.identify import Identify
@@ -43,7 +46,7 @@ from addons.metrics import Metrics
 from addons.oauth import OAuthCapture
 from addons.policy import Policy
 from addons.resolve import Resolve
-from addons.scrub import Scrub
+from addons.scrub import Scrub, ScrubMessages
 from addons.stream import Stream
 from addons.substitute import Substitute
 from proxy.state import State
@@ -70,7 +73,9 @@ def chain(state: State) -> list[Any]:
         Forgery(),
         Hooks(state),
         Substitute(state),
+        ScrubMessages(),
         Stream(),
+        Trailers(),
         Scrub(),
         OAuthCapture(state),
         Resolve(state),

@@ -39,7 +39,7 @@ from mitmproxy import options
 from mitmproxy.master import Master
 
 import addons
-from addons import headlimit
+from addons import h1read, headlimit
 from addons.reload import Reload
 from certs import ca
 from proxy.api import make_app
@@ -83,6 +83,7 @@ def build_master(config: RunConfig, on_ready: Callable[[], None] | None = None) 
     if config.control is not None and config.control.tcp is not None:
         config.state.own_ports.add(config.control.tcp[1])
     headlimit.install()
+    h1read.install()
     drop_debug_typechecks()
     cache_hook_args()
     ca.ensure_ca(config.state_dir)

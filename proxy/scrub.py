@@ -54,6 +54,7 @@ from __future__ import annotations
 
 import base64
 import bisect
+import contextlib
 import dataclasses
 import functools
 import re
@@ -74,9 +75,22 @@ def _b64(data: bytes, urlsafe: bool) -> bytes:
     return (base64.urlsafe_b64encode if urlsafe else base64.standard_b64encode)(data)
 
 
+def _recoded(secret: bytes) -> list[bytes]:
+    """A non-ASCII (UTF-8) secret as a server that gets the charset wrong writes it: its UTF-8
+    bytes read as Latin-1 and written as UTF-8 ("Ã©" for "é"), and Latin-1 itself when every
+    character has a Latin-1 byte."""
+    out = [secret.decode("latin-1").encode()]
+    with contextlib.suppress(UnicodeDecodeError, UnicodeEncodeError):
+        out.append(secret.decode().encode("latin-1"))
+    return out
+
+
 def _spellings(secret: bytes, placeholder: bytes) -> dict[bytes, bytes]:
     """The plain spellings of ``secret`` (itself and its base64 forms), each with its replacement."""
     out = {secret: placeholder}
+    if any(b >= 0x80 for b in secret):  # a non-ASCII value, in the byte spellings servers produce
+        for other in _recoded(secret):
+            out.setdefault(other, placeholder)
     for urlsafe in (False, True):
         whole, whole_p = _b64(secret, urlsafe), _b64(placeholder, urlsafe)
         for text, repl in ((whole, whole_p), (whole.rstrip(b"="), whole_p.rstrip(b"="))):
@@ -119,20 +133,23 @@ _SKELETON = bytes(
 _KINDS = (b"%hh", b"\\uhhhh", b"\\/", b'\\"', b"\\\\")
 
 
-View = tuple[bool, bool]  # decode "+" as a space; decode "\\\\" as a backslash
+View = tuple[bool, bool, bool]  # decode "+" as a space; "\\\\" as a backslash; \u0080-\u00ff as bytes
 
 
 def _decode(data: bytes, start: int, end: int, view: View) -> tuple[bytes, list[int]]:
     """``data[start:end]`` with every escape decoded, and for each decoded byte (and the end) the
     offset in ``data`` where the escape or byte it came from starts.
 
-    ``view`` says whether "+" is read as a space (a form body) and "\\\\" as a backslash. The
-    latter is off unless a secret holds a backslash: decoding starts anywhere in a run of
-    backslashes, so pairing them could hide a ``\\u`` escape that another alignment reveals."""
+    ``view`` says whether "+" is read as a space (a form body), "\\\\" as a backslash, and
+    ``\\u0080``..``\\u00ff`` as the one byte they number (the per-byte spelling of UTF-8 that a
+    server treating bytes as Latin-1 writes: ``\\u00c3\\u00a9`` for "é"). The backslash view is
+    off unless a secret holds a backslash: decoding starts anywhere in a run of backslashes, so
+    pairing them could hide a ``\\u`` escape that another alignment reveals; the byte view is
+    off unless a secret holds a non-ASCII byte."""
     out = bytearray()
     offsets: list[int] = []
     pos = start
-    for m in _TOKENS[view].finditer(data, start, end):
+    for m in _TOKENS[view[0], view[1]].finditer(data, start, end):
         out += data[pos : m.start()]
         offsets += range(pos, m.start())
         if m.group(1) is not None:
@@ -141,7 +158,11 @@ def _decode(data: bytes, start: int, end: int, view: View) -> tuple[bytes, list[
             hi, lo = int(m.group(2), 16), int(m.group(3), 16)
             piece = chr(0x10000 + ((hi - 0xD800) << 10) + (lo - 0xDC00)).encode()
         elif m.group(4) is not None:
-            piece = chr(int(m.group(4), 16)).encode("utf-8", "surrogatepass")
+            point = int(m.group(4), 16)
+            if view[2] and 0x80 <= point <= 0xFF:
+                piece = bytes([point])
+            else:
+                piece = chr(point).encode("utf-8", "surrogatepass")
         elif m.group(5) is not None:
             piece = m.group(5)
         elif m.group(6) is not None:
@@ -247,6 +268,7 @@ class Compiled:
     made_of: frozenset[int] = frozenset()
     non_ascii: bool = False  # some spelling holds a byte >= 0x80 (a \uXXXX beyond ASCII may matter)
     binary: Compiled | None = None  # the same spellings, escaped forms not sought (escapes_matter)
+    folded: Compiled | None = None  # the raw secrets lower-cased, for header names (Scrubber.scrub_name)
 
 
 def _byte_class(values: Iterable[int]) -> re.Pattern[bytes]:
@@ -266,7 +288,13 @@ def _compile(pairs: tuple[tuple[bytes, bytes], ...], escapes: bool) -> Compiled:
     made_of = frozenset(b for s in spellings for b in s)
     spaces = escapes and any(b" " in s for s in spellings)
     backslash = escapes and any(b"\\" in s for s in spellings)
-    views: list[View] = [(False, False)] + [(True, False)] * spaces + [(False, True)] * backslash
+    non_ascii = escapes and any(b >= 0x80 for s in spellings for b in s)
+    views: list[View] = (
+        [(False, False, False)]
+        + [(True, False, False)] * spaces
+        + [(False, True, False)] * backslash
+        + [(False, False, True)] * non_ascii
+    )
     base = Compiled(
         spellings=spellings,
         ordered=sorted(spellings),
@@ -286,9 +314,10 @@ def _compile(pairs: tuple[tuple[bytes, bytes], ...], escapes: bool) -> Compiled:
     if not escapes:
         return base
     plain = dataclasses.replace(
-        base, kinds=(), views=((False, False),), longest=max(map(len, spellings), default=0)
+        base, kinds=(), views=((False, False, False),), longest=max(map(len, spellings), default=0)
     )
-    return dataclasses.replace(base, binary=plain)
+    folded = _compile(tuple((s.lower(), p.lower()) for s, p in pairs if s), False)
+    return dataclasses.replace(base, binary=plain, folded=folded)
 
 
 # Media types whose bodies are binary: escaped spellings are not sought in them (escapes_matter).
@@ -512,6 +541,18 @@ class Scrubber:
         """The held-back tail at the end of the stream, scrubbed."""
         rest, self._carry = self._carry, b""
         return self.scrub(rest)
+
+    def scrub_name(self, name: bytes) -> bytes:
+        """Scrub a header (or trailer) name: as a value, and then case-insensitively for the raw
+        secrets, since field names are case-insensitive (RFC 9110 §5.1) and HTTP/2 sends them
+        lower-cased (RFC 9113 §8.2.1). A name that held a secret comes back lower-cased."""
+        out = self.scrub(name)
+        folded = self._c.folded
+        if folded is not None and folded.literal is not None:
+            low = out.lower()
+            if folded.literal.search(low) is not None:
+                return Scrubber((), compiled=folded).scrub(low)
+        return out
 
     def scrub(self, data: bytes) -> bytes:
         """Scrub a whole value at once (a header value)."""

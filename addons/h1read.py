@@ -1,0 +1,123 @@
+"""h1read: two gaps in mitmproxy 12.3's HTTP/1 readers, closed where the bytes are read.
+
+- **Trailers** (RFC 9112 §7.1.2): ``Http1Connection.read_body`` raises ``NotImplementedError``
+  when a chunked body ends with trailer fields, in either direction; the flow dies inside the
+  layer and the client waits for the idle timeout. Trailers on HTTP/1 are dropped here: the body
+  ends as if the last chunk had none (mitmproxy's ``Http1Server`` and ``Http1Client`` could not
+  send them on anyway). Nothing in them reaches the sandbox or the upstream, so nothing in them
+  needs scrubbing or substitution. HTTP/2 trailers are passed (scrubbed: addons/scrub.py).
+- **Informational responses** (1xx other than 101, RFC 9110 §15.2): ``Http1Client.read_headers``
+  takes a ``103 Early Hints`` (or ``100 Continue``, ``102``) for the final response, sends it to
+  the client as such and drops the real response that follows. Such a head is dropped here
+  before mitmproxy reads it, as mitmproxy's own HTTP/2 layer does (``Swallowing HTTP/2
+  informational response``), so the final response is the one the client gets, and no byte of a
+  1xx head reaches the sandbox unscrubbed. (mitmproxy answers ``Expect: 100-continue`` itself.)
+
+:func:`install` wraps the two methods once per process (like addons/headlimit.py); the head is
+parsed by mitmproxy's own ``read_response_head``. The dependency is pinned below 12.4; tests in
+tests/e2e/test_response_paths.py fail if the wrapping stops working.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Generator
+from typing import Any
+
+import h11
+from h11._receivebuffer import blank_line_regex
+from mitmproxy import http
+from mitmproxy.net.http import http1
+from mitmproxy.proxy import events
+from mitmproxy.proxy.layers.http import _http1
+
+_MARK = "_surrogate_h1read"
+_MAX_INFORMATIONAL = 64  # 1xx heads dropped per response at most; more is an upstream loop
+
+StateMethod = Callable[[Any, events.Event], Generator[Any, Any, None]]
+
+
+class _NoTrailers:
+    """An h11 body reader whose end of message never carries trailer fields."""
+
+    def __init__(self, inner: Any) -> None:
+        self.inner = inner
+
+    @staticmethod
+    def _strip(event: Any) -> Any:
+        if isinstance(event, h11.EndOfMessage) and event.headers:
+            return h11.EndOfMessage()
+        return event
+
+    def __call__(self, buf: Any) -> Any:
+        return self._strip(self.inner(buf))
+
+    def read_eof(self) -> Any:
+        return self._strip(self.inner.read_eof())
+
+
+def _dropping_trailers(original: StateMethod) -> StateMethod:
+    def read_body(self: Any, event: events.Event) -> Generator[Any, Any, None]:
+        if not isinstance(self.body_reader, _NoTrailers):
+            self.body_reader = _NoTrailers(self.body_reader)
+        yield from original(self, event)
+
+    setattr(read_body, _MARK, True)
+    return read_body
+
+
+def _informational_head_end(buf: bytes) -> int:
+    """The length of a complete 1xx (not 101) response head at the start of ``buf``, else 0."""
+    blank = blank_line_regex.search(buf)
+    if blank is None:
+        return 0
+    lines = [line.rstrip(b"\r") for line in buf[: blank.end()].split(b"\n")][:-2]
+    try:
+        status = http1.read_response_head(lines).status_code
+    except ValueError:
+        return 0  # mitmproxy's reader reports it
+    return blank.end() if 100 <= status < 200 and status != 101 else 0
+
+
+def _skipping_informational(original: StateMethod) -> StateMethod:
+    def read_headers(self: Any, event: events.Event) -> Generator[Any, Any, None]:
+        if isinstance(event, events.DataReceived) and self.request is not None:
+            for _ in range(_MAX_INFORMATIONAL):
+                end = _informational_head_end(bytes(self.buf))
+                if not end:
+                    break
+                self.buf.maybe_extract_at_most(end)
+        yield from original(self, event)
+
+    setattr(read_headers, _MARK, True)
+    return read_headers
+
+
+def install() -> None:
+    """Wrap mitmproxy's HTTP/1 body reader and response head reader (once per process)."""
+    pairs: list[tuple[Any, str, Callable[[StateMethod], StateMethod]]] = [
+        (_http1.Http1Connection, "read_body", _dropping_trailers),
+        (_http1.Http1Client, "read_headers", _skipping_informational),
+    ]
+    for cls, name, wrap in pairs:
+        current = getattr(cls, name)
+        if not getattr(current, _MARK, False):
+            setattr(cls, name, wrap(current))
+
+
+class Trailers:
+    """Trailers where they cannot be passed on, dropped in the hooks before mitmproxy sends them.
+
+    - Request trailers, always: a placeholder in one would reach the upstream unsubstituted, and
+      mitmproxy's ``Http1Client`` cannot send them (an ``AssertionError`` inside the layer).
+    - Response trailers toward an HTTP/1 client (from an HTTP/2 upstream): ``Http1Server``
+      cannot send them either. Toward an HTTP/2 client they are passed, scrubbed (addons/scrub.py).
+    """
+
+    def request(self, flow: http.HTTPFlow) -> None:
+        if flow.request.trailers:
+            flow.request.trailers = None
+
+    def response(self, flow: http.HTTPFlow) -> None:
+        response = flow.response
+        if response is not None and response.trailers and flow.request.http_version.startswith("HTTP/1"):
+            response.trailers = None
