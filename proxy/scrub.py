@@ -52,7 +52,6 @@ Pure; no I/O.
 
 from __future__ import annotations
 
-import base64
 import bisect
 import contextlib
 import dataclasses
@@ -64,15 +63,13 @@ from typing import Any
 
 import ahocorasick  # type: ignore[import-not-found]  # no stubs
 
+from proxy import base64run
+
 _NEVER = 1 << 62  # a search start past any data: "not searched yet"
 _FIND_LIMIT = 32  # strings: up to this, one bytes.find per string (see _Literals)
 _RE_LIMIT = 512  # strings: past this, an automaton (see _Literals)
-MIN_BASE64 = 8  # characters: shorter base64 slices are not matched (false positives)
+MIN_BASE64 = base64run.MIN_BASE64
 _EXPANSION = 12  # original bytes per decoded byte at most (a surrogate pair: 12 for 4 bytes)
-
-
-def _b64(data: bytes, urlsafe: bool) -> bytes:
-    return (base64.urlsafe_b64encode if urlsafe else base64.standard_b64encode)(data)
 
 
 def _recoded(secret: bytes) -> list[bytes]:
@@ -85,24 +82,17 @@ def _recoded(secret: bytes) -> list[bytes]:
     return out
 
 
-def _spellings(secret: bytes, placeholder: bytes) -> dict[bytes, bytes]:
-    """The plain spellings of ``secret`` (itself and its base64 forms), each with its replacement."""
+def _spellings(secret: bytes, placeholder: bytes) -> tuple[dict[bytes, bytes], dict[bytes, base64run.Run]]:
+    """The plain spellings of ``secret`` (itself, its recodings, its base64 forms), each with its
+    replacement, and how to replace the base64 ones inside a run (proxy/base64run.py)."""
     out = {secret: placeholder}
     if any(b >= 0x80 for b in secret):  # a non-ASCII value, in the byte spellings servers produce
         for other in _recoded(secret):
             out.setdefault(other, placeholder)
-    for urlsafe in (False, True):
-        whole, whole_p = _b64(secret, urlsafe), _b64(placeholder, urlsafe)
-        for text, repl in ((whole, whole_p), (whole.rstrip(b"="), whole_p.rstrip(b"="))):
-            if len(text) >= MIN_BASE64:
-                out.setdefault(text, repl)
-        for k in range(3):  # S starts k bytes into a 3-byte group of the run
-            lead, n, m = -(-8 * k // 6), len(secret), len(placeholder)
-            core = _b64(b"\0" * k + secret, urlsafe)[lead : 8 * (k + n) // 6]
-            core_p = _b64(b"\0" * k + placeholder, urlsafe)[lead : 8 * (k + m) // 6]
-            if len(core) >= MIN_BASE64:
-                out.setdefault(core, core_p)
-    return out
+    runs = base64run.spellings(secret, placeholder)
+    for text, run in runs.items():
+        out.setdefault(text, run.alone or run.core)  # (the replacement is made by base64run.replace)
+    return out, runs
 
 
 # The escapes the forms use: %XX, \uXXXX (a surrogate pair as two), \/ \" \\, and + for a space.
@@ -256,6 +246,7 @@ class _Literals:
 @dataclass(frozen=True, slots=True)
 class Compiled:
     spellings: dict[bytes, bytes]
+    runs: dict[bytes, base64run.Run]  # the base64 spellings among them (proxy/base64run.py)
     ordered: list[bytes]  # sorted, for prefix tests by binary search
     literal: _Literals | None
     escape: re.Pattern[bytes]
@@ -281,10 +272,15 @@ def _byte_class(values: Iterable[int]) -> re.Pattern[bytes]:
 def _compile(pairs: tuple[tuple[bytes, bytes], ...], escapes: bool) -> Compiled:
     """The patterns for ``pairs``, built once per set of pairs."""
     spellings: dict[bytes, bytes] = {}
+    runs: dict[bytes, base64run.Run] = {}
     for secret, placeholder in pairs:
         if secret:
-            for s, r in (_spellings(secret, placeholder) if escapes else {secret: placeholder}).items():
-                spellings.setdefault(s, r)
+            forms, secret_runs = _spellings(secret, placeholder) if escapes else ({secret: placeholder}, {})
+            for s, r in forms.items():
+                if s not in spellings:
+                    spellings[s] = r
+                    if s in secret_runs:
+                        runs[s] = secret_runs[s]
     made_of = frozenset(b for s in spellings for b in s)
     spaces = escapes and any(b" " in s for s in spellings)
     backslash = escapes and any(b"\\" in s for s in spellings)
@@ -297,6 +293,7 @@ def _compile(pairs: tuple[tuple[bytes, bytes], ...], escapes: bool) -> Compiled:
     )
     base = Compiled(
         spellings=spellings,
+        runs=runs,
         ordered=sorted(spellings),
         # leftmost-longest: a secret that contains another is replaced whole
         literal=_Literals(spellings) if spellings else None,
@@ -399,7 +396,7 @@ class Scrubber:
         return self._c.longest
 
     def _next(self, data: bytes, pos: int) -> tuple[int, int, bytes] | None:
-        """The leftmost match from ``pos``: (start, end, replacement), or None.
+        """The leftmost match from ``pos``: (start, end, the spelling it is), or None.
 
         A spelling with an escape in it holds an escape, so it can only start within
         ``longest`` bytes before one; elsewhere only the plain spellings can match, and the
@@ -429,12 +426,12 @@ class Scrubber:
                     if s > last or s >= limit or (found is not None and s >= found[0]):
                         break
                     if e > s and data[s:e] != decoded[ms:me]:  # an escaped spelling (else: plain)
-                        found = (s, e, c.spellings[decoded[ms:me]])
+                        found = (s, e, decoded[ms:me])
                         break
             if found is not None:
                 return found
             pos = last + 1
-        return (lit[0], lit[1], c.spellings[data[lit[0] : lit[1]]]) if lit else None
+        return (lit[0], lit[1], data[lit[0] : lit[1]]) if lit else None
 
     def _escapes(self, data: bytes, pos: int) -> Iterator[int]:
         """Where escapes start in ``data`` from ``pos``, in order.
@@ -484,8 +481,13 @@ class Scrubber:
         out: list[bytes] = []
         pos = 0
         while pos < cut and (m := self._next(data, pos)) is not None and m[0] < cut:
-            start, end, replacement = m
-            out += (data[pos:start], replacement)
+            start, end, spelling = m
+            run = self._c.runs.get(spelling)
+            if run is None:
+                out += (data[pos:start], self._c.spellings[spelling])
+            else:  # base64: the text around it stays valid base64 (proxy/base64run.py)
+                head, replacement, end = base64run.replace(run, data, pos, start, end, spelling)
+                out += (data[pos:head], replacement)
             # A complete match that runs into the held tail cannot grow (else the tail would
             # start at the match): send it replaced, hold back only what follows it.
             pos, cut = end, max(cut, end)
@@ -533,7 +535,12 @@ class Scrubber:
         data = self._carry + chunk
         # Hold back the longest tail that could start a match: the next read may complete it
         # (also when it already holds a shorter match that a longer form extends).
-        out, cut = self._scan(data, len(data) - self._held(data))
+        held = self._held(data)
+        if self._c.runs and held < len(data) and data[-held - 1] in base64run.BASE64_BYTES:
+            # the byte before a base64 spelling (one the next read may start) may be its boundary
+            # character, re-encoded with it (proxy/base64run.py)
+            held += 1
+        out, cut = self._scan(data, len(data) - held)
         self._carry = data[cut:]
         return out
 

@@ -1,0 +1,126 @@
+"""A secret inside base64, at any alignment, in either alphabet, padded or not, raw or escaped,
+however the stream is cut: the scrubbed text is still valid base64 and nothing of the secret is
+left in it, at any alignment (proxy/base64run.py)."""
+
+from __future__ import annotations
+
+import base64
+import json
+import urllib.parse
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from proxy.scrub import Scrubber
+
+PH = b"surr_AAAAAAAAAAAAAAAAAAAAAAAA"
+# secrets from bytes that neither the placeholder, the filler nor the context use, so any pair of
+# the secret's bytes found in the decoded output could only be what is left of the secret
+SECRET_BYTES = st.sampled_from(list(b"!#$&()*,;<>?@[]^{|}~") + list(range(0x80, 0x100)))
+CONTEXT = st.binary(max_size=8).map(lambda b: bytes(0x30 + x % 10 for x in b))  # digits only
+
+
+def run(secret: bytes, chunks: list[bytes]) -> bytes:
+    s = Scrubber([(secret, PH)])
+    return b"".join(s.feed(c) for c in chunks) + s.finish()
+
+
+def cut(text: bytes, points: list[int]) -> list[bytes]:
+    at = sorted({p % (len(text) + 1) for p in points})
+    return [text[a:b] for a, b in zip([0, *at], [*at, len(text)], strict=True)]
+
+
+def decode(text: bytes, urlsafe: bool) -> bytes:
+    """Strict decoding: raises binascii.Error unless ``text`` is valid base64 (padding added)."""
+    padded = text + b"=" * (-len(text) % 4)
+    return base64.b64decode(padded, altchars=b"-_" if urlsafe else None, validate=True)
+
+
+def pairs_of(secret: bytes) -> set[bytes]:
+    return {secret[i : i + 2] for i in range(len(secret) - 1)}
+
+
+@settings(max_examples=400, deadline=None)
+@given(
+    secret=st.lists(SECRET_BYTES, min_size=7, max_size=40).map(bytes),  # 7: see MIN_BASE64
+    prefix=CONTEXT,
+    suffix=CONTEXT,
+    urlsafe=st.booleans(),
+    padded=st.booleans(),
+    points=st.lists(st.integers(min_value=0, max_value=400), max_size=6),
+    frame=st.sampled_from([(b"", b""), (b"Basic ", b"\r\n"), (b'{"t":"', b'"}'), (b"a.", b".z")]),
+)
+def test_a_secret_in_a_base64_run_leaves_valid_base64_with_nothing_of_it(
+    secret: bytes,
+    prefix: bytes,
+    suffix: bytes,
+    urlsafe: bool,
+    padded: bool,
+    points: list[int],
+    frame: tuple[bytes, bytes],
+) -> None:
+    encoded = (base64.urlsafe_b64encode if urlsafe else base64.standard_b64encode)(prefix + secret + suffix)
+    if not padded:
+        encoded = encoded.rstrip(b"=")
+    text = frame[0] + encoded + frame[1]
+    out = run(secret, cut(text, points))
+    assert out == run(secret, [text])  # however it is cut
+    assert out.startswith(frame[0]) and out.endswith(frame[1])
+    decoded = decode(out[len(frame[0]) : len(out) - len(frame[1])], urlsafe)  # valid base64
+    assert not pairs_of(secret) & {decoded[i : i + 2] for i in range(len(decoded) - 1)}, decoded
+    # and what a client reads: its own bytes around the placeholder, stretched by 0-2 spaces
+    assert decoded.startswith(prefix + PH) and decoded.endswith(suffix)
+    assert decoded[len(prefix) + len(PH) : len(decoded) - len(suffix)] in (b"", b" ", b"  ")
+
+
+@pytest.mark.parametrize("urlsafe", [False, True])
+@pytest.mark.parametrize("padded", [False, True])
+def test_the_whole_encoding_alone_decodes_to_exactly_the_placeholder(urlsafe: bool, padded: bool) -> None:
+    enc = base64.urlsafe_b64encode if urlsafe else base64.standard_b64encode
+    for n in (6, 7, 8):
+        secret = b"\xf0" * n
+        text = enc(secret) if padded else enc(secret).rstrip(b"=")
+        out = run(secret, [b"<" + text + b">"])
+        # S's encoding without padding to drop: P's is given padded (RFC 4648 §3.2)
+        expected = enc(PH) if padded or n % 3 == 0 else enc(PH).rstrip(b"=")
+        assert out == b"<" + expected + b">"
+
+
+@pytest.mark.parametrize(
+    "escape",
+    [
+        lambda t: urllib.parse.quote(t.decode(), safe="").encode(),
+        lambda t: json.dumps(t.decode()).replace("/", "\\/").encode(),
+    ],
+    ids=["percent", "json-slash"],
+)
+@pytest.mark.parametrize("k", [0, 1, 2])
+def test_an_escaped_base64_run_keeps_at_most_4_bits_of_either_end(escape: object, k: int) -> None:
+    """A boundary character is re-encoded only in raw text: escaped, the run's characters are
+    still base64 once unescaped, and only the two boundary characters keep bits of S."""
+    secret = bytes(range(0xA0, 0xB8))  # 24 bytes, '+' and '/' in its encoding
+    text = base64.standard_b64encode(b"q" * k + secret + b"zz")
+    out = run(secret, [escape(text)])  # type: ignore[operator]
+    unescaped = json.loads(out) if out.startswith(b'"') else urllib.parse.unquote_to_bytes(out)
+    decoded = decode(unescaped if isinstance(unescaped, bytes) else unescaped.encode(), False)
+    assert not pairs_of(secret) & {decoded[i : i + 2] for i in range(len(decoded) - 1)}
+
+
+def test_a_run_cut_right_after_its_boundary_character_is_still_rewritten() -> None:
+    """The byte before a possible base64 spelling is held back with it: it may be the boundary
+    character that holds the secret's first bits."""
+    secret = b"\xa5" * 12
+    text = base64.standard_b64encode(b"x" + secret + b"y")
+    for at in range(1, len(text)):
+        out = run(secret, [text[:at], text[at:]])
+        assert decode(out, False) == b"x" + PH + b" y"
+
+
+def test_a_read_ending_in_a_base64_character_holds_only_that_byte() -> None:
+    """The price of re-encoding a boundary character: it may be the last byte of a read. An SSE
+    event (it ends in a blank line) is never held."""
+    s = Scrubber([(b"\xa5" * 12, PH)])
+    assert s.feed(b"data: word") == b"data: wor"
+    assert s.feed(b"s\n\n") == b"ds\n\n"
+    assert s.feed(b"data: one\n\n") == b"data: one\n\n"
