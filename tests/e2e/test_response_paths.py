@@ -27,6 +27,7 @@ from urllib.parse import quote
 
 import canary
 import pytest
+import wsproto
 from harness import ProxyProcess, free_port
 from hypercorn_server import HypercornServer
 from rawserver import RawUpstream
@@ -35,6 +36,7 @@ from websockets.asyncio.server import ServerConnection, serve
 from websockets.datastructures import Headers
 from websockets.http11 import Request, Response
 from websockets.sync.client import connect
+from wsproto import events as wse
 
 pytestmark = pytest.mark.e2e
 
@@ -94,7 +96,13 @@ class WsReflect:
         auth = ws.request.headers.get("Authorization", "") if ws.request else ""
         self.auth.append(auth)
         lines = b"\n".join(echo_lines([("authorization", auth)], "/ws", b""))
-        async for _ in ws:
+        async for message in ws:
+            if message == "control":  # the frames with no hook: pong, ping, close
+                token = auth.removeprefix("Bearer ")
+                await ws.pong(token.encode())
+                await ws.ping(f"ping {token}".encode())
+                await ws.close(4000, f"bye {token}")
+                return
             await ws.send(lines.decode("utf-8", "replace"))
             await ws.send(b"\x00\x01binary:" + lines)
 
@@ -388,3 +396,45 @@ def test_websocket_messages_and_the_101_head_are_scrubbed(world: World) -> None:
     assert canary.find(b"\n".join(got), [world.secret]) == []
     assert f"X-Echo: Bearer {PH}" in head and f"X-{PH}: 1" in head
     assert PH.encode() in got[1] and got[2].startswith(b"\x00\x01binary:") and PH.encode() in got[2]
+
+
+def test_websocket_ping_pong_and_close_frames_from_the_upstream_are_scrubbed(world: World) -> None:
+    """A raw client (wsproto over the CONNECT tunnel) sees every frame, control frames too."""
+    client = wsproto.WSConnection(wsproto.ConnectionType.CLIENT)
+    auth = base64.b64encode(b"c:tok").decode()
+    host = f"api.test:{world.ws.port}"
+    raw, events = b"", []
+    with socket.create_connection(("127.0.0.1", world.proxy.port), timeout=10) as sock:
+        sock.sendall(
+            f"CONNECT {host} HTTP/1.1\r\nHost: {host}\r\nProxy-Authorization: Basic {auth}\r\n\r\n".encode()
+        )
+        assert sock.recv(4096).startswith(b"HTTP/1.1 200")
+        ctx = ssl.create_default_context(cafile=str(world.proxy.ca_pem))
+        with ctx.wrap_socket(sock, server_hostname="api.test") as tls:
+            tls.sendall(
+                client.send(
+                    wse.Request(
+                        host=host, target="/ws", extra_headers=[(b"authorization", f"Bearer {PH}".encode())]
+                    )
+                )
+            )
+            closed = False
+            while not closed:
+                data = tls.recv(65536)
+                if not data:
+                    break
+                raw += data
+                client.receive_data(data)
+                for event in client.events():
+                    events.append(event)
+                    if isinstance(event, wse.AcceptConnection):
+                        tls.sendall(client.send(wse.TextMessage("control")))
+                    elif isinstance(event, wse.CloseConnection):
+                        closed = True
+    world.received.append(raw)
+    assert canary.find(raw, [world.secret]) == []
+    pings = [bytes(e.payload) for e in events if isinstance(e, wse.Ping)]
+    pongs = [bytes(e.payload) for e in events if isinstance(e, wse.Pong)]
+    closes = [(e.code, e.reason) for e in events if isinstance(e, wse.CloseConnection)]
+    assert pings == [f"ping {PH}".encode()] and pongs == [PH.encode()], events
+    assert closes == [(4000, f"bye {PH}")], events
