@@ -16,7 +16,7 @@ Each addon handles one concern and talks to the others only through ``flow.metad
 3. substitute — placeholders → secrets, injections, violations
    scrub (messages) — WebSocket messages from the upstream, scrubbed before stream lets them go
 4. stream     — forward every body read as it arrives (SSE), count bytes
-   trailers   — trailers that cannot be passed on, dropped (addons/h1read.py)
+   framing    — what mitmproxy's HTTP/1 writers cannot frame (trailers, a chunked 304): fixed
    scrub      — secrets → placeholders in responses, on the stream stream set up
    oauth      — a token endpoint's response: real tokens into the store, placeholders onward; it
                 wraps scrub's stream (it reads the body decoded and scrubbed), so it comes after
@@ -37,7 +37,7 @@ from mitmproxy.addons import errorcheck, next_layer, proxyserver, tlsconfig
 
 from addons.audit import Audit
 from addons.forgery import Forgery
-from addons.h1read import Trailers
+from addons.h1read import Framing
 from addons.hooks import Hooks
 from addons.hygiene import Hygiene
 from addons.identify import Identify
@@ -75,7 +75,7 @@ def chain(state: State) -> list[Any]:
         Substitute(state),
         ScrubMessages(),
         Stream(),
-        Trailers(),
+        Framing(),
         Scrub(),
         OAuthCapture(state),
         Resolve(state),

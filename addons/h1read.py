@@ -104,14 +104,35 @@ def install() -> None:
             setattr(cls, name, wrap(current))
 
 
-class Trailers:
-    """Trailers where they cannot be passed on, dropped in the hooks before mitmproxy sends them.
+class Framing:
+    """What mitmproxy's HTTP/1 writers cannot frame, fixed in the hooks before they write it.
+
+    - ``Transfer-Encoding`` on a response that has no body (a 304, or the 1xx/204 mitmproxy
+      would have refused), toward an HTTP/1 client: ``Http1Server`` writes a last chunk after
+      it, and the client reads those bytes as the next response ("Received HTTP/0.9"). Dropped
+      (RFC 9112 §6.1: such a response carries no body). A HEAD response keeps it: mitmproxy
+      writes no last chunk there, and it says what the GET would have had.
+
+    Trailers where they cannot be passed on, dropped:
 
     - Request trailers, always: a placeholder in one would reach the upstream unsubstituted, and
       mitmproxy's ``Http1Client`` cannot send them (an ``AssertionError`` inside the layer).
     - Response trailers toward an HTTP/1 client (from an HTTP/2 upstream): ``Http1Server``
       cannot send them either. Toward an HTTP/2 client they are passed, scrubbed (addons/scrub.py).
     """
+
+    def responseheaders(self, flow: http.HTTPFlow) -> None:
+        response = flow.response
+        if (
+            response is not None
+            and flow.request.http_version.startswith("HTTP/1")
+            and flow.request.method.upper() != "HEAD"
+            and (100 <= response.status_code < 200 or response.status_code in (204, 304))
+            and any(n.lower() == b"transfer-encoding" for n, _ in response.headers.fields)
+        ):
+            response.headers.fields = tuple(
+                (n, v) for n, v in response.headers.fields if n.lower() != b"transfer-encoding"
+            )
 
     def request(self, flow: http.HTTPFlow) -> None:
         if flow.request.trailers:
