@@ -4,7 +4,9 @@
 :class:`Scrubber` works on a stream of chunks. It replaces every complete occurrence of a
 secret, in any of the forms below, and holds back only the longest tail of a chunk that could
 still be the start of one, so a secret split across two reads is still caught while an SSE event
-that cannot be a secret's start goes out in the same read. The carry is bounded by the longest
+that cannot be a secret's start goes out in the same read (a read that ends in a base64
+character also holds that byte: it may be the boundary character of a run the next read
+completes, re-encoded with it, :mod:`proxy.base64run`). The carry is bounded by the longest
 form (at most 6 bytes per secret byte, for ``\\u`` escapes) minus one byte. The output is the
 same whatever the chunking: a property the tests check.
 
@@ -17,24 +19,22 @@ Forms caught, for a secret S and its placeholder P:
   Replaced by P as it is: a placeholder is ``surr_`` and ASCII letters and digits, which need no
   escaping in a URL, a form or a JSON string.
 - **Base64 of S**, standard and URL-safe alphabets (RFC 4648 §4, §5), its characters possibly
-  percent- or JSON-escaped as above (``%2B``, ``\\/``):
-    * the whole encoding of S alone, padded or not: replaced by the encoding of P in the same
-      alphabet and padding, so a client that decodes it reads P (when S's encoding needs no
-      padding, padded and unpadded spellings are one string, and P's encoding is given padded);
-    * S inside a longer encoded run (``Basic`` credentials ``user:S``, a JWT, a JSON blob): S
-      starts at one of three bit alignments, and for each the characters fully determined by S
-      (all but at most 2 at the start and 2 at the end, which mix in the neighbouring bytes) are
-      matched. Replaced by the same slice of P's encoding at the same alignment: the secret is
-      gone, but a client decoding the run reads P with its first and last byte possibly
-      altered, and, unless ``len(P) ≡ len(S) (mod 3)``, shifted bytes after it. Only slices of at
-      least 8 characters are matched (secrets of 6 bytes or more): shorter ones would hit
-      unrelated base64 text.
+  percent- or JSON-escaped as above (``%2B``, ``\\/``): the whole encoding of S alone, padded or
+  not, becomes P's encoding (so a client that decodes it reads P); S inside a longer run
+  (``Basic`` credentials ``user:S``, a JWT, a JSON blob), at any of its three bit alignments, is
+  decoded, replaced and re-encoded in place, so the run stays valid base64 and keeps no bit of
+  S (:mod:`proxy.base64run` says how, and the cases where a boundary character keeps 4 bits).
+  Only spellings of at least 8 characters are matched (secrets of 7 bytes or more at every
+  alignment, of 6 at one): shorter ones would hit unrelated base64 text.
+- **A non-ASCII S** (UTF-8) also per byte as JSON ``\\u0080``..``\\u00ff`` (a server treating
+  bytes as Latin-1, ``\\u00c3\\u00a9`` for "é"), as its UTF-8 read as Latin-1 and written as
+  UTF-8 ("Ã©"), and in Latin-1 when it has one. (Per byte or per character, not both in one
+  spelling: no server mixes them.)
 
 Not caught (documented limits): double encoding (``%2541``), HTML character references
 (``&#x41;``), base64 with line breaks inside S's slice (MIME, PEM), base64 of an escaped S,
 other encodings (hex, base32, compression inside the body), and S split by anything the forms
-above do not produce. The leftover boundary characters of a base64 slice carry at most 4 bits
-of S's first and last bytes.
+above do not produce.
 
 How: every form above is one plain spelling (S, or a base64 slice of S) with some characters
 escaped, so a claim's secrets compile to one alternation of plain spellings, longest first
