@@ -238,7 +238,12 @@ def _scrub_fields(headers: http.Headers, scrubber: Scrubber) -> None:
     """Scrub header (or trailer) names (also lower-cased, as HTTP/2 sends them) and values in
     place. A placeholder is ``surr_`` and letters and digits: a valid field name where the
     secret stood."""
-    headers.fields = tuple((scrubber.scrub_name(n), scrubber.scrub(v)) for n, v in headers.fields)
+    fields = headers.fields
+    names = b"\n".join(n for n, _ in fields)  # one search over all names: most hold nothing
+    if scrubber.scrub_name(names) == names:
+        headers.fields = tuple((n, scrubber.scrub(v)) for n, v in fields)
+    else:
+        headers.fields = tuple((scrubber.scrub_name(n), scrubber.scrub(v)) for n, v in fields)
 
 
 def _scrub_head(response: http.Response, scrubber: Scrubber) -> None:

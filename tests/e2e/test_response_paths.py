@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import json
+import re
 import secrets
 import socket
 import ssl
@@ -23,7 +24,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
-from urllib.parse import quote
+from urllib.parse import quote, quote_plus
 
 import canary
 import pytest
@@ -199,6 +200,63 @@ def _bodies(s: str) -> dict[str, bytes]:
     }
 
 
+def _reflected(value: str) -> list[bytes]:
+    """``value`` in every spelling the scrubber claims (proxy/scrub.py): raw, percent (upper and
+    lower hex), form-encoded, JSON (per character, surrogate pairs beyond the BMP), base64 alone
+    and at each alignment, and for a non-ASCII value its per-byte JSON, mojibake and Latin-1."""
+    raw = value.encode()
+    out = [
+        raw,
+        quote(value, safe="").encode(),
+        "".join(f"%{c:02x}" for c in raw).encode(),
+        quote_plus(value).encode(),
+        json.dumps(value).encode(),
+        re.sub(r"\\u([0-9a-f]{4})", lambda m: "\\u" + m[1].upper(), json.dumps(value)).encode(),
+        base64.b64encode(raw),
+        base64.urlsafe_b64encode(raw).rstrip(b"="),
+        *(base64.b64encode(b"x" * k + raw + b"yz") for k in (1, 2, 3)),
+        "".join(f"\\u{c:04x}" for c in raw).encode(),
+        raw.decode("latin-1").encode(),
+    ]
+    if all(ord(c) < 0x100 for c in value):
+        out.append(value.encode("latin-1"))
+    return out
+
+
+def _reflect_all(request: bytes) -> bytes:
+    """Every request header value the upstream got, reflected into every part of an HTTP/1
+    response: the reason phrase, a header name, header values, the body (every spelling) and a
+    trailer (dropped by the proxy)."""
+    head = request.split(b"\r\n\r\n", 1)[0].decode("utf-8", "surrogateescape").split("\r\n")[1:]
+    values = [
+        line.split(":", 1)[1].strip()
+        for line in head
+        if line.lower().startswith(("authorization:", "x-uni:"))
+    ]
+    token = values[0].removeprefix("Bearer ") if values else "-"
+    body = b"\n".join(line for v in values for line in _reflected(v)) + b"\n"
+    return (
+        f"HTTP/1.1 200 {token}\r\nX-{token}: 1\r\n".encode()
+        + b"".join(b"X-Echo: " + v.encode() + b"\r\n" for v in values)
+        + b"Content-Type: text/plain\r\nTransfer-Encoding: chunked\r\nTrailer: X-T\r\n\r\n"
+        + b"%x\r\n%s\r\n0\r\nX-T: %s\r\n\r\n" % (len(body), body, token.encode())
+    )
+
+
+def _claimed(value: str) -> dict[str, bytes]:
+    """What the module's canary scan looks for: tests/canary.py's forms and the scrubber's own."""
+    forms = dict(canary.forms(value))
+    raw = value.encode()
+    forms |= {
+        "json-per-char": json.dumps(value)[1:-1].encode(),
+        "percent-plus": quote(value).replace("%20", "+").encode(),
+        "mojibake": raw.decode("latin-1").encode(),
+    }
+    if all(ord(c) < 0x100 for c in value):
+        forms["latin-1"] = value.encode("latin-1")
+    return forms
+
+
 def _unicode_body(s: str) -> bytes:
     """A JSON body holding ``s`` in the spellings upstreams produce for a non-ASCII value."""
     raw = s.encode()
@@ -232,6 +290,7 @@ def world(tmp_path_factory: pytest.TempPathFactory) -> Iterator[World]:
     raw = RawUpstream(ca, ["api.test"]).start()
     raw.responses.update(_bodies(secret))
     raw.responses["/unicode"] = _unicode_body(uni)
+    raw.responses["/reflect-all"] = _reflect_all
     raw.responses["/upload"] = b"HTTP/1.1 200 OK\r\nContent-Length: 4\r\n\r\ngot\n"
     raw.responses["/ok"] = lambda req: (
         b"HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\nContent-Length: 3\r\n\r\n"
@@ -273,14 +332,15 @@ def world(tmp_path_factory: pytest.TempPathFactory) -> Iterator[World]:
             proxy.stop()
             h2.stop()
             raw.stop()
-    canary.assert_absent(
-        {
-            "audit file": proxy.audit_path.read_bytes() if proxy.audit_path.exists() else b"",
-            "proxy stderr": proxy.stderr_path.read_bytes(),
-            "client-received bytes": b"".join(w.received),
-        },
-        [secret, uni],
-    )
+    artifacts = {
+        "audit file": proxy.audit_path.read_bytes() if proxy.audit_path.exists() else b"",
+        "proxy stderr": proxy.stderr_path.read_bytes(),
+        "client-received bytes": b"".join(w.received),
+    }
+    canary.assert_absent(artifacts, [secret, uni])
+    found = [f"{what}: {name}" for what, data in artifacts.items() for v in (secret, uni)
+             for name, form in _claimed(v).items() if form in data]  # fmt: skip
+    assert not found, found
 
 
 # -- issue 20 item 1: bodiless responses keep their framing -------------------------------------
@@ -454,3 +514,20 @@ def test_websocket_ping_pong_and_close_frames_from_the_upstream_are_scrubbed(wor
     closes = [(e.code, e.reason) for e in events if isinstance(e, wse.CloseConnection)]
     assert pings == [f"ping {PH}".encode()] and pongs == [PH.encode()], events
     assert closes == [(4000, f"bye {PH}")], events
+
+
+@pytest.mark.parametrize("proto", ["--http1.1", "--http2"])
+def test_a_reflecting_upstream_hands_back_no_trace_of_either_secret(world: World, proto: str) -> None:
+    """The placeholders go up, are swapped for the secrets (ASCII and not), and come back in
+    the reason phrase, a header name, header values, a trailer and the body in every spelling."""
+    done = world.curl(proto, "-D", "-", "-H", f"Authorization: Bearer {PH}", "-H", f"X-Uni: {PH_UNI}",
+                      world.raw_url("/reflect-all"))  # fmt: skip
+    assert done.returncode == 0, done.stderr.decode()
+    got = [r for r in world.raw.requests if b"/reflect-all" in r.split(b"\r\n", 1)[0]][-1]
+    assert world.secret.encode() in got and world.uni.encode() in got  # the upstream did get both
+    out = done.stdout
+    for value in (world.secret, world.uni):
+        assert not [n for n, f in _claimed(value).items() if f in out], value[:10]
+    assert out.count(PH.encode()) >= 10 and out.count(PH_UNI.encode()) >= 7, out.decode("utf-8", "replace")
+    if proto == "--http1.1":
+        assert f"HTTP/1.1 200 {PH}".encode() in out and f"X-{PH}: 1".encode() in out
