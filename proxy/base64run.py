@@ -28,6 +28,7 @@ Pure; no I/O.
 from __future__ import annotations
 
 import base64
+import dataclasses
 import re
 from dataclasses import dataclass
 
@@ -89,9 +90,9 @@ class Run:
 
 
 def _alphabet_of(text: bytes) -> bool | None:
-    if _URLSAFE_ONLY.intersection(text):
+    if b"-" in text or b"_" in text:
         return True
-    return False if _STANDARD_ONLY.intersection(text) else None
+    return False if b"+" in text or b"/" in text else None
 
 
 def spellings(secret: bytes, placeholder: bytes) -> dict[bytes, Run]:
@@ -100,23 +101,27 @@ def spellings(secret: bytes, placeholder: bytes) -> dict[bytes, Run]:
     runs: dict[bytes, Run] = {}
     n, m = len(secret), len(placeholder)
     filled = placeholder + FILL * ((n - m) % 3)
+    whole, alone = _b64(secret, False), _b64(placeholder, False)
+    cores = []
+    for k in range(3):  # S starts k bytes into a 3-byte group of the run
+        lead = -(-8 * k // 6)
+        core = _b64(b"\0" * k + secret, False)[lead : 8 * (k + n) // 6]
+        core_r = _b64(b"\0" * k + filled, False)[lead : 8 * (k + len(filled)) // 6]
+        cores.append((core, Run(_alphabet_of(core), k, (k + n) % 3, core_r, filled[0], filled[-1])))
     for urlsafe in (False, True):
-        for k in range(3):  # S starts k bytes into a 3-byte group of the run
-            lead = -(-8 * k // 6)
-            core = _b64(b"\0" * k + secret, urlsafe)[lead : 8 * (k + n) // 6]
-            core_r = _b64(b"\0" * k + filled, False)[lead : 8 * (k + len(filled)) // 6]
-            run = Run(_alphabet_of(core), k, (k + n) % 3, core_r, filled[0], filled[-1])
+        for k, (core, run) in enumerate(cores):
+            if urlsafe:
+                core = core.translate(_TO_URLSAFE)
+                run = dataclasses.replace(run, urlsafe=_alphabet_of(core))
             if k == 0:
-                whole, alone = _b64(secret, urlsafe), _b64(placeholder, False)
                 # When S's encoding needs no padding, both are one string, which may also go on in
                 # a run; alone, it is replaced by P's encoding padded (RFC 4648 §3.2).
-                for text, padded in ((whole, whole.endswith(b"=")), (whole.rstrip(b"="), False)):
-                    if len(text) >= MIN_BASE64:
-                        alphabet = _alphabet_of(text)
-                        replacement = alone if padded or text == whole else alone.rstrip(b"=")
-                        runs.setdefault(
-                            text,
-                            Run(alphabet, 0, run.end, core_r, run.first, run.last, True, padded, replacement),
+                encoded = whole.translate(_TO_URLSAFE) if urlsafe else whole
+                for text, padded in ((encoded, encoded.endswith(b"=")), (encoded.rstrip(b"="), False)):
+                    if len(text) >= MIN_BASE64 and text not in runs:
+                        replacement = alone if padded or text == encoded else alone.rstrip(b"=")
+                        runs[text] = dataclasses.replace(
+                            run, urlsafe=_alphabet_of(text), whole=True, padded=padded, alone=replacement
                         )
             if len(core) >= MIN_BASE64:
                 runs.setdefault(core, run)

@@ -281,10 +281,11 @@ def _compile(pairs: tuple[tuple[bytes, bytes], ...], escapes: bool) -> Compiled:
                     spellings[s] = r
                     if s in secret_runs:
                         runs[s] = secret_runs[s]
-    made_of = frozenset(b for s in spellings for b in s)
-    spaces = escapes and any(b" " in s for s in spellings)
-    backslash = escapes and any(b"\\" in s for s in spellings)
-    non_ascii = escapes and any(b >= 0x80 for s in spellings for b in s)
+    joined = b"".join(spellings)
+    made_of = frozenset(joined)
+    spaces = escapes and b" " in joined
+    backslash = escapes and b"\\" in joined
+    non_ascii = escapes and not joined.isascii()
     views: list[View] = (
         [(False, False, False)]
         + [(True, False, False)] * spaces
@@ -306,7 +307,7 @@ def _compile(pairs: tuple[tuple[bytes, bytes], ...], escapes: bool) -> Compiled:
         first=_byte_class({s[0] for s in spellings}),
         longest=max(map(len, spellings), default=0) * (_EXPANSION if escapes else 1),
         made_of=made_of,
-        non_ascii=any(b >= 0x80 for b in made_of),
+        non_ascii=not joined.isascii(),
     )
     if not escapes:
         return base
