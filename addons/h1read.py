@@ -24,7 +24,7 @@ from collections.abc import Callable, Generator
 from typing import Any
 
 import h11
-from h11._receivebuffer import blank_line_regex
+from h11._receivebuffer import ReceiveBuffer
 from mitmproxy import http
 from mitmproxy.net.http import http1
 from mitmproxy.proxy import events
@@ -65,27 +65,32 @@ def _dropping_trailers(original: StateMethod) -> StateMethod:
     return read_body
 
 
-def _informational_head_end(buf: bytes) -> int:
-    """The length of a complete 1xx (not 101) response head at the start of ``buf``, else 0."""
-    blank = blank_line_regex.search(buf)
-    if blank is None:
-        return 0
-    lines = [line.rstrip(b"\r") for line in buf[: blank.end()].split(b"\n")][:-2]
+def _is_informational(lines: list[bytearray]) -> bool:
+    """Whether a complete response head is a 1xx other than 101 (parsed by mitmproxy)."""
     try:
-        status = http1.read_response_head(lines).status_code
+        status = http1.read_response_head([bytes(x) for x in lines]).status_code
     except ValueError:
-        return 0  # mitmproxy's reader reports it
-    return blank.end() if 100 <= status < 200 and status != 101 else 0
+        return False  # mitmproxy's reader reports it
+    return 100 <= status < 200 and status != 101
 
 
 def _skipping_informational(original: StateMethod) -> StateMethod:
     def read_headers(self: Any, event: events.Event) -> Generator[Any, Any, None]:
         if isinstance(event, events.DataReceived) and self.request is not None:
             for _ in range(_MAX_INFORMATIONAL):
-                end = _informational_head_end(bytes(self.buf))
-                if not end:
+                # h11's buffer finds the blank line incrementally: an unfinished head is not
+                # searched again from its start on every read
+                lines = self.buf.maybe_extract_lines()
+                if lines is None:
                     break
-                self.buf.maybe_extract_at_most(end)
+                if lines and _is_informational(lines):
+                    continue  # dropped
+                # not one: put the head back as mitmproxy's reader will find it (line ends CRLF)
+                rest = bytes(self.buf)
+                self.buf = ReceiveBuffer()
+                self.buf += b"\r\n".join(bytes(x) for x in lines) + b"\r\n\r\n" if lines else b"\r\n"
+                self.buf += rest
+                break
         yield from original(self, event)
 
     setattr(read_headers, _MARK, True)
