@@ -18,9 +18,10 @@ S's whole encoding standing alone (the next character is not of the alphabet) is
 whole encoding instead, in the same alphabet and padding, so it decodes to exactly P.
 
 Where a boundary character cannot be re-encoded, it keeps at most 4 bits of S's first or last
-byte: when it is escaped (``%2B``, ``\\/``) or the match is (a boundary character is only looked
-at in raw text), or when the run ends at the end of a read the scrubber could not hold (the byte
-before a match is held back when it is a base64 character, see proxy/scrub.py).
+byte: when it is itself escaped (``%2B``, ``\\/``; a raw one next to an escaped match is
+re-encoded), or when a match ends at the end of a read the scrubber could not hold (the byte
+before a possible match, and the 5 that tell whether it ends an escape, are held back when it is
+a base64 character, see proxy/scrub.py).
 
 Pure; no I/O.
 """
@@ -42,6 +43,7 @@ _MEMBERS = {False: frozenset(_STANDARD), True: frozenset(_URLSAFE)}
 _ESCAPE_HEADS = frozenset(b"%\\")
 # an escape that ends where it is looked at (a boundary character that is the end of one is escaped)
 _ESCAPE_END = re.compile(rb"(?:%[0-9A-Fa-f]{2}|\\u[0-9A-Fa-f]{4}|\\[/\"\\])\Z")
+CONTEXT = 5  # bytes before a boundary character that tell whether it ends an escape (\uXXXX)
 
 
 def _b64(data: bytes, urlsafe: bool) -> bytes:
@@ -158,14 +160,15 @@ def replace(run: Run, data: bytes, pos: int, start: int, end: int, spelling: byt
     after = data[end] if end < len(data) else -1
     if run.whole and (run.padded or not (after in members or after in _ESCAPE_HEADS)):
         return start, run.alone.translate(_TO_URLSAFE) if urlsafe else run.alone, end
-    plain = data[start:end] == spelling
     head, body = start, run.core.translate(_TO_URLSAFE) if urlsafe else run.core
     before = data[start - 1] if start > pos else -1  # (data[:pos] is sent)
-    if run.k and plain and before in members and not _ESCAPE_END.search(data, max(0, start - 6), start):
+    # a raw base64 character next to the match is its boundary character, escaped or not the
+    # match itself (one that ends an escape, "B" of "%2B", is not: left as it is)
+    if run.k and before in members and not _ESCAPE_END.search(data, max(0, start - 1 - CONTEXT), start):
         head, body = start - 1, run.lead(before, alphabet) + body
     if run.end and run.whole:
         body += run.trail(spelling[-1], alphabet)
-    elif run.end and plain and after in members:
+    elif run.end and after in members:
         body += run.trail(after, alphabet)
         end += 1
     return head, body, end

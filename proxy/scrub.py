@@ -5,8 +5,8 @@
 secret, in any of the forms below, and holds back only the longest tail of a chunk that could
 still be the start of one, so a secret split across two reads is still caught while an SSE event
 that cannot be a secret's start goes out in the same read (a read that ends in a base64
-character also holds that byte: it may be the boundary character of a run the next read
-completes, re-encoded with it, :mod:`proxy.base64run`). The carry is bounded by the longest
+character also holds that byte and the 5 before it: it may be the boundary character of a run
+the next read completes, re-encoded with it, :mod:`proxy.base64run`). The carry is bounded by the longest
 form (at most 6 bytes per secret byte, for ``\\u`` escapes) minus one byte. The output is the
 same whatever the chunking: a property the tests check.
 
@@ -290,7 +290,7 @@ def _compile(pairs: tuple[tuple[bytes, bytes], ...], escapes: bool) -> Compiled:
         [(False, False, False)]
         + [(True, False, False)] * spaces
         + [(False, True, False)] * backslash
-        + [(False, False, True)] * non_ascii
+        + [(False, backslash, True)] * non_ascii  # per-byte JSON escapes a backslash as JSON does
     )
     base = Compiled(
         spellings=spellings,
@@ -419,12 +419,14 @@ class Scrubber:
                 last = t
             end = min(len(data), last + n)
             found: tuple[int, int, bytes] | None = None
-            # "+" is a space in a form body and itself elsewhere: each reading is tried
+            # "+" is a space in a form body and itself elsewhere: each reading is tried, and the
+            # leftmost, then longest, match of any reading wins (a shorter reading of the same
+            # text would leave a stray escape behind)
             for view in c.views:
                 decoded, offsets = _decode(data, start, end, view)
                 for ms, me in c.literal.finditer(decoded):
                     s, e = offsets[ms], offsets[me]
-                    if s > last or s >= limit or (found is not None and s >= found[0]):
+                    if s > last or s >= limit or (found is not None and (s, -e) >= (found[0], -found[1])):
                         break
                     if e > s and data[s:e] != decoded[ms:me]:  # an escaped spelling (else: plain)
                         found = (s, e, decoded[ms:me])
@@ -539,8 +541,9 @@ class Scrubber:
         held = self._held(data)
         if self._c.runs and held < len(data) and data[-held - 1] in base64run.BASE64_BYTES:
             # the byte before a base64 spelling (one the next read may start) may be its boundary
-            # character, re-encoded with it (proxy/base64run.py)
-            held += 1
+            # character, re-encoded with it unless it ends an escape: held with the 5 bytes
+            # before it that tell (proxy/base64run.py), so the output does not depend on the cut
+            held = min(len(data), held + 1 + base64run.CONTEXT)
         out, cut = self._scan(data, len(data) - held)
         self._carry = data[cut:]
         return out

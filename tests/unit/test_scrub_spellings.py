@@ -40,8 +40,10 @@ def spelled(draw: st.DrawFn) -> tuple[str, bytes]:
             options = [c, "".join(_u(b, upper) for b in c.encode())]
         else:
             options = [c, _percent(c, upper), _json_u(c, upper)]
-            if c in '/"\\':
-                options.append("\\" + c)
+        if c in '/"\\':
+            options.append("\\" + c)
+        if c == "\\":  # escaped text never holds a raw backslash (it would start an escape)
+            options.remove(c)
             if c == " ":
                 options.append("+")
         out.append(draw(st.sampled_from(options)))
