@@ -256,6 +256,7 @@ def _scrub_head(response: http.Response, scrubber: Scrubber) -> None:
 _CONTROL_PAYLOAD = 125  # bytes: a control frame's payload at most (RFC 6455 §5.5)
 # client connection id -> the claim whose WebSocket it carries (set in websocket_start)
 _WS_CLAIMS: dict[str, Claim] = {}
+_CONTROL_PAIRS = _PairCache()
 _MARK = "_surrogate_scrub_control"
 
 
@@ -288,7 +289,6 @@ def _install_control_scrub() -> None:
                 facts.log.error(
                     "scrub of a WebSocket control frame failed with %s; emptied", type(e).__name__
                 )
-                event = _scrub_control(event, Scrubber(()))  # (scrubs nothing: cuts to size)
                 if isinstance(event, wsproto.events.Ping | wsproto.events.Pong):
                     event = type(event)(payload=b"")
                 elif isinstance(event, wsproto.events.CloseConnection):
@@ -297,9 +297,6 @@ def _install_control_scrub() -> None:
 
     setattr(send2, _MARK, True)
     websocket_layer.WebsocketConnection.send2 = send2  # type: ignore[method-assign]
-
-
-_CONTROL_PAIRS = _PairCache()
 
 
 class ScrubMessages:

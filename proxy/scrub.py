@@ -6,9 +6,9 @@ secret, in any of the forms below, and holds back only the longest tail of a chu
 still be the start of one, so a secret split across two reads is still caught while an SSE event
 that cannot be a secret's start goes out in the same read (a read that ends in a base64
 character also holds that byte and the 5 before it: it may be the boundary character of a run
-the next read completes, re-encoded with it, :mod:`proxy.base64run`). The carry is bounded by the longest
-form (at most 6 bytes per secret byte, for ``\\u`` escapes) minus one byte. The output is the
-same whatever the chunking: a property the tests check.
+the next read completes, re-encoded with it, :mod:`proxy.base64run`). The carry is bounded by
+the longest form (at most 6 bytes per secret byte, for ``\\u`` escapes) minus one byte, plus
+those 6. The output is the same whatever the chunking: a property the tests check.
 
 Forms caught, for a secret S and its placeholder P:
 
@@ -393,7 +393,8 @@ class Scrubber:
 
     @property
     def longest(self) -> int:
-        """Bytes of the longest spelling of any form: the carry stays below this."""
+        """Bytes of the longest spelling of any form: the carry stays below this (plus the 6
+        bytes held around a base64 boundary character, see :meth:`feed`)."""
         return self._c.longest
 
     def _next(self, data: bytes, pos: int) -> tuple[int, int, bytes] | None:
