@@ -10,7 +10,8 @@ is decoded on the fly within bounds (gzip, deflate, br, zstd: :mod:`proxy.decode
 decoded. A body that cannot be scanned (no decoder for its coding, corrupt, or past a
 decompression bound) is not passed: the connection is closed and the audit event says
 ``unscannable_response`` with the reason. A scrubbed body changes length, so
-``Content-Length`` is dropped (HTTP/1 clients get chunked framing), except on a response that
+``Content-Length`` is dropped (HTTP/1.1 clients get chunked framing, HTTP/1.0 clients a body
+that ends with the connection), except on a response that
 has no body (HEAD, 1xx, 204, 304), whose framing is left alone. The reason phrase and header
 names are scrubbed as the values are; so are HTTP/2 trailers (in the ``response`` hook, before
 mitmproxy sends them), the head of a ``101`` and, in :class:`ScrubMessages`, every WebSocket
@@ -155,15 +156,17 @@ class Scrub:
             return
         # One pass over the raw fields (the Headers mapping API decodes every name per call): the
         # values scrubbed; the length dropped (scrubbing changes it) and the coding too when the
-        # body is sent decoded; HTTP/1 clients get chunked framing.
+        # body is sent decoded; HTTP/1.1 clients get chunked framing, HTTP/1.0 ones none (RFC
+        # 9112 §6.1: no Transfer-Encoding toward them): the body ends with the connection.
         drop = {b"content-length"}
         if encoding not in ("", "identity"):
             drop.add(b"content-encoding")
-        http1 = not flow.request.http_version.startswith(("HTTP/2", "HTTP/3"))
+        version = flow.request.http_version
+        http1 = not version.startswith(("HTTP/2", "HTTP/3"))
         if http1:
             drop.add(b"transfer-encoding")
         kept = [(n, v) for n, v in fields if n.lower() not in drop]
-        if http1:
+        if http1 and version != "HTTP/1.0":
             kept.append((b"transfer-encoding", b"chunked"))
         response.headers.fields = tuple(kept)
         inner = response.stream if callable(response.stream) else (lambda b: b)

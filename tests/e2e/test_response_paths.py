@@ -536,3 +536,14 @@ def test_a_reflecting_upstream_hands_back_no_trace_of_either_secret(world: World
     assert out.count(PH.encode()) >= 10 and out.count(PH_UNI.encode()) >= 7, out.decode("utf-8", "replace")
     if proto == "--http1.1":
         assert f"HTTP/1.1 200 {PH}".encode() in out and f"X-{PH}: 1".encode() in out
+
+
+def test_an_http10_client_gets_a_scrubbed_body_without_chunked_framing(world: World) -> None:
+    """RFC 9112 §6.1: no Transfer-Encoding toward an HTTP/1.0 client; a scrubbed body (its
+    length changed) ends with the connection instead."""
+    done = world.curl("--http1.0", "-D", "-", world.raw_url("/unicode"))
+    out = done.stdout
+    assert done.returncode == 0, done.stderr.decode()
+    head, _, body = out.partition(b"\r\n\r\n")[2].partition(b"\r\n\r\n")
+    assert b"transfer-encoding" not in head.lower() and b"content-length" not in head.lower(), head
+    assert body.count(PH_UNI.encode()) == 8 and body.endswith(b"\n")
