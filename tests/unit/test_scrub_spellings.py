@@ -76,3 +76,12 @@ def test_a_non_ascii_secret_in_the_charsets_a_server_gets_wrong(secret: str) -> 
         forms.append(secret.encode("latin-1"))
     for form in forms:
         assert Scrubber([(raw, PH)]).scrub(b"<" + form + b">") == b"<" + PH + b">", form
+
+
+def test_a_header_name_holding_the_secret_in_any_case_is_scrubbed() -> None:
+    """Field names are case-insensitive (RFC 9110 §5.1) and HTTP/2 lower-cases them."""
+    s = Scrubber([(b"CANARYabcDEF123456", PH)])
+    assert s.scrub_name(b"X-CANARYabcDEF123456") == b"X-" + PH
+    assert s.scrub_name(b"x-canaryabcdef123456") == b"x-" + PH.lower()
+    assert s.scrub_name(b"X-CanaryAbcDef123456-Id") == b"x-" + PH.lower() + b"-id"
+    assert s.scrub_name(b"Content-Type") == b"Content-Type"
