@@ -17,11 +17,11 @@ unchanged modulo 4) and no bit of S is left in it.
 S's whole encoding standing alone (the next character is not of the alphabet) is replaced by P's
 whole encoding instead, in the same alphabet and padding, so it decodes to exactly P.
 
-Where a boundary character cannot be re-encoded, it keeps at most 4 bits of S's first or last
-byte: when it is itself escaped (``%2B``, ``\\/``; a raw one next to an escaped match is
-re-encoded), or when a match ends at the end of a read the scrubber could not hold (the byte
-before a possible match, and the 5 that tell whether it ends an escape, are held back when it is
-a base64 character, see proxy/scrub.py).
+A boundary character is re-encoded raw or escaped (``%2B``, ``\\/``, ``\\u002b``: written
+back in the same kind of escape), and a match found percent-escaped is written back
+percent-escaped. The byte before a possible match, and the 5 before it that tell whether it
+ends an escape, are held back when it is a base64 character (see proxy/scrub.py), so the cut of
+the stream changes nothing.
 
 Pure; no I/O.
 """
@@ -151,24 +151,71 @@ def _urlsafe(run: Run, data: bytes, start: int, end: int) -> bool:
     return False
 
 
+_ESCAPE_AT = re.compile(rb"%[0-9A-Fa-f]{2}|\\u[0-9A-Fa-f]{4}|\\[/\"\\]")
+
+
+def _unescape(escape: bytes) -> int:
+    """The byte an escape (``%XX``, ``\\uXXXX``, ``\\/``) stands for; -1 past Latin-1."""
+    if escape[0] == 0x25:
+        return int(escape[1:3], 16)
+    if escape[1] == 0x75:
+        point = int(escape[2:6], 16)
+        return point if point < 0x100 else -1
+    return escape[1]
+
+
+def _reescape(escape: bytes, char: bytes) -> bytes:
+    """``char`` where ``escape`` stood: raw when it is a letter or digit, else in the same kind
+    of escape (a raw "+" in a form is a space)."""
+    if char.isalnum():
+        return char
+    upper = not any(c in b"abcdef" for c in escape[1:])
+    if escape[0] == 0x25:
+        return (b"%%%02X" if upper else b"%%%02x") % char[0]
+    if escape[1] == 0x75:
+        return (b"\\u%04X" if upper else b"\\u%04x") % char[0]
+    return b"\\" + char if char == b"/" else char
+
+
+def _percent(text: bytes) -> bytes:
+    """``text`` with every byte but letters and digits percent-encoded (RFC 3986 §2.1)."""
+    return b"".join(bytes([c]) if bytes([c]).isalnum() else b"%%%02X" % c for c in text)
+
+
 def replace(run: Run, data: bytes, pos: int, start: int, end: int, spelling: bytes) -> tuple[int, bytes, int]:
     """Replace the match ``data[start:end]`` (``spelling``, decoded) of ``run``; ``data[:pos]``
-    is already sent. Returns (where the replaced text starts, its replacement, where it ends)."""
+    is already sent. Returns (where the replaced text starts, its replacement, where it ends).
+
+    A boundary character next to the match is re-encoded whether it is raw or escaped (it is
+    written back in the same kind of escape); a match found percent-escaped is written back
+    percent-escaped (a raw "+" in a form would read as a space)."""
     urlsafe = _urlsafe(run, data, start, end)
     alphabet = _URLSAFE if urlsafe else _STANDARD
     members = _MEMBERS[urlsafe]
     after = data[end] if end < len(data) else -1
+    percent = 0x25 in data[start:end]
     if run.whole and (run.padded or not (after in members or after in _ESCAPE_HEADS)):
-        return start, run.alone.translate(_TO_URLSAFE) if urlsafe else run.alone, end
+        body = run.alone.translate(_TO_URLSAFE) if urlsafe else run.alone
+        return start, _percent(body) if percent else body, end
     head, body = start, run.core.translate(_TO_URLSAFE) if urlsafe else run.core
-    before = data[start - 1] if start > pos else -1  # (data[:pos] is sent)
-    # a raw base64 character next to the match is its boundary character, escaped or not the
-    # match itself (one that ends an escape, "B" of "%2B", is not: left as it is)
-    if run.k and before in members and not _ESCAPE_END.search(data, max(0, start - 1 - CONTEXT), start):
-        head, body = start - 1, run.lead(before, alphabet) + body
-    if run.end and run.whole:
-        body += run.trail(spelling[-1], alphabet)
+    lead = b""
+    if run.k and start > pos:  # (data[:pos] is sent)
+        escape = _ESCAPE_END.search(data, max(0, start - 1 - CONTEXT), start)
+        if escape is not None:
+            char = _unescape(escape.group())
+            if char in members and escape.start() >= pos:
+                head, lead = escape.start(), _reescape(escape.group(), run.lead(char, alphabet))
+        elif data[start - 1] in members:
+            head, lead = start - 1, run.lead(data[start - 1], alphabet)
+    trail = b""
+    if run.end and run.whole:  # its last character is the boundary: escaped or not, in the match
+        escape = _ESCAPE_END.search(data, max(start, end - 1 - CONTEXT), end)
+        new = run.trail(spelling[-1], alphabet)
+        trail = _reescape(escape.group(), new) if escape is not None else new
     elif run.end and after in members:
-        body += run.trail(after, alphabet)
-        end += 1
-    return head, body, end
+        trail, end = run.trail(after, alphabet), end + 1
+    elif run.end and (escape := _ESCAPE_AT.match(data, end)) is not None:
+        char = _unescape(escape.group())
+        if char in members:
+            trail, end = _reescape(escape.group(), run.trail(char, alphabet)), escape.end()
+    return head, lead + (_percent(body) if percent else body) + trail, end

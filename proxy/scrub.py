@@ -23,7 +23,7 @@ Forms caught, for a secret S and its placeholder P:
   not, becomes P's encoding (so a client that decodes it reads P); S inside a longer run
   (``Basic`` credentials ``user:S``, a JWT, a JSON blob), at any of its three bit alignments, is
   decoded, replaced and re-encoded in place, so the run stays valid base64 and keeps no bit of
-  S (:mod:`proxy.base64run` says how, and the cases where a boundary character keeps 4 bits).
+  S (:mod:`proxy.base64run` says how).
   Only spellings of at least 8 characters are matched (secrets of 7 bytes or more at every
   alignment, of 6 at one): shorter ones would hit unrelated base64 text.
 - **A non-ASCII S** (UTF-8) also per byte as JSON ``\\u0080``..``\\u00ff`` (a server treating
@@ -311,8 +311,10 @@ def _compile(pairs: tuple[tuple[bytes, bytes], ...], escapes: bool) -> Compiled:
     )
     if not escapes:
         return base
+    # (+1: a complete spelling that ends a read is held, so the byte after it, a base64 boundary
+    # character maybe, is seen with it whatever the cut)
     plain = dataclasses.replace(
-        base, kinds=(), views=((False, False, False),), longest=max(map(len, spellings), default=0)
+        base, kinds=(), views=((False, False, False),), longest=max(map(len, spellings), default=0) + 1
     )
     folded = _compile(tuple((s.lower(), p.lower()) for s, p in pairs if s), False)
     return dataclasses.replace(base, binary=plain, folded=folded)
