@@ -29,10 +29,8 @@ class Hygiene:
             host = ""  # policy refuses it; nothing here is bound to it
         method = req.data.method.decode("ascii", "replace")
         # only TRACE asks, and a walk over every credential per request grows with the claim
-        credentialed = (
-            method.upper() == "TRACE"
-            and claim is not None
-            and any(c.bound_to(host) for c in claim.credentials)
+        credentialed = method.upper() == "TRACE" and claim is not None and any(
+            c.bound_to(host) for c in claim.credentials
         )
         verdict = check_head(req.headers.fields, method, credentialed)
         if verdict.status:
