@@ -31,7 +31,7 @@ from mitmproxy.proxy import events
 from mitmproxy.proxy.layers.http import _http1
 
 _MARK = "_surrogate_h1read"
-_MAX_INFORMATIONAL = 64  # 1xx heads dropped per response at most; more is an upstream loop
+_MAX_INFORMATIONAL = 64  # 1xx heads dropped per read at most (each is discarded: memory stays flat)
 
 StateMethod = Callable[[Any, events.Event], Generator[Any, Any, None]]
 
