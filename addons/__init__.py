@@ -18,7 +18,9 @@ Each addon handles one concern and talks to the others only through ``flow.metad
                 after policy (only allowed requests) and before substitute (it sees placeholders,
                 never secrets), and before stream (its body is read whole, bounded)
 3. substitute — placeholders → secrets, injections, violations
+   scrub (messages) — WebSocket messages from the upstream, scrubbed before stream lets them go
 4. stream     — forward every body read as it arrives (SSE), count bytes
+   framing    — what mitmproxy's HTTP/1 writers cannot frame (trailers, a chunked 304): fixed
    oauth      — a token endpoint's response: real tokens into the store, placeholders onward; it
                 reads the body as the upstream sent it (decoding it itself), so it comes before
                 scrub, whose stream wraps it and scrubs what it passes on
@@ -42,6 +44,7 @@ from mitmproxy.addons import errorcheck, proxyserver, tlsconfig
 from addons.audit import Audit
 from addons.fence import Fence
 from addons.forgery import Forgery
+from addons.h1read import Framing
 from addons.hooks import Hooks
 from addons.hygiene import Hygiene
 from addons.identify import Identify
@@ -50,7 +53,7 @@ from addons.metrics import Metrics
 from addons.oauth import OAuthCapture
 from addons.policy import Policy
 from addons.resolve import Resolve
-from addons.scrub import Scrub
+from addons.scrub import Scrub, ScrubMessages
 from addons.stream import Stream
 from addons.substitute import Substitute
 from addons.tunnel import NextLayer
@@ -81,7 +84,9 @@ def chain(state: State) -> list[Any]:
         Forgery(),
         Hooks(state),
         Substitute(state),
+        ScrubMessages(),
         Stream(),
+        Framing(),
         OAuthCapture(state),
         Scrub(),
         Resolve(state),
