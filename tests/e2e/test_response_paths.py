@@ -322,6 +322,7 @@ def world(tmp_path_factory: pytest.TempPathFactory) -> Iterator[World]:
                     value: file:secret-uni
                     placeholder: {PH_UNI}
                     hosts: [api.test]
+                    headers: [X-Uni]  # not a default slot (proxy/slots.py)
             """)
         )
         proxy = ProxyProcess(
