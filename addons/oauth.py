@@ -109,7 +109,7 @@ class OAuthCapture:
                 if chunk:
                     return []  # the end of the body comes as b""
                 body = bytes(held)
-                if ok:
+                if ok and cred is not None:
                     body = self._capture(claim, cred, body, content_type, host)
                 else:
                     oauth.check_other(body, content_type)

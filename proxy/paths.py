@@ -233,7 +233,7 @@ def _canonical(path: bytes) -> tuple[tuple[str, ...], tuple[str, ...], str | Non
 # which may hold placeholders), so that unique long paths cannot grow the cache's memory.
 _CACHED_LENGTH = 512
 _cached = functools.lru_cache(maxsize=4096)(_canonical)
-_FRAGMENT = "a '#' (a fragment, which no request target holds: some servers end the path there, others read on)"
+_FRAGMENT = "a '#' (no request target holds a fragment: some servers end the path there, others read on)"
 
 
 def canonical_path(target: str | bytes) -> RequestPath:

@@ -95,8 +95,7 @@ def test_a_fragment_in_the_request_target_is_refused_where_paths_decide(world: W
     and never connects, in every spelling of what follows the ``#``."""
     before, sent = world.upstream.connections, len(world.upstream.requests)
     for target in ["/v1#/../admin", "/v1#x", "/v1/ok#", "/v1#/%2e%2e/admin?q=1", "/v1?q#/../../admin"]:
-        data = world.tunnel_request(
-            f"GET {target} HTTP/1.1\r\nHost: api.test:{world.upstream.port}\r\nConnection: close\r\n\r\n".encode()
-        )
+        head = f"GET {target} HTTP/1.1\r\nHost: api.test:{world.upstream.port}\r\nConnection: close\r\n\r\n"
+        data = world.tunnel_request(head.encode())
         assert status_line(data) == b"400" and b"ambiguous_path" in data, (target, data[:200])
     assert (world.upstream.connections, len(world.upstream.requests)) == (before, sent)

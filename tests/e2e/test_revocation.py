@@ -121,3 +121,52 @@ def test_a_rules_reload_revokes_the_open_tunnel(setup: Setup, change: str) -> No
         assert wait_reload(setup.proxy, 1)[0]["outcome"] == "applied"
         _refused(client, setup.url("/reload/2"))
     assert setup.received("/reload") == ["/reload/1"]
+
+
+# -- hostile review (r1): a store claim deleted and created again under the same id ----------
+
+
+def test_a_claim_id_deleted_and_created_again_does_not_hand_the_old_tunnel_to_the_new_claim(
+    tmp_path: Path,
+) -> None:
+    """Was: an orchestrator that deletes claim ``sb`` (its sandbox is gone) and creates ``sb``
+    again for the next tenant, within one 0.2 s poll, left the old sandbox's open tunnel
+    working: both claims were at version 1, so the registry saw no change, and the old tunnel's
+    next request carried the *new* tenant's credential, swapped in. A tunnel belongs to the
+    claim that opened it: the next request in it is refused and the upstream never sees the
+    new claim's secret."""
+    from test_control import World
+
+    world = World(tmp_path)
+    try:
+        world.proxy.start()
+        deadline = time.monotonic() + 10
+        while not world.socket.exists() and time.monotonic() < deadline:
+            time.sleep(0.05)
+        with world.api() as api:
+            old = api.post("/v1/claims", json={"id": "sb", "pool": "p"}).json()["proxy_token"]
+            with world.client("sb", old) as client:
+                assert client.get(world.url("/gen/1")).status_code == 200
+                # one keep-alive API connection: the delete and the create land within a few ms
+                assert api.delete("/v1/claims/sb").status_code == 204
+                assert api.post("/v1/claims", json={"id": "sb", "pool": "p"}).status_code == 201
+                secret = world.canary()
+                r = api.put("/v1/claims/sb/credentials/gh", json={"hosts": ["api.test"], "value": secret})
+                assert r.status_code == 201, r.text
+                placeholder = r.json()["placeholder"]
+                _refused_or_closed(client, world.url("/gen/2"), {"Authorization": f"Bearer {placeholder}"})
+        assert [r.path for r in world.upstream.requests if r.path.startswith("/gen")] == ["/gen/1"]
+        assert world.sent("/gen/2", "Authorization") == []
+    finally:
+        world.proxy.stop()
+        world.upstream.stop()
+
+
+def _refused_or_closed(client: httpx.Client, url: str, headers: dict[str, str]) -> None:
+    """Like :func:`_refused`, for a tunnel the poll may close first."""
+    try:
+        r = client.get(url, headers=headers)
+    except (httpx.ProxyError, httpx.RemoteProtocolError, httpx.ConnectError) as e:
+        assert "407" in str(e) or isinstance(e, httpx.RemoteProtocolError), e
+        return
+    assert r.status_code == 407, r.text
