@@ -170,3 +170,55 @@ def _refused_or_closed(client: httpx.Client, url: str, headers: dict[str, str]) 
         assert "407" in str(e) or isinstance(e, httpx.RemoteProtocolError), e
         return
     assert r.status_code == 407, r.text
+
+
+def test_every_multiplexed_http2_stream_of_a_revoked_tunnel_is_refused(tmp_path: Path) -> None:
+    """The token file is rewritten while an HTTP/2 tunnel (client and upstream both h2) is open;
+    eight streams sent on it at once afterwards are each refused (407) or find the connection
+    closed: none reaches the upstream, and none carries the credential."""
+    import threading
+
+    from asgi_upstream import AsgiUpstream
+
+    ca = TestCA(tmp_path)
+    upstream = AsgiUpstream(ca.ca, ["api.test"], tmp_path, h2=True).start()
+    (tmp_path / "token").write_text("old-token-0001")
+    (tmp_path / "secret").write_text("not-a-canary-h2-value\n")
+    rules = tmp_path / "rules.yaml"
+    rules.write_text(
+        _rules(upstream.port, "token")
+        + "    credentials:\n      - name: k\n        value: file:secret\n"
+        + "        placeholder: surr_RevokedHttp2Placeholder1\n        hosts: [api.test]\n"
+    )
+    proxy = ProxyProcess(rules, tmp_path, upstream_ca=ca.ca_pem, resolve={"api.test": "127.0.0.1"})
+    try:
+        proxy.start()
+        from test_surfaces import _H2First  # httpx offers h2 second; mitmproxy takes the first
+
+        verify = _H2First(ssl.PROTOCOL_TLS_CLIENT)
+        verify.load_verify_locations(cafile=proxy.ca_pem)
+        url = f"https://api.test:{upstream.port}"
+        auth = {"Authorization": "Bearer surr_RevokedHttp2Placeholder1"}
+        old = proxy.url("c", "old-token-0001")
+        with httpx.Client(proxy=old, verify=verify, timeout=10, http2=True) as client:
+            r = client.get(f"{url}/mux/0", headers=auth)
+            assert (r.status_code, r.http_version) == (200, "HTTP/2")
+            _replace(tmp_path / "token", "new-token-0000002")
+            results: list[object] = []
+
+            def send(i: int) -> None:
+                try:
+                    results.append(client.get(f"{url}/mux/{i}", headers=auth).status_code)
+                except httpx.HTTPError as e:
+                    results.append(type(e).__name__)
+
+            threads = [threading.Thread(target=send, args=(i,)) for i in range(1, 9)]
+            for t in threads:
+                t.start()
+            for t in threads:
+                t.join()
+        assert len(results) == 8 and 200 not in results, results
+        assert [s.target for s in upstream.seen if s.target.startswith("/mux")] == ["/mux/0"]
+    finally:
+        proxy.stop()
+        upstream.stop()
