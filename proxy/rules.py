@@ -484,7 +484,7 @@ def credential_host_risk(pattern: HostPattern) -> str | None:
     hosts. A pool's ``unsafe_any_host`` lets it *connect* anywhere; it never makes ``*`` a
     credential host."""
     if pattern.any_host:
-        return "'*' sends the secret to every host, whoever owns it"
+        return "'*' spans every public suffix (Public Suffix List): it sends the secret to every host"
     if pattern.suffix is not None and (why := wildcard_risk(pattern.suffix.lstrip("."))) is not None:
         return why
     return confusable(pattern.suffix.lstrip(".") if pattern.suffix else pattern.text)

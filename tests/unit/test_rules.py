@@ -209,7 +209,7 @@ BAD = [
     ("bad-credential-host-mixed-script.yaml", 16, CRED_HOST, "mixes scripts: Cyrillic, Latin"),
     ("bad-credential-host-confusable.yaml", 16, CRED_HOST, "wholly in letters that look Latin"),
     # hostile review (r1): the widest wildcard of all was accepted beside unsafe_any_host
-    ("bad-credential-host-any.yaml", 18, CRED_HOST, "'*' sends the secret to every host"),
+    ("bad-credential-host-any.yaml", 16, CRED_HOST, "'*' spans every public suffix"),
 ]
 
 
