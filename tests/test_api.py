@@ -523,7 +523,7 @@ def test_a_tcp_listener_without_its_address_is_refused(control: Control) -> None
         make_app(control, operator_token="operator-token-0123456789")
 
 
-@pytest.mark.parametrize("host", ["*.herokuapp.com", "*.on.aws", "аpi.github.test"])
+@pytest.mark.parametrize("host", ["*.herokuapp.com", "*.on.aws", "аpi.github.test", "api.\u0261ithub.test"])
 async def test_a_credential_host_that_looks_safe_and_is_not_is_a_422(
     tmp_path: Path, store: Store, host: str
 ) -> None:
