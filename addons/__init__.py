@@ -6,9 +6,13 @@ Each addon handles one concern and talks to the others only through ``flow.metad
 1. identify   — who is this (claim), from Proxy-Authorization; strips Proxy-* headers
    limits     — the claim's open connections and request rate (429 before any other work), and
                 the request-head deadline; right after identify because it needs the claim
+   wslimit    — the pool's bound on one WebSocket message (1009 past it), before scrub sees one
    hygiene    — refuse ambiguous request heads (duplicate Host, control characters, oversize,
                 TRACE toward credentials); drop hop-by-hop headers
 2. policy     — egress rules decide; deny before any upstream TCP/TLS; authority agreement
+   fence      — transparent mode: a looped connection (one of the proxy's own upstream
+                connections, redirected back) and a claim's connection from the wrong interface
+                are refused; after policy, so that it can undo a pass-through policy chose
    forgery    — a placeholder with surrogate's checksum that this claim does not hold: refused
    hooks      — a hook route's request is answered by an operator command (no upstream); it runs
                 after policy (only allowed requests) and before substitute (it sees placeholders,
@@ -24,7 +28,8 @@ Each addon handles one concern and talks to the others only through ``flow.metad
 7. metrics    — Prometheus counters from the same facts
 
 then only the mitmproxy addons interception needs: proxyserver (listeners, loop check),
-next_layer (protocol detection; runs after policy's opaque-tunnel choice), tlsconfig (our CA,
+next_layer (protocol detection; runs after policy's opaque-tunnel choice; addons/tunnel.py's
+subclass: only TLS and HTTP in an intercepted tunnel), tlsconfig (our CA,
 upstream verification), errorcheck (exit non-zero on a startup error).
 """
 
@@ -32,9 +37,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from mitmproxy.addons import errorcheck, next_layer, proxyserver, tlsconfig
+from mitmproxy.addons import errorcheck, proxyserver, tlsconfig
 
 from addons.audit import Audit
+from addons.fence import Fence
 from addons.forgery import Forgery
 from addons.hooks import Hooks
 from addons.hygiene import Hygiene
@@ -47,6 +53,8 @@ from addons.resolve import Resolve
 from addons.scrub import Scrub
 from addons.stream import Stream
 from addons.substitute import Substitute
+from addons.tunnel import NextLayer
+from addons.wslimit import WebSocketLimit
 from proxy.state import State
 
 
@@ -66,8 +74,10 @@ def chain(state: State) -> list[Any]:
     return [
         Identify(state),
         Limiter(state),
+        WebSocketLimit(state),
         Hygiene(),
         Policy(state),
+        Fence(),
         Forgery(),
         Hooks(state),
         Substitute(state),
@@ -78,7 +88,7 @@ def chain(state: State) -> list[Any]:
         Audit(),
         Metrics(state),
         proxyserver.Proxyserver(),
-        next_layer.NextLayer(),
+        NextLayer(state),  # mitmproxy's, refusing non-HTTP bytes in intercepted tunnels
         TlsConfig(),
         errorcheck.ErrorCheck(repeat_errors_on_stderr=True),
     ]

@@ -8,6 +8,16 @@ placeholders the sandbox sent, never a secret. Its environment holds only ``PATH
 ``LANG`` (the proxy's own environment may hold ``env:`` secrets). The response it prints is
 scrubbed like an upstream's (a host-side CLI may print a real token) and sent; a timeout is a
 504 ``hook_timeout``, any other failure a 502 ``hook_failed``.
+
+Hook commands running at once are bounded, for the whole node (every worker: the counts are in
+:mod:`proxy.counters`), before a process is started: per pool by its ``limits.hook_processes``
+(all the pool's claims together; past it ``429 hook_pool_limit``), and for the node by
+``--hook-processes`` (past it ``503 hook_node_limit``), both with ``Retry-After: 1``. A request
+past a bound is refused at once rather than queued: a queue would hold the sandbox's connection
+for as long as the commands ahead of it run. A slot is held from just before the process starts
+until it has exited and been reaped (a timeout kills its process group first). When the proxy
+stops, the commands still running are killed (their process groups), so none outlives the slot
+counted for it.
 """
 
 from __future__ import annotations
@@ -18,17 +28,24 @@ import os
 import signal
 import time
 
-from mitmproxy import http
+from mitmproxy import addonmanager, ctx, exceptions, http
 
 from addons import facts
 from proxy import hooks
 from proxy.decide import Action, Decision, Reason, deny
+from proxy.limits import DEFAULT_NODE_HOOK_PROCESSES, Limits
 from proxy.live import live_values
 from proxy.scrub import Scrubber
 from proxy.state import State
 
 _ENV = ("PATH", "HOME", "LANG")
 _HEAD = "surrogate.hooks.head"
+_NODE_KEY = "hooks\0node"
+_RETRY = {"Retry-After": "1"}
+
+
+def _pool_key(pool: str) -> str:
+    return f"hooks\0pool\0{pool}"
 
 
 def _refuse(flow: http.HTTPFlow, reason: Reason, message: str, status: int) -> None:
@@ -38,6 +55,29 @@ def _refuse(flow: http.HTTPFlow, reason: Reason, message: str, status: int) -> N
 class Hooks:
     def __init__(self, state: State) -> None:
         self.state = state
+        self.live: set[int] = set()  # process groups of the commands running now
+
+    def done(self) -> None:
+        """The proxy stops: its commands stop too (they run in their own sessions, so no signal
+        to the proxy reaches them), or they would outlive the slots counted for them."""
+        for group in self.live:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(group, signal.SIGKILL)
+
+    def load(self, loader: addonmanager.Loader) -> None:
+        loader.add_option(
+            "surrogate_hook_processes",
+            int,
+            DEFAULT_NODE_HOOK_PROCESSES,
+            "Hook-route commands running at once on the node (every pool and worker together).",
+        )
+
+    def configure(self, updated: set[str]) -> None:
+        if "surrogate_hook_processes" in updated:
+            bound = ctx.options.surrogate_hook_processes
+            if bound < 1:
+                raise exceptions.OptionsError(f"surrogate_hook_processes {bound} must be at least 1")
+            self.state.metrics.hook_processes_limit.labels("*").set(bound)
 
     @facts.fail_closed
     def requestheaders(self, flow: http.HTTPFlow) -> None:
@@ -83,6 +123,38 @@ class Hooks:
             _refuse(flow, Reason.HOOK_FAILED, f"hook route {route.id} could not be run", 502)
 
     async def _answer(self, flow: http.HTTPFlow, route: hooks.HookRoute) -> None:
+        claim = flow.metadata[facts.CLAIM]
+        pool = self.state.policy.pools.get(claim.pool)
+        bound = (pool.limits if pool is not None else Limits()).hook_processes
+        node = ctx.options.surrogate_hook_processes
+        metrics = self.state.metrics
+        metrics.hook_processes_limit.labels(claim.pool).set(bound)
+        keys = [_pool_key(claim.pool), _NODE_KEY]
+        full = self.state.counters.acquire([(keys[0], bound), (keys[1], node)])
+        if full == 0:
+            metrics.limit_refusals.labels("hook_pool").inc()
+            message = (
+                f"hook route {route.id}: pool {claim.pool!r} already runs {bound} hook commands, "
+                "the most it allows at once; retry after the Retry-After seconds"
+            )
+            facts.refuse(flow, deny(Reason.HOOK_POOL_LIMIT, message, 429), _RETRY)
+            return
+        if full == 1:
+            metrics.limit_refusals.labels("hook_node").inc()
+            message = (
+                f"hook route {route.id}: this proxy already runs {node} hook commands, the most it "
+                "allows at once; retry after the Retry-After seconds"
+            )
+            facts.refuse(flow, deny(Reason.HOOK_NODE_LIMIT, message, 503), _RETRY)
+            return
+        metrics.hook_processes.inc()
+        try:
+            await self._spawn(flow, route)
+        finally:
+            metrics.hook_processes.dec()
+            self.state.counters.release(keys)
+
+    async def _spawn(self, flow: http.HTTPFlow, route: hooks.HookRoute) -> None:
         req = flow.request
         stdin = hooks.request_json(
             req.method, req.scheme, flow.metadata[facts.HOST], req.port, req.path, req.http_version,
@@ -103,6 +175,15 @@ class Hooks:
                 flow, Reason.HOOK_FAILED, f"hook route {route.id}: command cannot start ({e.strerror})", 502
             )
             return
+        self.live.add(proc.pid)
+        try:
+            await self._finish(flow, route, proc, stdin)
+        finally:
+            self.live.discard(proc.pid)
+
+    async def _finish(
+        self, flow: http.HTTPFlow, route: hooks.HookRoute, proc: asyncio.subprocess.Process, stdin: bytes
+    ) -> None:
         try:
             out = await asyncio.wait_for(self._run(proc, stdin), route.timeout)
         except TimeoutError:
@@ -113,6 +194,11 @@ class Hooks:
                 flow, Reason.HOOK_TIMEOUT, f"hook route {route.id}: command ran past {route.timeout:g} s", 504
             )
             return
+        except BaseException:  # cancelled, or a pipe error: its slot is given back, so it must end
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(proc.pid, signal.SIGKILL)
+            await asyncio.shield(proc.wait())
+            raise
         if proc.returncode != 0:
             _refuse(flow, Reason.HOOK_FAILED, f"hook route {route.id}: command exited {proc.returncode}", 502)
             return

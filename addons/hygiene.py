@@ -1,5 +1,8 @@
 """hygiene: refuse request heads that parsers could read differently; drop hop-by-hop headers.
 
+The request line, or an HTTP/2 request's pseudo-header fields, is checked first: they become
+an HTTP/1 request line when the upstream speaks HTTP/1 (issue 20).
+
 Runs after identify (it needs the claim, to know whether TRACE would meet a credential) and
 before policy. The rules are in :mod:`proxy.hygiene`.
 """
@@ -12,7 +15,7 @@ from addons import facts
 from proxy.decide import Reason, deny
 from proxy.errors import HostError
 from proxy.hosts import split_authority
-from proxy.hygiene import check_head
+from proxy.hygiene import check_head, check_request_line
 
 
 class Hygiene:
@@ -32,7 +35,12 @@ class Hygiene:
         credentialed = method.upper() == "TRACE" and claim is not None and any(
             c.bound_to(host) for c in claim.credentials
         )
-        verdict = check_head(req.headers.fields, method, credentialed)
+        d = req.data
+        verdict = check_request_line(
+            d.method, d.scheme, d.authority, d.path, not req.is_http11 and not req.is_http10
+        )
+        if not verdict.status:
+            verdict = check_head(req.headers.fields, method, credentialed)
         if verdict.status:
             facts.refuse(flow, deny(Reason.BAD_REQUEST_HEAD, verdict.message, status=verdict.status))
             return

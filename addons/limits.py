@@ -1,6 +1,7 @@
 """limits: per-claim connection and rate limits, and the request-head deadline (slowloris).
 
-Thin glue over :mod:`proxy.limits`. Runs right after identify (the claim must be known, and
+Thin glue over :mod:`proxy.limits`; the counts and buckets are the node's (every worker's:
+:mod:`proxy.counters`). Runs right after identify (the claim must be known, and
 nothing else should spend work on a request that is over its claim's limits):
 
 - A CONNECT, or the first request of a plain-HTTP or transparent connection, that would put its
@@ -33,7 +34,7 @@ _ENDED = "surrogate.limits.ended"
 class Limiter:
     def __init__(self, state: State) -> None:
         self.state = state
-        self.claims = ClaimLimiter()
+        self.claims = ClaimLimiter(state.counters)
         self.heads = HeadDeadlines()
         self._sweeper: asyncio.Task[None] | None = None
 

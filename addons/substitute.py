@@ -16,9 +16,12 @@ counts what it returns). What happens to the framing:
   upstream as chunked);
 - otherwise the body is only read for the audit (placeholders carried or refused), unchanged.
 A compressed body (gzip, deflate, br, zstd) is decoded with a bound (``MAX_DECODED`` bytes),
-swapped and re-encoded in its own encoding when a swap or a refusal is possible; in any other
-encoding it closes the connection (it cannot be checked). When no swap or refusal is possible
-it passes undecoded.
+swapped and re-encoded in its own encoding when a swap is possible (its framing is redone, see
+above); when only a refusal is possible it is decoded to be checked and the client's own bytes
+are forwarded unchanged under the client's own ``Content-Length`` (re-encoding them would change
+their length: issue 20); in any other encoding it closes the connection (it cannot be checked).
+When no swap or refusal is possible it passes undecoded. Whatever this addon does, the bytes
+sent are checked against the length the head declares by :mod:`addons.framing`.
 
 A refusal found in a body (``block`` or ``terminate``, a violation toward an unbound host, or a
 secret that cannot be read) closes both connections: the request head has left, so no 403 can
@@ -62,6 +65,16 @@ def _close(flow: http.HTTPFlow) -> None:
         if transport is not None:
             transport.abort()
         handler.close_connection(conn)
+
+
+# Check only (nothing swappable): the most client bytes held back while the decoded tail may
+# still become a placeholder. The tail is at most 69 decoded bytes, so only reads that decode to
+# (almost) nothing pile up here: past this the body is refused.
+_CHECK_HOLD_LIMIT = 1024 * 1024
+
+
+class _Stalled(Exception):
+    """More than ``_CHECK_HOLD_LIMIT`` client bytes held without the decoded tail resolving."""
 
 
 class Substitute:
@@ -142,32 +155,61 @@ class Substitute:
         swapper = bodies.Swapper(resolver)
         claim = flow.metadata[facts.CLAIM]
         done = [False]
+        pending: list[bytes] = []  # check only: client bytes held while a placeholder may be forming
+
+        def swap(chunk: bytes) -> bytes:
+            sent: list[bytes] = []
+            # piece by piece: a small compressed read may decode to a great deal
+            for piece in decode(chunk):
+                out = swapper.feed(piece)
+                sent.append(encode(out) if out else b"")
+            if not chunk:
+                out = swapper.finish()
+                sent += [encode(out) if out else b"", encode(b"")]
+                self._finish(flow, claim, resolver.outcome)
+            return b"".join(sent)
+
+        def check(chunk: bytes) -> bytes:
+            # Nothing can be swapped in this coded body (the resolver only carries or refuses), so
+            # the client's own bytes go on, under the client's own framing: re-encoding would
+            # change them and their length (issue 20). A read is held while the decoded tail may
+            # still become a placeholder, so no byte of a refused one leaves.
+            for piece in decode(chunk):
+                swapper.feed(piece)
+            if chunk:
+                pending.append(chunk)
+            else:
+                swapper.finish()
+                self._finish(flow, claim, resolver.outcome)
+            if chunk and swapper.held:
+                if sum(map(len, pending)) > _CHECK_HOLD_LIMIT:
+                    raise _Stalled
+                return b""
+            out = b"".join(pending)
+            pending.clear()
+            return out
+
+        # identity without a swap: the swapper hands back the very bytes it was fed (holding only
+        # a tail that may become a placeholder), so only a coded body needs whole reads held
+        step = swap if swaps or encoding in ("", "identity") else check
 
         def stream(chunk: bytes) -> list[bytes]:
             if done[0]:
                 return []  # refused: nothing more leaves
-            sent: list[bytes] = []
             try:
-                # piece by piece: a small compressed read may decode to a great deal
-                for piece in decode(chunk):
-                    out = swapper.feed(piece)
-                    sent.append(encode(out) if out else b"")
-                if not chunk:
-                    out = swapper.finish()
-                    sent += [encode(out) if out else b"", encode(b"")]
-                    self._finish(flow, claim, resolver.outcome)
+                joined = step(chunk)
             except BodyRefused as e:
                 done[0] = True
                 self._refused(flow, e.outcome)
                 return []
-            except (bodies.TooLarge, bodies.BadEncoding) as e:
+            except (bodies.TooLarge, bodies.BadEncoding, _Stalled) as e:
                 done[0] = True
-                big = isinstance(e, bodies.TooLarge)
-                why = (
-                    f"request body decodes to more than {self.max_decoded} bytes"
-                    if big
-                    else (f"request body is not valid {encoding}")
-                )
+                if isinstance(e, bodies.TooLarge):
+                    why = f"request body decodes to more than {self.max_decoded} bytes"
+                elif isinstance(e, _Stalled):
+                    why = f"request body holds {_CHECK_HOLD_LIMIT} bytes that decode to almost nothing"
+                else:
+                    why = f"request body is not valid {encoding}"
                 self._refused(flow, Outcome(refusal=deny(Reason.BAD_REQUEST_BODY, why, status=413)))
                 return []
             except Exception as e:  # fail closed here too: mitmproxy would crash the connection's layer
@@ -179,7 +221,6 @@ class Substitute:
                 self._refused(flow, Outcome(refusal=failed))
                 return []
             # never an empty piece: an empty chunk would end a chunked HTTP/1 body early
-            joined = b"".join(sent)
             return [joined] if joined else []
 
         req.stream = stream

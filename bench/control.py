@@ -36,15 +36,15 @@ def write_then_request(proxy: Surrogate, upstream: Upstream, rounds: int) -> Wri
     ctx = ssl.create_default_context(cafile=str(proxy.process.ca_pem))
     client = httpx.Client(proxy=proxy.process.url("bench", token), verify=ctx)
     base = f"https://{UPSTREAM_HOST}:{upstream.port}"
-    client.get(f"{base}/{proxy.name}/warm", headers={"X-Key": ph})
+    client.get(f"{base}/{proxy.name}/warm", headers={"X-Api-Key": ph})
     seen, lat = 0, []
     for i in range(1, rounds + 1):
         t0 = time.perf_counter()
         api.patch("/v1/claims/bench/credentials/k", json={"value": f"value{i}"}).raise_for_status()
-        client.get(f"{base}/{proxy.name}/{i}", headers={"X-Key": ph})
+        client.get(f"{base}/{proxy.name}/{i}", headers={"X-Api-Key": ph})
         lat.append((time.perf_counter() - t0) * 1000)
         path = f"/{proxy.name}/{i}"
-        sent = [v for r in upstream.requests if r.path == path for k, v in r.headers if k == "X-Key"]
+        sent = [v for r in upstream.requests if r.path == path for k, v in r.headers if k == "X-Api-Key"]
         seen += sent == [f"value{i}"]
     t0, writes = time.perf_counter(), 0
     while time.perf_counter() - t0 < 2.0:

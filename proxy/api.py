@@ -43,6 +43,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.routing import Match
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from proxy import slots
 from proxy.apiedge import allowed_authorities, encoded_slash_field, foreign_authority, plain_slash_field
 from proxy.control import Control, ControlError, Coverage
 from proxy.policy import DEFAULT_SURFACES, SURFACES, Misplaced
@@ -86,6 +87,11 @@ class ClaimIn(_In):
     id: str | None = Field(None, pattern=ID_PATTERN, description="claim id; generated when absent")
     pool: str = Field(description="a pool of the rules file")
     sources: list[str] = Field(default_factory=list, description="source addresses/CIDRs (transparent mode)")
+    interface: str | None = Field(
+        None,
+        description="transparent mode: the interface (veth, bridge port) its connections must arrive on; "
+        "needs sources (README, 'The fence')",
+    )
 
 
 class InjectIn(_In):
@@ -97,6 +103,12 @@ SurfaceName = Literal["header", "basic", "query", "userinfo", "body"]
 MisplacedAction = Literal["carry", "block", "terminate"]
 _SURFACES_DOC = "where the placeholder is swapped (rules/README.md, 'Surfaces'); default [header, basic]"
 _MISPLACED_DOC = "a placeholder on a surface not enabled (or in a body toward another host): default carry"
+HeaderName = Annotated[str, Field(pattern=r"^[!#$%&'*+.^_`|~0-9A-Za-z-]+$", max_length=128)]
+BasicPartName = Literal["user", "password"]
+_HEADERS_DOC = (
+    f"headers the header surface swaps in (proxy/slots.py); default {list(slots.DEFAULT_HEADER_NAMES)}"
+)
+_PARTS_DOC = "parts of Basic credentials the basic surface swaps in; default [password]"
 
 
 class CredentialPut(_In):
@@ -107,6 +119,8 @@ class CredentialPut(_In):
     expires_at: Expiry | None = None
     max_requests: int | None = Field(None, ge=1, le=MAX_REQUESTS, description="request budget; absent: none")
     surfaces: list[SurfaceName] | None = Field(None, description=_SURFACES_DOC)
+    headers: list[HeaderName] | None = Field(None, max_length=64, description=_HEADERS_DOC)
+    basic_parts: list[BasicPartName] | None = Field(None, description=_PARTS_DOC)
     on_misplaced: MisplacedAction | None = Field(None, description=_MISPLACED_DOC)
     oauth: dict[str, Any] | None = Field(
         None,
@@ -126,6 +140,10 @@ class CredentialPatch(_In):
         None, ge=1, le=MAX_REQUESTS, description="request budget; null removes it"
     )
     surfaces: list[SurfaceName] | None = Field(None, description=_SURFACES_DOC + "; null: the default")
+    headers: list[HeaderName] | None = Field(
+        None, max_length=64, description=_HEADERS_DOC + "; null: the default"
+    )
+    basic_parts: list[BasicPartName] | None = Field(None, description=_PARTS_DOC + "; null: the default")
     on_misplaced: MisplacedAction | None = Field(None, description=_MISPLACED_DOC + "; null: carry")
 
 
@@ -133,6 +151,7 @@ class ClaimOut(BaseModel):
     id: str
     pool: str
     sources: list[str]
+    interface: str | None
     version: int
     created_at: datetime
     updated_at: datetime
@@ -160,6 +179,8 @@ class CredentialOut(BaseModel):
     placeholder: str
     inject: InjectOut | None
     surfaces: list[str]
+    headers: list[str]
+    basic_parts: list[str]
     on_misplaced: str
     version: int
     created_at: datetime
@@ -189,6 +210,7 @@ def _claim_out(r: ClaimRecord) -> dict[str, Any]:
         "id": r.id,
         "pool": r.pool,
         "sources": list(r.sources),
+        "interface": r.interface,
         "version": r.version,
         "created_at": _ts(r.created_at),
         "updated_at": _ts(r.updated_at),
@@ -205,6 +227,8 @@ def _cred_out(r: CredentialRecord, cov: list[Coverage] | None = None) -> dict[st
         "surfaces": list(r.surfaces)
         if r.surfaces is not None
         else [str(s) for s in SURFACES if s in DEFAULT_SURFACES],
+        "headers": list(r.headers) if r.headers is not None else list(slots.DEFAULT_HEADER_NAMES),
+        "basic_parts": list(r.basic_parts) if r.basic_parts is not None else ["password"],
         "on_misplaced": r.on_misplaced or Misplaced.CARRY.value,
         "version": r.version,
         "created_at": _ts(r.created_at),
@@ -418,7 +442,7 @@ def make_app(
 
     @app.post("/v1/claims", status_code=201, response_model=ClaimCreated, responses=errors)
     async def create_claim(body: ClaimIn) -> dict[str, Any]:
-        record, token = control.create_claim(who, body.id, body.pool, body.sources)
+        record, token = control.create_claim(who, body.id, body.pool, body.sources, body.interface)
         return {**_claim_out(record), "proxy_token": token}
 
     @app.get("/v1/claims", response_model=list[ClaimOut])
@@ -467,6 +491,8 @@ def make_app(
             "expires_at": body.expires_at.timestamp() if body.expires_at else None,
             "max_requests": body.max_requests,
             "surfaces": body.surfaces,
+            "headers": body.headers,
+            "basic_parts": body.basic_parts,
             "on_misplaced": body.on_misplaced,
             "oauth": body.oauth,
         }
@@ -494,7 +520,7 @@ def make_app(
                 changes["expires_at"] = value.timestamp() if value else None
             elif key == "max_requests":
                 changes["max_requests"] = value
-            elif key in ("surfaces", "on_misplaced"):  # null: back to the default
+            elif key in ("surfaces", "on_misplaced", "headers", "basic_parts"):  # null: back to the default
                 changes[key] = value
             elif value is None:
                 raise ControlError(422, "invalid_request", f"{key} cannot be null", key)

@@ -32,10 +32,11 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from certs import ca
-from proxy import audit, client, hardening, workers
+from proxy import audit, client, counters, hardening, workers
 from proxy.errors import HostError, SurrogateError
 from proxy.explain import main_explain, main_why
 from proxy.hosts import canonical_host
+from proxy.limits import DEFAULT_NODE_HOOK_PROCESSES
 from proxy.netrules import transparent_rules
 from proxy.policy import Policy, SourceToken
 from proxy.provision import render, sandbox_env
@@ -190,11 +191,24 @@ def _parser() -> argparse.ArgumentParser:
 
     tr = sub.add_parser("transparent-rules", help="print iptables/nftables rules that redirect a sandbox")
     tr.add_argument("--port", type=int, required=True, help="the proxy's --transparent port")
-    which = tr.add_mutually_exclusive_group(required=True)
-    which.add_argument("--interface", help="the sandbox's interface (veth, bridge)")
-    which.add_argument("--source", help="the sandbox's address or CIDR")
-    which.add_argument("--uid", type=int, help="the sandbox's user on this host")
+    tr.add_argument("--interface", help="the sandbox's interface (veth, bridge)")
+    tr.add_argument(
+        "--source",
+        action="append",
+        help="the sandbox's address or CIDR (repeatable, IPv4 and IPv6); with --interface or "
+        "--bridge-port: the only source addresses allowed there (anti-spoof)",
+    )
+    tr.add_argument("--uid", type=int, help="the sandbox's user on this host")
     tr.add_argument("--proxy-uid", type=int, help="the proxy's user (required with --uid)")
+    tr.add_argument(
+        "--bridge-port", help="print the anti-spoof rules of one sandbox's port on a shared bridge"
+    )
+    tr.add_argument(
+        "--resolver", action="append", default=[], help="a DNS resolver the sandbox may reach (repeatable)"
+    )
+    tr.add_argument(
+        "--no-ipv6", action="store_true", help="the proxy has no IPv6 transparent listener: drop all IPv6"
+    )
 
     keys = sub.add_parser("keys", help="the store's encryption keys")
     keys_sub = keys.add_subparsers(dest="keys_command", required=True)
@@ -295,6 +309,9 @@ def main(argv: list[str] | None = None) -> int:
                     source=args.source,
                     uid=args.uid,
                     proxy_uid=args.proxy_uid,
+                    ipv6=not args.no_ipv6,
+                    resolvers=args.resolver,
+                    bridge_port=args.bridge_port,
                 )
             )
             return 0
@@ -367,6 +384,14 @@ def _limit_args(p: argparse.ArgumentParser) -> None:
         help="close a connection on which no byte moved either way for S seconds (default %(default)s)",
     )
     p.add_argument(
+        "--hook-processes",
+        type=_positive,
+        default=DEFAULT_NODE_HOOK_PROCESSES,
+        metavar="N",
+        help="hook-route commands running at once on this node, all pools and workers together; "
+        "a hook request past it gets 503 hook_node_limit (default %(default)s)",
+    )
+    p.add_argument(
         "--no-http2",
         action="store_true",
         help="speak only HTTP/1.1 to the sandbox (and upstream): no ALPN h2 is offered",
@@ -386,9 +411,17 @@ def _supervise(args: argparse.Namespace, argv: list[str]) -> int:
     ca.ensure_ca(args.state_dir)
     ca.write_upstream_bundle(args.state_dir, args.upstream_ca)  # names a bad --upstream-ca once
     open_state_store(args.state_dir).close()
+    table = args.state_dir / counters.FILENAME
+    counters.SharedCounters.create(table, args.workers)  # empty: no count outlives the node
+    shared = counters.SharedCounters.open(table, 0)
     workers.share_metrics(args.state_dir / "metrics")
     audit.configure(args.audit_file, args.audit_max_bytes, args.audit_backups)
-    return asyncio.run(workers.supervise(workers.worker_command(argv), args.workers))
+    try:
+        return asyncio.run(
+            workers.supervise(workers.worker_command(argv), args.workers, shared.release_worker)
+        )
+    finally:
+        shared.close()
 
 
 def _run(args: argparse.Namespace) -> int:
@@ -408,9 +441,14 @@ def _run(args: argparse.Namespace) -> int:
     else:
         audit.configure(None)  # a pipe to the supervisor, which writes the one audit stream
     host, port = args.listen
+    table = args.state_dir / counters.FILENAME
+    if worker is None:
+        counters.SharedCounters.create(table, 1)  # the node is this one process
+    shared = counters.SharedCounters.open(table, worker or 0)
+    shared.release_worker(worker or 0)  # a worker restarted in a dead one's place starts at zero
     with open_state_store(args.state_dir) as store:
         config = RunConfig(
-            state=State(Registry(policy, store), dict(args.resolve)),
+            state=State(Registry(policy, store), dict(args.resolve), counters=shared),
             state_dir=args.state_dir,
             listen_host=host,
             listen_port=port,
@@ -419,6 +457,7 @@ def _run(args: argparse.Namespace) -> int:
             control=control,
             transparent=args.transparent,
             header_timeout=args.header_timeout,
+            hook_processes=args.hook_processes,
             idle_timeout=args.idle_timeout,
             http2=not args.no_http2,
             shared_ports=worker is not None,

@@ -28,6 +28,9 @@ def add_commands(sub: Any, state: argparse.ArgumentParser) -> None:
     create.add_argument("--pool", required=True)
     create.add_argument("--id")
     create.add_argument("--source", action="append", default=[], help="source address/CIDR (repeatable)")
+    create.add_argument(
+        "--interface", help="transparent mode: the interface its connections must arrive on (needs --source)"
+    )
     cs.add_parser("list", parents=[sock])
     for action in ("get", "delete", "rotate-token"):
         cs.add_parser(action, parents=[sock]).add_argument("claim")
@@ -71,6 +74,20 @@ def add_commands(sub: Any, state: argparse.ArgumentParser) -> None:
             help="where the placeholder is swapped (repeatable; default header and basic)",
         )
         p.add_argument(
+            "--slot-header",
+            action="append",
+            dest="slot_headers",
+            metavar="NAME",
+            help="a header the placeholder is swapped in (repeatable; default: the credential headers)",
+        )
+        p.add_argument(
+            "--basic-part",
+            action="append",
+            dest="basic_parts",
+            choices=["user", "password"],
+            help="a part of Basic credentials the placeholder is swapped in (repeatable; default password)",
+        )
+        p.add_argument(
             "--on-misplaced",
             choices=["carry", "block", "terminate"],
             help="a placeholder where it is not swapped: pass it inert (default), refuse, or close",
@@ -112,7 +129,9 @@ def _request(args: argparse.Namespace) -> tuple[str, str, dict[str, Any] | None,
     if args.command == "claims":
         base = "/v1/claims"
         if args.action == "create":
-            return "POST", base, {"id": args.id, "pool": args.pool, "sources": args.source}, headers
+            claim_body = {"id": args.id, "pool": args.pool, "sources": args.source}
+            claim_body["interface"] = args.interface
+            return "POST", base, claim_body, headers
         if args.action == "list":
             return "GET", base, None, headers
         if args.action == "rotate-token":
@@ -141,4 +160,8 @@ def _request(args: argparse.Namespace) -> tuple[str, str, dict[str, Any] | None,
         body["surfaces"] = args.surfaces
     if args.on_misplaced:
         body["on_misplaced"] = args.on_misplaced
+    if args.slot_headers:
+        body["headers"] = args.slot_headers
+    if args.basic_parts:
+        body["basic_parts"] = args.basic_parts
     return args.action.upper(), url, body, headers

@@ -21,12 +21,12 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
-from proxy import audit, placeholders
+from proxy import audit, placeholders, slots
 from proxy.errors import HostError, SecretUnavailable, SurrogateError
 from proxy.hosts import HostPattern
 from proxy.metrics import Metrics
 from proxy.oauth import OAuthSpec, endpoint_bound, parse_spec
-from proxy.policy import Pool
+from proxy.policy import INTERFACE_NAME, Pool
 from proxy.registry import Registry
 from proxy.rules import credential_host_risk, opaque_shadow
 from proxy.secrets import checked_value
@@ -50,8 +50,14 @@ class Coverage:
     header: str
 
 
-def coverage(pool: Pool, hosts: list[str], inject_header: str | None) -> list[Coverage]:
-    """For each host pattern, the intercepting rule of ``pool`` that covers it.
+def coverage(
+    pool: Pool,
+    hosts: list[str],
+    inject_header: str | None,
+    headers: list[str] | tuple[str, ...] | None = None,
+) -> list[Coverage]:
+    """For each host pattern, the intercepting rule of ``pool`` that covers it, and the headers
+    the secret travels in (the injection's, else the header slots ``headers``; None: the default).
 
     Raises ControlError(422) naming the first host that does not parse or is not covered.
     """
@@ -74,7 +80,9 @@ def coverage(pool: Pool, hosts: list[str], inject_header: str | None) -> list[Co
             raise ControlError(
                 422, "risky_host", f"host {pattern}: {why}; list the exact hosts", f"hosts[{i}]"
             )
-        rule = next((r for r in pool.egress if r.intercept and r.host.covers(pattern)), None)
+        rule = next(
+            (r for r in pool.egress if r.intercept and r.scheme == "https" and r.host.covers(pattern)), None
+        )
         if rule is None:
             raise ControlError(
                 422,
@@ -92,7 +100,10 @@ def coverage(pool: Pool, hosts: list[str], inject_header: str | None) -> list[Co
                 "(intercept: false), so the credential could never apply",
                 f"hosts[{i}]",
             )
-        header = inject_header or "any request header carrying the placeholder"
+        slot = slots.display(
+            slots.DEFAULT_HEADERS if headers is None else frozenset(h.lower() for h in headers)
+        )
+        header = inject_header or f"the placeholder's header, one of: {slot}"
         out.append(Coverage(str(pattern), rule.label(), header))
     return out
 
@@ -191,7 +202,7 @@ class Control:
     # claims
 
     def create_claim(
-        self, who: str, claim_id: str | None, pool: str, sources: list[str]
+        self, who: str, claim_id: str | None, pool: str, sources: list[str], interface: str | None = None
     ) -> tuple[ClaimRecord, str]:
         claim_id = claim_id or f"claim-{secrets.token_hex(6)}"
         if not _ID.match(claim_id):
@@ -204,8 +215,19 @@ class Control:
         if claim_id in self.registry.policy.claims:
             raise ControlError(409, "conflict", f"claim {claim_id!r} is declared in the rules file")
         self._check_sources_free(claim_id, sources)
+        if interface is not None and not INTERFACE_NAME.match(interface):
+            raise ControlError(
+                422, "invalid_interface", f"{interface!r} is not an interface name", "interface"
+            )
+        if interface is not None and not sources:
+            raise ControlError(
+                422,
+                "invalid_interface",
+                "interface needs sources: it binds the claim's source addresses",
+                "interface",
+            )
         try:
-            record, token = self.store.create_claim(claim_id, pool, sources)
+            record, token = self.store.create_claim(claim_id, pool, sources, interface)
         except ValueError as e:
             raise ControlError(422, "invalid_sources", str(e), "sources") from None
         except SurrogateError as e:
@@ -267,7 +289,7 @@ class Control:
         pool = self._pool(claim_id)
         header, fmt = body.get("inject_header"), body.get("inject_format")
         _check_inject(header, fmt)
-        cov = coverage(pool, body["hosts"], header)
+        cov = coverage(pool, body["hosts"], header, body.get("headers"))
         value = _check_value(body["value"])
         placeholder = body.get("placeholder")
         _check_placeholder(placeholder)
@@ -292,6 +314,8 @@ class Control:
                 max_requests=body.get("max_requests"),
                 surfaces=body.get("surfaces"),
                 on_misplaced=body.get("on_misplaced"),
+                headers=body.get("headers"),
+                basic_parts=body.get("basic_parts"),
             )
             # a second short transaction: a PUT replaces, so no "oauth" clears the capture
             self.store.set_oauth(claim_id, name, oauth.to_json() if oauth else None)
@@ -312,7 +336,9 @@ class Control:
         header = changes.get("inject_header", old.inject_header)
         fmt = changes.get("inject_format", old.inject_format)
         _check_inject(header, fmt if "inject_format" in changes else None)
-        cov = coverage(pool, list(changes.get("hosts", old.hosts)), header)
+        cov = coverage(
+            pool, list(changes.get("hosts", old.hosts)), header, changes.get("headers", old.headers)
+        )
         if "hosts" in changes:
             spec = self.store.oauth_specs().get((claim_id, name))
             if spec is not None:

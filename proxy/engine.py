@@ -39,12 +39,13 @@ from mitmproxy import options
 from mitmproxy.master import Master
 
 import addons
-from addons import headlimit
+from addons import framing, headlimit, malformed, wslimit
 from addons.reload import Reload
 from certs import ca
 from proxy.api import make_app
 from proxy.control import Control
 from proxy.dispatch import LeanMaster, cache_hook_args, drop_debug_typechecks
+from proxy.limits import DEFAULT_NODE_HOOK_PROCESSES
 from proxy.state import State
 from proxy.workers import SharedListeners
 
@@ -67,6 +68,7 @@ class RunConfig:
     control: ControlConfig | None = None
     transparent: tuple[str, int] | None = None  # transparent listener (SO_ORIGINAL_DST, Linux)
     header_timeout: int = 60  # seconds to a complete request head (addons/limits.py)
+    hook_processes: int = DEFAULT_NODE_HOOK_PROCESSES  # hook commands at once, node-wide (addons/hooks.py)
     idle_timeout: int = 600  # seconds without a byte either way: mitmproxy's tcp_timeout
     http2: bool = True  # False: HTTP/1.1 only (mitmproxy's http2 option), see docs
     shared_ports: bool = False  # a --workers N worker: listen with SO_REUSEPORT (proxy/workers.py)
@@ -83,6 +85,9 @@ def build_master(config: RunConfig, on_ready: Callable[[], None] | None = None) 
     if config.control is not None and config.control.tcp is not None:
         config.state.own_ports.add(config.control.tcp[1])
     headlimit.install()
+    framing.install()
+    malformed.install()
+    wslimit.install()
     drop_debug_typechecks()
     cache_hook_args()
     ca.ensure_ca(config.state_dir)
@@ -111,11 +116,16 @@ def build_master(config: RunConfig, on_ready: Callable[[], None] | None = None) 
         tcp_timeout=config.idle_timeout,
         http2=config.http2,
         surrogate_header_timeout=config.header_timeout,
+        surrogate_hook_processes=config.hook_processes,
     )
     return master
 
 
 def _hostport(host: str, port: int) -> str:
+    # "::" means every address of both families, as on a Linux socket without IPV6_V6ONLY; asyncio
+    # would bind it IPv6-only, so it becomes mitmproxy's host-less spec (one socket per family).
+    if host == "::":
+        return str(port)
     return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
 
 

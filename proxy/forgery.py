@@ -11,7 +11,11 @@ sees another claim's placeholder. Both cases get the same answer, so the refusal
 sandbox nothing about which placeholders exist elsewhere.
 
 Scanned: every header value, Basic credentials decoded (RFC 7617 §2), and the request target as
-sent and percent-decoded: the same places substitution and violations look at.
+sent and percent-decoded: the same places substitution and violations look at; and, as the
+violation scan does, header names and every spelling :mod:`proxy.spellings` reads (percent,
+base64/base64url at any alignment, nested) in names, values and the target. A string is forged
+only when it is exactly a checksummed placeholder: a longer run of letters or digits is another
+string.
 """
 
 from __future__ import annotations
@@ -22,7 +26,7 @@ import re
 from collections.abc import Container, Sequence
 from urllib.parse import unquote_to_bytes
 
-from proxy import placeholders
+from proxy import placeholders, spellings
 
 _WS = re.compile(rb"\s+")
 MAX_PLACES = 8  # places named in the audit event: bounded whatever the request holds
@@ -44,19 +48,25 @@ def _forged_in(value: bytes, registered: Container[bytes]) -> bool:
         found = m.group()
         if found not in registered and placeholders.has_valid_checksum(found.decode("ascii")):
             return True
+    for found in spellings.candidates(value):  # other spellings; each is "surr_" + its whole run
+        if found not in registered and placeholders.has_valid_checksum(found.decode("ascii")):
+            return True
     return False
 
 
 def find_forged(
     fields: Sequence[tuple[bytes, bytes]], target: bytes, registered: Container[bytes]
 ) -> list[str]:
-    """Where a forged placeholder appears: ``["header X-Api-Key", "request target"]`` (at most
+    """Where a forged placeholder appears: ``["header X-Api-Key", "a header name", "request
+    target"]`` (at most
     ``MAX_PLACES``, header names as sent), or ``[]``. ``registered`` holds the requesting claim's
     placeholders as bytes."""
     places: list[str] = []
     for name, value in fields:
         decoded = _basic(value) if name.lower() == b"authorization" else None
-        if _forged_in(value, registered) or (decoded and _forged_in(decoded, registered)):
+        if _forged_in(name, registered):
+            places.append("a header name")  # never the name: it holds the string
+        elif _forged_in(value, registered) or (decoded and _forged_in(decoded, registered)):
             places.append(f"header {name[:64].decode('latin-1')}")
     decoded_target = unquote_to_bytes(target) if b"%" in target else target
     if _forged_in(target, registered) or _forged_in(decoded_target, registered):

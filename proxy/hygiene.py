@@ -11,6 +11,14 @@ and ``Proxy-Connection``. Kept: ``Connection`` itself and its ``close``/``keep-a
 tokens (mitmproxy reads them from the same request to manage the client's connection), and
 ``TE`` (``te: trailers`` is required by gRPC over HTTP/2). ``Proxy-*`` headers are dropped by
 identify.
+
+The request line (:func:`check_request_line`, 400): the method must be a token (RFC 9110 §9.1,
+§5.6.2), the target a path (``/…``, or ``*`` for OPTIONS: the origin and asterisk forms of RFC
+9112 §3.2; the authority travels apart) in visible ASCII only (no space, control, DEL or byte
+over 0x7E: RFC 3986 characters), the scheme ``http`` or ``https``, and the authority RFC 3986
+§3.2 characters without userinfo (RFC 9113 §8.3.1). The same rules hold in every HTTP version,
+because an HTTP/2 request's pseudo-header fields become an HTTP/1 request line when its upstream
+speaks HTTP/1: a space in ``:method`` or ``:path`` would otherwise write a second request line.
 """
 
 from __future__ import annotations
@@ -22,6 +30,9 @@ from dataclasses import dataclass
 MAX_HEAD_BYTES = 64 * 1024
 MAX_HEADERS = 200
 _CONTROL = re.compile(rb"[\x00-\x08\x0a-\x1f\x7f]")
+_TOKEN = re.compile(rb"[!#$%&'*+\-.^_`|~0-9A-Za-z]+")  # RFC 9110 §5.6.2
+_PATH = re.compile(rb"/[\x21-\x7e]*")  # visible ASCII (RFC 9112 §3.2: RFC 3986 characters)
+_AUTHORITY = re.compile(rb"[A-Za-z0-9\-._~%!$&'()*+,;=:\[\]]*")  # RFC 3986 §3.2, no "@"
 _HOP_BY_HOP = frozenset({b"keep-alive", b"proxy-connection"})
 _KEEP = frozenset({b"close", b"keep-alive", b"upgrade", b"te", b"host", b"connection"})
 
@@ -53,3 +64,22 @@ def check_head(fields: Sequence[tuple[bytes, bytes]], method: str, credentialed_
         if name.lower() == b"connection":
             drop.update(t.strip().lower() for t in value.split(b",") if t.strip().lower() not in _KEEP)
     return Verdict(0, drop=frozenset(d for d in drop if d in names))
+
+
+def check_request_line(method: bytes, scheme: bytes, authority: bytes, path: bytes, http2: bool) -> Verdict:
+    """Judge a request's line (HTTP/1) or pseudo-header fields (HTTP/2, ``http2``: named so in
+    the message). Never quotes the offending bytes."""
+    names = (
+        (":method", ":scheme", ":authority", ":path")
+        if http2
+        else ("method", "scheme", "authority", "target")
+    )
+    if not _TOKEN.fullmatch(method):
+        return Verdict(400, f"request {names[0]} is not a token (RFC 9110 §9.1)")
+    if scheme not in (b"http", b"https"):
+        return Verdict(400, f"request {names[1]} is neither http nor https")
+    if not _AUTHORITY.fullmatch(authority):
+        return Verdict(400, f"request {names[2]} holds a byte not allowed in an authority (RFC 3986 §3.2)")
+    if not (_PATH.fullmatch(path) or (path == b"*" and method == b"OPTIONS")):
+        return Verdict(400, f"request {names[3]} is not a path of visible ASCII characters (RFC 9112 §3.2)")
+    return Verdict(0)

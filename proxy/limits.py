@@ -15,6 +15,10 @@ every rule here is tested with tables. The glue is ``addons/limits.py``.
   used, both are. A connection with a request in flight (a slow SSE response, a long upload) is
   never on this clock; mitmproxy's own idle timeout (``tcp_timeout``) bounds silence there.
 
+Connection counts and buckets are the node's (every worker's), kept in :mod:`proxy.counters`;
+the tolerance of the rate limit is none beyond float rounding: over any T seconds at most
+``burst + rate × T`` of a claim's CONNECTs and requests are admitted on the node.
+
 Defaults never bother a normal agent (a busy agent makes a few requests per second over a few
 connections) and stop one claim from taking the proxy for itself.
 """
@@ -24,20 +28,34 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
+from proxy.counters import Counters, SharedCounters
+
 DEFAULT_CONNECTIONS = 256
 DEFAULT_RATE = 100.0
 DEFAULT_BURST = 200
+DEFAULT_HOOK_PROCESSES = 8  # per pool: its hook commands running at once, all its claims together
+DEFAULT_NODE_HOOK_PROCESSES = 32  # per node: ``surrogate run --hook-processes``
+# The largest WebSocket message (bytes, decompressed) the proxy assembles (addons/wslimit.py):
+# mitmproxy holds a whole message before any hook sees it, so past this the connection is closed
+# with 1009 (RFC 6455 §7.4.1). 16 MiB: above what chat and realtime APIs send in one message.
+DEFAULT_WEBSOCKET_MESSAGE = 16 * 1024 * 1024
+MIN_WEBSOCKET_MESSAGE = 1024
+MAX_WEBSOCKET_MESSAGE = 1024 * 1024 * 1024
 
 
 @dataclass(frozen=True, slots=True)
 class Limits:
     """A pool's limits. ``connections``: open client connections per claim (≥ 1);
     ``rate``: sustained requests per second per claim (> 0); ``burst``: requests allowed at once
-    after a quiet spell (≥ 1)."""
+    after a quiet spell (≥ 1); ``hook_processes``: hook commands of the pool running at once on
+    the node, every claim of the pool together (≥ 1); ``websocket_message``: the largest
+    WebSocket message in bytes, either direction (1 KiB to 1 GiB)."""
 
     connections: int = DEFAULT_CONNECTIONS
     rate: float = DEFAULT_RATE
     burst: int = DEFAULT_BURST
+    hook_processes: int = DEFAULT_HOOK_PROCESSES
+    websocket_message: int = DEFAULT_WEBSOCKET_MESSAGE
 
 
 @dataclass(slots=True)
@@ -68,54 +86,53 @@ def retry_after(wait: float) -> int:
     return max(1, math.ceil(wait))
 
 
-# Buckets of claims that went quiet are dropped once there are this many: a full bucket carries
-# no state worth keeping (a new one starts full too).
-_PRUNE_AT = 4096
+def _conn_key(claim: str) -> str:
+    return f"connections\0{claim}"
+
+
+def _rate_key(claim: str) -> str:
+    return f"rate\0{claim}"
 
 
 @dataclass(slots=True)
 class ClaimLimiter:
-    """Connection counts and rate buckets for every claim.
+    """Connection counts and rate buckets for every claim, kept in the node's shared
+    :class:`~proxy.counters.Counters` so they hold across workers.
 
-    Connections are keyed by an opaque client-connection id chosen by the caller.
+    Connections are keyed by an opaque client-connection id chosen by the caller; which claims a
+    connection counts for is this worker's own knowledge (``owner``).
     """
 
-    conns: dict[str, int] = field(default_factory=dict)  # claim id → open connections
+    counters: Counters = field(default_factory=SharedCounters.anonymous)
     owner: dict[str, set[str]] = field(default_factory=dict)  # connection id → claim ids it counts for
-    buckets: dict[str, TokenBucket] = field(default_factory=dict)
 
     def open(self, conn: str, claim: str, limits: Limits) -> bool:
         """Count connection ``conn`` toward ``claim``. True when it fits (or already counted),
-        False when the claim already holds ``limits.connections`` (nothing is counted then)."""
+        False when the claim already holds ``limits.connections`` on the node (nothing is counted
+        then). Raises :class:`~proxy.counters.CountersFull`."""
         held = self.owner.get(conn)
         if held is not None and claim in held:
             return True
-        if self.conns.get(claim, 0) >= limits.connections:
+        if self.counters.acquire([(_conn_key(claim), limits.connections)]) != -1:
             return False
-        self.conns[claim] = self.conns.get(claim, 0) + 1
         self.owner.setdefault(conn, set()).add(claim)
         return True
 
+    def connections(self, claim: str) -> int:
+        """The claim's open connections on the node."""
+        return self.counters.count(_conn_key(claim))
+
     def close(self, conn: str) -> None:
         """Connection ``conn`` closed: its slots are free again (unknown ids are ignored)."""
-        for claim in self.owner.pop(conn, ()):
-            left = self.conns.get(claim, 0) - 1
-            if left > 0:
-                self.conns[claim] = left
-            else:
-                self.conns.pop(claim, None)
+        claims = self.owner.pop(conn, ())
+        if claims:
+            self.counters.release([_conn_key(c) for c in claims])
 
     def take(self, claim: str, limits: Limits, now: float) -> float:
-        """One request by ``claim`` at ``now``: 0.0 when allowed, else the seconds to wait."""
-        bucket = self.buckets.get(claim)
-        if bucket is None:
-            if len(self.buckets) >= _PRUNE_AT:
-                self.buckets = {k: b for k, b in self.buckets.items() if not b.full(now)}
-            bucket = self.buckets[claim] = TokenBucket(limits.rate, limits.burst, float(limits.burst), now)
-        elif bucket.rate != limits.rate or bucket.burst != limits.burst:  # the rules were reloaded
-            bucket.rate, bucket.burst = limits.rate, limits.burst
-            bucket.tokens = min(bucket.tokens, float(limits.burst))
-        return bucket.take(now)
+        """One request by ``claim`` at monotonic time ``now``: 0.0 when allowed, else the seconds
+        to wait. A reload's new rate and burst apply from the next request (a lower burst caps the
+        tokens saved). Raises :class:`~proxy.counters.CountersFull`."""
+        return self.counters.take(_rate_key(claim), limits.rate, limits.burst, now)
 
 
 @dataclass(slots=True)

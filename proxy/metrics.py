@@ -15,6 +15,9 @@ host, path or anything else the sandbox chooses.
     surrogate_rule_reloads_total{outcome}                       applied | rejected
     surrogate_control_requests_total{method, status_class}      control-API calls
     surrogate_limit_refusals_total{limit}                       connections | rate | header_timeout
+                                                                | hook_pool | hook_node | websocket_message
+    surrogate_hook_processes                                    hook commands running now
+    surrogate_hook_processes_limit{pool}                        their bound: a pool's, "*" the node's
 """
 
 from __future__ import annotations
@@ -65,6 +68,19 @@ class Metrics:
         self.reloads = Counter("surrogate_rule_reloads", "rules reloads", ["outcome"], registry=r)
         self.limit_refusals = Counter(
             "surrogate_limit_refusals", "connections refused or closed by a limit", ["limit"], registry=r
+        )
+        self.hook_processes = Gauge(
+            "surrogate_hook_processes",
+            "hook-route commands running now",
+            registry=r,
+            multiprocess_mode="livesum",
+        )
+        self.hook_processes_limit = Gauge(
+            "surrogate_hook_processes_limit",
+            'hook-route commands allowed at once: per pool, and for the node (pool="*")',
+            ["pool"],
+            registry=r,
+            multiprocess_mode="max",  # the same bound in every worker
         )
         self.control_requests = Counter(
             "surrogate_control_requests", "control API requests", ["method", "status_class"], registry=r

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import hmac
 import ipaddress
+import re
 from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import TYPE_CHECKING, Protocol
@@ -18,6 +19,11 @@ from proxy.errors import Problem, SecretUnavailable
 from proxy.hosts import HostPattern
 from proxy.limits import Limits
 from proxy.secrets import Secret, ValueSource
+from proxy.slots import DEFAULT_BASIC_PARTS, DEFAULT_HEADERS, BasicPart
+
+# A claim's ``interface`` (transparent mode, addons/fence.py): a Linux interface name
+# (IFNAMSIZ is 16 bytes with the NUL), in the rules file and in the store alike.
+INTERFACE_NAME = re.compile(r"^[A-Za-z0-9_.@-]{1,15}$")
 
 if TYPE_CHECKING:
     from proxy.hooks import HookRoute
@@ -64,6 +70,7 @@ class EgressRule:
     paths: tuple[str, ...]
     intercept: bool
     report: bool = False  # report mode: allow what this rule would refuse, and audit would_deny
+    scheme: str = "https"  # "https": CONNECT and https:// requests; "http": plain http:// only
 
     def label(self) -> str:
         return f"{self.id} {self.host}"
@@ -138,12 +145,24 @@ class Credential:
     surfaces: frozenset[Surface] = DEFAULT_SURFACES
     on_misplaced: Misplaced = Misplaced.CARRY
     oauth: OAuthSpec | None = None  # token capture: this credential is the refresh token (proxy.oauth)
+    # the slots (proxy.slots): lower-cased header names the header surface swaps in, and the
+    # parts of Basic credentials the basic surface swaps in
+    headers: frozenset[str] = DEFAULT_HEADERS
+    basic_parts: frozenset[BasicPart] = DEFAULT_BASIC_PARTS
 
     def enables(self, surface: Surface) -> bool:
         """True when a placeholder found on ``surface`` may be swapped (toward a bound host)."""
         if surface is Surface.BASIC:
             return Surface.BASIC in self.surfaces or Surface.USERINFO in self.surfaces
         return surface in self.surfaces
+
+    def swaps_in_header(self, name: bytes) -> bool:
+        """True when a placeholder spelled raw in the value of header ``name`` may be swapped."""
+        return Surface.HEADER in self.surfaces and name.decode("latin-1").lower() in self.headers
+
+    def swaps_in_basic(self, part: BasicPart) -> bool:
+        """True when a placeholder in this part of Basic credentials may be swapped."""
+        return self.enables(Surface.BASIC) and part in self.basic_parts
 
     def expired(self, now: float) -> bool:
         return self.expires_at is not None and now >= self.expires_at
@@ -172,6 +191,7 @@ class Claim:
     refusing: bool = field(default=False, repr=False, compare=False)  # some on_misplaced refuses
     oauth: tuple[Credential, ...] = field(default=(), repr=False, compare=False)  # token endpoints
     metered: tuple[Credential, ...] = field(default=(), repr=False, compare=False)  # max_requests
+    interface: str | None = None  # transparent mode: the interface its connections must arrive on
 
     @classmethod
     def build(
@@ -182,6 +202,7 @@ class Claim:
         credentials: tuple[Credential, ...],
         origin: str = "rules",
         sources: tuple[Network, ...] = (),
+        interface: str | None = None,
     ) -> Claim:
         return cls(
             claim_id,
@@ -196,6 +217,7 @@ class Claim:
             any(c.on_misplaced is not Misplaced.CARRY for c in credentials),
             tuple(c for c in credentials if c.oauth is not None),
             tuple(c for c in credentials if c.max_requests is not None),
+            interface,
         )
 
 

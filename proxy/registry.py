@@ -17,6 +17,7 @@ import logging
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from proxy import slots
 from proxy.errors import SecretUnavailable, SurrogateError
 from proxy.hosts import HostPattern
 from proxy.oauth import OAuthSpec, parse_spec
@@ -173,6 +174,10 @@ class Registry:
                     surfaces=DEFAULT_SURFACES if r.surfaces is None else frozenset(map(Surface, r.surfaces)),
                     on_misplaced=Misplaced(r.on_misplaced or Misplaced.CARRY),
                     oauth=oauth,
+                    headers=slots.DEFAULT_HEADERS if r.headers is None else frozenset(r.headers),
+                    basic_parts=slots.DEFAULT_BASIC_PARTS
+                    if r.basic_parts is None
+                    else frozenset(map(slots.BasicPart, r.basic_parts)),
                 )
             built[r.claim_id, r.name] = (r.version, cred)
             by_claim.setdefault(r.claim_id, []).append(cred)
@@ -183,7 +188,7 @@ class Registry:
             token = StoreToken(self.store, c.id)
             sources = tuple(ipaddress.ip_network(s, strict=False) for s in c.sources)
             held = tuple(by_claim.get(c.id, ()))
-            fresh[c.id] = Claim.build(c.id, c.pool, token, held, "store", sources)
+            fresh[c.id] = Claim.build(c.id, c.pool, token, held, "store", sources, c.interface)
             versions[c.id] = (c.version, c.created_at)
         gone = {cid for cid, v in self._versions.items() if versions.get(cid) != v}
         self._store_claims, self._versions, self._seen = fresh, versions, version
@@ -195,15 +200,20 @@ class Registry:
         (``max_requests``). Returns the name of a credential whose budget is spent (the request
         must then be refused), else None.
 
-        Rules-file credentials are counted in memory per (claim, credential name): the count
-        survives reloads but not a restart. Store credentials are counted in the store, in the
-        same commit-per-use, so the count survives restarts and is shared by every process; a
-        store failure counts as spent (fail closed). All budgets are checked before any is
-        counted, except between two store credentials of one request (rare: counted in order).
+        Every budget is counted in the store, one atomic commit per use, so the count is shared
+        by every worker (a budget of N is never exceeded on the node) and survives restarts:
+        store credentials in their own row, rules-file credentials per (claim, credential name)
+        in ``rules_budgets`` (kept across reloads). A store failure counts as spent (fail
+        closed). With no store (tests) rules-file budgets are counted in this process's memory.
+        The rules-file budgets of one request are counted all or none; store credentials' in
+        order (rare: two metered store credentials in one request may spend the first when the
+        second is refused).
         """
         metered = [c for c in claim.metered if c.name in names]  # not a walk over every credential
         if not metered:
             return None
+        if claim.origin != "store" and self.store is not None:
+            return self._spend_rules(claim, metered)
         if claim.origin != "store" or self.store is None:
             for c in metered:
                 if self._spent.get((claim.id, c.name), 0) >= (c.max_requests or 0):
@@ -219,6 +229,14 @@ class Registry:
                 log.warning("could not count a use of credential %r: %s", c.name, e)
                 return c.name
         return None
+
+    def _spend_rules(self, claim: Claim, metered: list[Credential]) -> str | None:
+        assert self.store is not None
+        try:
+            return self.store.spend_rules_budgets(claim.id, [(c.name, c.max_requests or 0) for c in metered])
+        except SurrogateError as e:
+            log.warning("could not count a use of credential %r: %s", metered[0].name, e)
+            return metered[0].name
 
     def record_use(self, claim: Claim, names: list[str], now: float) -> None:
         """Note the last-used time of store credentials (rate-limited by the store)."""

@@ -28,13 +28,17 @@ from typing import Any, Literal, get_args, get_origin
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from proxy import hooks, placeholders
+from proxy import hooks, placeholders, slots
 from proxy.errors import HostError, Problem, RulesError, SecretUnavailable
 from proxy.hosts import HostPattern
-from proxy.limits import DEFAULT_BURST, DEFAULT_CONNECTIONS, DEFAULT_RATE, Limits
+from proxy.limits import DEFAULT_BURST, DEFAULT_CONNECTIONS, DEFAULT_HOOK_PROCESSES, DEFAULT_RATE, Limits
+from proxy.limits import DEFAULT_WEBSOCKET_MESSAGE as DEFAULT_WS_MESSAGE
+from proxy.limits import MAX_WEBSOCKET_MESSAGE as MAX_WS_MESSAGE
+from proxy.limits import MIN_WEBSOCKET_MESSAGE as MIN_WS_MESSAGE
 from proxy.paths import prefix_problem
 from proxy.policy import (
     DEFAULT_SURFACES,
+    INTERFACE_NAME,
     SURFACES,
     Claim,
     Credential,
@@ -48,6 +52,7 @@ from proxy.policy import (
     Surface,
 )
 from proxy.secrets import ValueSource
+from proxy.slots import BasicPart
 from proxy.suffixes import confusable, internal, wildcard_risk
 
 _TOKEN = re.compile(r"^[!#$%&'*+.^_`|~0-9A-Za-z-]+$")  # RFC 9110 §5.6.2 token
@@ -65,6 +70,7 @@ class RuleModel(_Model):
     paths: list[str] = Field(default_factory=lambda: ["/"])
     intercept: bool = True
     report: bool = False
+    scheme: Literal["https", "http"] = "https"
 
 
 class HookModel(_Model):
@@ -79,6 +85,8 @@ class LimitsModel(_Model):
     connections: int = DEFAULT_CONNECTIONS
     requests_per_second: float = DEFAULT_RATE
     burst: int = DEFAULT_BURST
+    hook_processes: int = DEFAULT_HOOK_PROCESSES
+    websocket_message_bytes: int = DEFAULT_WS_MESSAGE
 
 
 class PoolModel(_Model):
@@ -104,6 +112,8 @@ class CredentialModel(_Model):
     inject: InjectModel | None = None
     max_requests: int | None = None
     surfaces: list[str] = Field(default_factory=lambda: [str(x) for x in DEFAULT_SURFACES])
+    headers: list[str] | None = None  # header slots (proxy.slots); None: DEFAULT_HEADERS
+    basic_parts: list[str] | None = None  # Basic slots (proxy.slots); None: the password
     on_misplaced: str = Misplaced.CARRY.value
 
 
@@ -112,6 +122,7 @@ class ClaimModel(_Model):
     pool: str
     proxy_token: str
     sources: list[str] = Field(default_factory=list)
+    interface: str | None = None  # transparent mode: the interface (veth, bridge port) it arrives on
     credentials: list[CredentialModel] = Field(default_factory=list)
 
 
@@ -314,7 +325,8 @@ def _build(model: RulesModel, base_dir: Path, marks: _Marks) -> Policy:
                 creds.append(cred)
         if token is not None:
             sources = _networks(cm.sources, loc + ("sources",), marks, owners, cm.id)
-            claims[cm.id] = Claim.build(cm.id, cm.pool, SourceToken(token), tuple(creds), "rules", sources)
+            claim = Claim.build(cm.id, cm.pool, SourceToken(token), tuple(creds), "rules", sources)
+            claims[cm.id] = _bind_interface(claim, cm, loc, marks)
     for pname, pool in pools.items():
         holder = next((c.id for c in claims.values() if c.pool == pname and c.credentials), None)
         wide = pool.any_host_rule()
@@ -348,6 +360,13 @@ def _rule(pool: str, i: int, rm: RuleModel, loc: Loc, marks: _Marks) -> EgressRu
         if (problem := prefix_problem(prefix)) is not None:  # one canonical reading (proxy.paths)
             marks.add(loc + ("paths", j), f"path prefix {prefix!r} {problem}")
             ok = False
+    if rm.scheme == "http" and not rm.intercept:
+        marks.add(
+            loc + ("scheme",),
+            "scheme: http never opens a tunnel, so it cannot be intercept: false (an opaque "
+            "tunnel is a CONNECT: scheme https)",
+        )
+        ok = False
     if not ok:
         return None
     return EgressRule(
@@ -358,6 +377,7 @@ def _rule(pool: str, i: int, rm: RuleModel, loc: Loc, marks: _Marks) -> EgressRu
         tuple(rm.paths),
         rm.intercept,
         rm.report,
+        scheme=rm.scheme,
     )
 
 
@@ -411,7 +431,27 @@ def _limits(lm: LimitsModel, loc: Loc, marks: _Marks) -> Limits:
         )
     if lm.burst < 1:
         marks.add(loc + ("burst",), f"burst {lm.burst} must be at least 1")
-    return Limits(lm.connections, lm.requests_per_second, lm.burst)
+    if lm.hook_processes < 1:
+        marks.add(loc + ("hook_processes",), f"hook_processes {lm.hook_processes} must be at least 1")
+    ws = lm.websocket_message_bytes
+    if not MIN_WS_MESSAGE <= ws <= MAX_WS_MESSAGE:
+        why = f"websocket_message_bytes {ws} must be from {MIN_WS_MESSAGE} to {MAX_WS_MESSAGE}"
+        marks.add(loc + ("websocket_message_bytes",), why)
+    return Limits(lm.connections, lm.requests_per_second, lm.burst, lm.hook_processes, websocket_message=ws)
+
+
+
+
+def _bind_interface(claim: Claim, cm: ClaimModel, loc: Loc, marks: _Marks) -> Claim:
+    """A claim's ``interface``: its transparent connections must arrive there (issue 21)."""
+    if cm.interface is None:
+        return claim
+    if not INTERFACE_NAME.match(cm.interface):
+        marks.add(loc + ("interface",), f"{cm.interface!r} is not an interface name")
+        return claim
+    if not cm.sources:
+        marks.add(loc + ("interface",), "interface needs sources: it binds the claim's source addresses")
+    return dataclasses.replace(claim, interface=cm.interface)
 
 
 def _networks(
@@ -437,8 +477,10 @@ def _warnings(
     model: RulesModel, pools: dict[str, Pool], claims: dict[str, Claim], marks: _Marks
 ) -> list[Problem]:
     """Risky but valid: '*' in a pool whose claims hold credentials, wildcards over shared-hosting
-    suffixes, and rules an earlier rule overlaps so that order decides (for CONNECT, the first
-    host-and-port match picks interception or an opaque tunnel)."""
+    suffixes, rules an earlier rule overlaps so that order decides (for CONNECT, the first
+    host-and-port match picks interception or an opaque tunnel), port 80 under scheme https
+    (likely meant as plain HTTP), and header slots that hosts commonly reflect
+    (proxy.slots.REFLECTED)."""
     before = len(marks.problems)
     credentialed = {c.pool for c in claims.values() if c.credentials}
     for name, pool in pools.items():
@@ -447,12 +489,20 @@ def _warnings(
             if rule.host.any_host and name in credentialed and pool.unsafe_any_host:
                 message = "'*' allows any host in a pool whose claims hold credentials (unsafe_any_host)"
                 marks.add(loc, message)
+            if rule.scheme == "https" and 80 in rule.ports:
+                marks.add(
+                    ("pools", name, "egress", i, "ports"),
+                    "port 80 under scheme https (the default) allows only a CONNECT there: for "
+                    "plain http:// requests write a rule with 'scheme: http'",
+                )
             suffix = (rule.host.suffix or "").lstrip(".")
             if suffix and (why := wildcard_risk(suffix)) is not None:
                 marks.add(loc, f"*.{suffix} spans a public or shared-hosting suffix: {why}")
             if not rule.host.any_host and (why := confusable(suffix or rule.host.text)) is not None:
                 marks.add(loc, f"{rule.host}: {why}")
-            for earlier in pool.egress[:i]:
+            for earlier in pool.egress[:i] if rule.scheme == "https" else ():
+                if earlier.scheme != "https":
+                    continue  # a scheme: http rule never decides a CONNECT
                 ports_overlap = not earlier.ports or not rule.ports or bool(earlier.ports & rule.ports)
                 if earlier.host.covers(rule.host) and ports_overlap and earlier.intercept != rule.intercept:
                     marks.add(
@@ -472,6 +522,15 @@ def _warnings(
                 if not pattern.any_host and (why := internal(name)) is not None:
                     where: Loc = ("claims", ci, "credentials", ki, "hosts", j)
                     marks.add(where, f"credential host {pattern}: {why}")
+    for ci, km_claim in enumerate(model.claims):
+        for k, km in enumerate(km_claim.credentials):
+            for j, header in enumerate(km.headers or ()):
+                if header.lower() in slots.REFLECTED:
+                    where = ("claims", ci, "credentials", k, "headers", j)
+                    marks.add(
+                        where,
+                        f"{header} is a header hosts commonly reflect: a secret swapped there may come back",
+                    )
     found = marks.problems[before:]
     del marks.problems[before:]
     return [dataclasses.replace(p, severity="warning") for p in found]
@@ -494,6 +553,8 @@ def opaque_shadow(pool: Pool, host: HostPattern) -> EgressRule | None:
     """The first rule that could decide a CONNECT to ``host``, when it is non-intercepting and
     comes before any intercepting rule covering ``host`` (rules are tried in order)."""
     for rule in pool.egress:
+        if rule.scheme != "https":
+            continue  # never decides a CONNECT
         if rule.intercept and rule.host.covers(host):
             return None
         if not rule.intercept and (
@@ -547,7 +608,9 @@ def _credential(
         hosts.append(pattern)
         if (why := credential_host_risk(pattern)) is not None:
             marks.add(loc + ("hosts", j), f"credential host {pattern}: {why}; list the exact hosts instead")
-        elif pool is not None and not any(r.intercept and r.host.covers(pattern) for r in pool.egress):
+        elif pool is not None and not any(
+            r.intercept and r.scheme == "https" and r.host.covers(pattern) for r in pool.egress
+        ):
             marks.add(
                 loc + ("hosts", j),
                 f"host {pattern} is not covered by an intercepting egress rule of pool "
@@ -576,6 +639,7 @@ def _credential(
             f"max_requests {km.max_requests} must be at least 1 (omit it for no budget)",
         )
     surfaces = _surfaces(km, loc, marks)
+    headers, parts = _slots(km, surfaces, loc, marks)
     source = _source(km.value, base_dir, loc + ("value",), marks)
     if source is None or len(marks.problems) != before:
         return None
@@ -588,7 +652,40 @@ def _credential(
         surfaces=surfaces,
         on_misplaced=Misplaced(km.on_misplaced),
         max_requests=km.max_requests,
+        headers=headers,
+        basic_parts=parts,
     )
+
+
+def _slots(
+    km: CredentialModel, surfaces: frozenset[Surface], loc: Loc, marks: _Marks
+) -> tuple[frozenset[str], frozenset[BasicPart]]:
+    """The header and Basic slots (proxy.slots); a bad name, or slots for a surface the
+    credential does not enable, is a problem."""
+    headers = slots.DEFAULT_HEADERS
+    if km.headers is not None:
+        if Surface.HEADER not in surfaces:
+            marks.add(
+                loc + ("headers",), "headers names where the header surface swaps; add 'header' to surfaces"
+            )
+        for j, name in enumerate(km.headers):
+            if (why := slots.header_problem(name)) is not None:
+                marks.add(loc + ("headers", j), why)
+        headers = frozenset(h.lower() for h in km.headers)
+    parts = slots.DEFAULT_BASIC_PARTS
+    if km.basic_parts is not None:
+        if not {Surface.BASIC, Surface.USERINFO} & surfaces:
+            marks.add(
+                loc + ("basic_parts",),
+                "basic_parts names where the basic surface swaps; add 'basic' to surfaces",
+            )
+        for j, name in enumerate(km.basic_parts):
+            if name not in set(BasicPart):
+                marks.add(
+                    loc + ("basic_parts", j), f"unknown Basic part {name!r}; expected some of: user, password"
+                )
+        parts = frozenset(BasicPart(n) for n in km.basic_parts if n in set(BasicPart))
+    return headers, parts
 
 
 def _surfaces(km: CredentialModel, loc: Loc, marks: _Marks) -> frozenset[Surface]:

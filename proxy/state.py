@@ -1,13 +1,15 @@
 """The proxy's live state, shared by the addons: the claims in force and the address pins.
 
 ``registry.policy`` is replaced in one assignment on reload, so the very next request sees it;
-``registry`` rebuilds its store-backed claims when the store changes.
+``registry`` rebuilds its store-backed claims when the store changes. ``counters`` are the
+node's, shared by every worker (connections, rates, hook processes).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from proxy.counters import Counters, SharedCounters
 from proxy.metrics import Metrics
 from proxy.policy import Policy
 from proxy.registry import Registry
@@ -19,6 +21,7 @@ class State:
     pins: dict[str, str] = field(default_factory=dict)  # canonical host -> IP, like curl --resolve
     own_ports: set[int] = field(default_factory=set)  # surrogate's listening TCP ports
     metrics: Metrics = field(default_factory=Metrics)
+    counters: Counters = field(default_factory=SharedCounters.anonymous)  # node-wide (proxy/counters.py)
 
     @property
     def policy(self) -> Policy:

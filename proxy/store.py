@@ -3,7 +3,7 @@
 The file is ``<state dir>/store.sqlite3``, mode 0600 (SQLite gives its WAL and shm the same mode);
 the keys live apart, in :mod:`proxy.keyring`'s key file.
 
-Schema (``PRAGMA user_version = 3``; created when absent, older files migrated in place)::
+Schema (``PRAGMA user_version = 4``; created when absent, older files migrated in place)::
 
     claims(id TEXT PK, pool, sources JSON, token_hash BLOB  -- sha256 of the token, never the token
            version, created_at, updated_at)
@@ -14,18 +14,23 @@ Schema (``PRAGMA user_version = 3``; created when absent, older files migrated i
                 surfaces JSON  -- null: the default (header, basic); since version 2
                 on_misplaced   -- null: carry; since version 2
                 max_requests   -- the request budget, NULL: none; since version 3
-                requests_used) -- requests that carried the secret; reset by a PUT, kept by a PATCH
+                requests_used  -- requests that carried the secret; reset by a PUT, kept by a PATCH
+                headers JSON   -- header slots (proxy.slots), null: the default list; since version 4
+                basic_parts JSON) -- Basic slots, null: the password only; since version 4
     credential_history(claim_id, name -> credentials ON DELETE CASCADE, version, PK of the three,
                 superseded_at, key_id, value BLOB  -- a replaced value, sealed as it was stored)
     credential_oauth(claim_id, name -> credentials ON DELETE CASCADE, PK of the two,
                 spec JSON  -- OAuth token capture, see proxy.oauth)
+    rules_budgets(claim_id, name, PK of the two,  -- a rules-file credential (no foreign key)
+                requests_used)  -- its max_requests count, shared by every worker (spend_rules_budgets)
 
 A migration only adds columns (``ALTER TABLE ... ADD COLUMN``, nullable or with a default) in one
 write transaction, so an older store keeps every row and reads as the defaults it was written with.
 
 A replaced value is kept in ``credential_history`` for response scrubbing (see
 :mod:`proxy.live`: at most 8 per credential, for 24 hours); that table is created on open when
-absent, whatever the schema version (it needs no migration); so is ``credential_oauth``.
+absent, whatever the schema version (it needs no migration); so are ``credential_oauth`` and
+``rules_budgets``.
 
 A value is encrypted with associated data ``claim_id NUL name NUL version``, so a ciphertext
 copied to another row or version fails to decrypt; a metadata change bumps the version and so
@@ -72,13 +77,13 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any, Protocol, Self
 
-from proxy import placeholders
+from proxy import placeholders, slots
 from proxy.errors import SurrogateError
 from proxy.keyring import DecryptError, KeyRing
-from proxy.policy import SURFACES, Misplaced
+from proxy.policy import INTERFACE_NAME, SURFACES, Misplaced
 
 FILENAME = "store.sqlite3"
-SCHEMA_VERSION = 3
+SCHEMA_VERSION = 5
 _SCHEMA = (
     """CREATE TABLE claims (
       id TEXT PRIMARY KEY, pool TEXT NOT NULL, sources TEXT NOT NULL, token_hash BLOB NOT NULL,
@@ -100,6 +105,11 @@ _MIGRATIONS: dict[int, tuple[str, ...]] = {
         "ALTER TABLE credentials ADD COLUMN max_requests INTEGER",
         "ALTER TABLE credentials ADD COLUMN requests_used INTEGER NOT NULL DEFAULT 0",
     ),
+    3: (  # substitution slots (proxy.slots)
+        "ALTER TABLE credentials ADD COLUMN headers TEXT",
+        "ALTER TABLE credentials ADD COLUMN basic_parts TEXT",
+    ),
+    4: ("ALTER TABLE claims ADD COLUMN interface TEXT",),  # transparent mode (addons/fence.py)
 }
 # Previous values kept for scrubbing (proxy.live); added beside schema 1, so created when absent
 # on open whatever the file's age. A row is a superseded credentials.value, copied sealed as it was.
@@ -113,28 +123,33 @@ _HISTORY_OF = """SELECT key_id, value, version, superseded_at FROM credential_hi
 _OAUTH = """CREATE TABLE IF NOT EXISTS credential_oauth (
       claim_id TEXT NOT NULL, name TEXT NOT NULL, spec TEXT NOT NULL, PRIMARY KEY (claim_id, name),
       FOREIGN KEY (claim_id, name) REFERENCES credentials(claim_id, name) ON DELETE CASCADE) STRICT"""
+# Request counts of rules-file credentials' budgets (their claims live in the rules file, not
+# here: no foreign key). Created when absent on open, like credential_history.
+_RULES_BUDGETS = """CREATE TABLE IF NOT EXISTS rules_budgets (
+      claim_id TEXT NOT NULL, name TEXT NOT NULL, requests_used INTEGER NOT NULL,
+      PRIMARY KEY (claim_id, name)) STRICT"""
 HISTORY_SECONDS = 24 * 3600.0  # proxy.live.LIVE_SECONDS: how long a superseded value is kept
 HISTORY_VERSIONS = 8  # proxy.live.LIVE_VERSIONS: at most this many per credential
 # Whole statements, never built from strings: the column lists are spelled out in each.
-_CLAIMS = "SELECT id, pool, sources, version, created_at, updated_at FROM claims"
-_CLAIM = "SELECT id, pool, sources, version, created_at, updated_at FROM claims WHERE id = ?"
+_CLAIMS = "SELECT id, pool, sources, version, created_at, updated_at, interface FROM claims"
+_CLAIM = _CLAIMS + " WHERE id = ?"
 _CREDS = """SELECT claim_id, name, hosts, inject_header, inject_format, placeholder, version, created_at,
-    updated_at, expires_at, last_used_at, surfaces, on_misplaced, max_requests, requests_used
-    FROM credentials"""
+    updated_at, expires_at, last_used_at, surfaces, on_misplaced, max_requests, requests_used,
+    headers, basic_parts FROM credentials"""
 _CRED = _CREDS + " WHERE claim_id = ? AND name = ?"
 _CREDS_OF = _CREDS + " WHERE claim_id = ? ORDER BY name"
 _SEALED = "SELECT key_id, value, version FROM credentials WHERE claim_id = ? AND name = ?"
 _UPSERT = """INSERT INTO credentials (claim_id, name, hosts, inject_header, inject_format, placeholder,
     version, created_at, updated_at, expires_at, last_used_at, key_id, value, surfaces, on_misplaced,
-    max_requests, requests_used)
+    max_requests, requests_used, headers, basic_parts)
     VALUES (:claim_id, :name, :hosts, :inject_header, :inject_format, :placeholder, :version,
     :created_at, :updated_at, :expires_at, :last_used_at, :key_id, :value, :surfaces, :on_misplaced,
-    :max_requests, :requests_used)
+    :max_requests, :requests_used, :headers, :basic_parts)
     ON CONFLICT (claim_id, name) DO UPDATE SET hosts = :hosts, inject_header = :inject_header,
     inject_format = :inject_format, placeholder = :placeholder, version = :version,
     updated_at = :updated_at, expires_at = :expires_at, key_id = :key_id, value = :value,
     surfaces = :surfaces, on_misplaced = :on_misplaced, max_requests = :max_requests,
-    requests_used = :requests_used"""
+    requests_used = :requests_used, headers = :headers, basic_parts = :basic_parts"""
 _PATCHABLE = frozenset(
     {
         "value",
@@ -146,6 +161,8 @@ _PATCHABLE = frozenset(
         "surfaces",
         "on_misplaced",
         "max_requests",
+        "headers",
+        "basic_parts",
     }
 )
 _TOUCH_EVERY = 1.0  # seconds: last_used_at is a hint, not worth an fsync per request
@@ -180,6 +197,7 @@ class ClaimRecord:
     version: int  # bumps on every change of the claim, token rotation included
     created_at: float
     updated_at: float
+    interface: str | None = None  # transparent mode: the interface its connections must arrive on
 
 
 @dataclass(frozen=True, slots=True)
@@ -199,6 +217,8 @@ class CredentialRecord:
     on_misplaced: str | None = None  # None: carry
     max_requests: int | None = None  # the request budget; None: none
     requests_used: int = 0  # requests that carried the secret (see spend())
+    headers: tuple[str, ...] | None = None  # header slots, lower-cased; None: proxy.slots.DEFAULT_HEADERS
+    basic_parts: tuple[str, ...] | None = None  # Basic slots; None: the password only
 
 
 class CredentialStore(Protocol):
@@ -206,7 +226,7 @@ class CredentialStore(Protocol):
 
     def close(self) -> None: ...
     def create_claim(
-        self, claim_id: str, pool: str, sources: Sequence[str] = ()
+        self, claim_id: str, pool: str, sources: Sequence[str] = (), interface: str | None = None
     ) -> tuple[ClaimRecord, str]: ...
     def get_claim(self, claim_id: str) -> ClaimRecord | None: ...
     def list_claims(self) -> list[ClaimRecord]: ...
@@ -218,7 +238,8 @@ class CredentialStore(Protocol):
         inject_header: str | None = None, inject_format: str | None = None,
         placeholder: str | None = None, expires_at: float | None = None, if_match: int | None = None,
         surfaces: Sequence[str] | None = None, on_misplaced: str | None = None,
-        max_requests: int | None = None,
+        max_requests: int | None = None, headers: Sequence[str] | None = None,
+        basic_parts: Sequence[str] | None = None,
     ) -> CredentialRecord: ...  # fmt: skip
     def patch_credential(
         self, claim_id: str, name: str, *, if_match: int | None = None, **changes: Any
@@ -232,6 +253,7 @@ class CredentialStore(Protocol):
     def oauth_specs(self) -> dict[tuple[str, str], dict[str, Any]]: ...
     def touch_used(self, claim_id: str, name: str, at: float) -> None: ...
     def spend(self, claim_id: str, name: str) -> bool: ...
+    def spend_rules_budgets(self, claim_id: str, budgets: Sequence[tuple[str, int]]) -> str | None: ...
     def data_version(self) -> int: ...
     def snapshot(self) -> tuple[list[ClaimRecord], list[CredentialRecord]]: ...
     def rotate_keys(self, new_key: bool = True) -> int: ...
@@ -259,10 +281,14 @@ def _cred(row: tuple[Any, ...]) -> CredentialRecord:
         misplaced,
         max_requests,
         requests_used,
+        slot_headers,
+        slot_parts,
     ) = row
     return CredentialRecord(
         claim_id, name, tuple(json.loads(hosts)), header, fmt, placeholder, version, created, updated,
         expires, used, surfaces, misplaced, max_requests, requests_used,
+        None if slot_headers is None else tuple(json.loads(slot_headers)),
+        None if slot_parts is None else tuple(json.loads(slot_parts)),
     )  # fmt: skip
 
 
@@ -373,10 +399,11 @@ class Store:
                             db.execute(statement)
                     db.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
             have = {r[0] for r in db.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
-            if not {"credential_history", "credential_oauth"} <= have:
+            if not {"credential_history", "credential_oauth", "rules_budgets"} <= have:
                 with store._write():
                     db.execute(_HISTORY)
                     db.execute(_OAUTH)
+                    db.execute(_RULES_BUDGETS)
         except sqlite3.DatabaseError as e:
             db.close()
             raise StoreError(f"store {path} is not a usable SQLite database: {e}") from None
@@ -423,15 +450,29 @@ class Store:
 
     # --- claims -------------------------------------------------------------------------------
 
-    def create_claim(self, claim_id: str, pool: str, sources: Sequence[str] = ()) -> tuple[ClaimRecord, str]:
-        """Create a claim; returns it and its proxy token (shown once: only a hash is stored)."""
+    def create_claim(
+        self, claim_id: str, pool: str, sources: Sequence[str] = (), interface: str | None = None
+    ) -> tuple[ClaimRecord, str]:
+        """Create a claim; returns it and its proxy token (shown once: only a hash is stored).
+        ``interface`` binds its transparent connections to one arrival interface; it needs
+        ``sources`` (ValueError otherwise, or for a name that is no interface name)."""
         _check_ids(claim_id)
-        nets, token, now = json.dumps(_sources(sources)), secrets.token_urlsafe(32), time.time()
+        nets = _sources(sources)
+        if interface is not None:
+            if not isinstance(interface, str) or not INTERFACE_NAME.match(interface):
+                raise ValueError(f"{interface!r} is not an interface name (1-15 of A-Z a-z 0-9 _ . @ -)")
+            if not nets:
+                raise ValueError("interface needs sources: it binds the claim's source addresses")
+        token, now = secrets.token_urlsafe(32), time.time()
         with self._write() as db:
             if db.execute("SELECT 1 FROM claims WHERE id = ?", (claim_id,)).fetchone():
                 raise Conflict(f"claim {claim_id!r} already exists")
-            row = (claim_id, pool, nets, _token_hash(token), now, now)
-            db.execute("INSERT INTO claims VALUES (?, ?, ?, ?, 1, ?, ?)", row)
+            row = (claim_id, pool, json.dumps(nets), _token_hash(token), now, now, interface)
+            db.execute(
+                "INSERT INTO claims (id, pool, sources, token_hash, version, created_at, updated_at,"
+                " interface) VALUES (?, ?, ?, ?, 1, ?, ?, ?)",
+                row,
+            )
             return _claim(db.execute(_CLAIM, (claim_id,)).fetchone()), token
 
     def get_claim(self, claim_id: str) -> ClaimRecord | None:
@@ -468,7 +509,8 @@ class Store:
         inject_header: str | None = None, inject_format: str | None = None,
         placeholder: str | None = None, expires_at: float | None = None, if_match: int | None = None,
         surfaces: Sequence[str] | None = None, on_misplaced: str | None = None,
-        max_requests: int | None = None,
+        max_requests: int | None = None, headers: Sequence[str] | None = None,
+        basic_parts: Sequence[str] | None = None,
     ) -> CredentialRecord:  # fmt: skip
         """Create or replace a credential; ``if_match`` makes it a compare-and-set on the version.
         A replaced credential's request count starts again at 0 (a PATCH keeps it)."""
@@ -478,7 +520,8 @@ class Store:
         fields: dict[str, Any] = {"value": value, "hosts": hosts, "inject_header": inject_header,
                                   "inject_format": inject_format, "expires_at": expires_at,
                                   "surfaces": surfaces, "on_misplaced": on_misplaced,
-                                  "max_requests": max_requests, "requests_used": 0}  # fmt: skip
+                                  "max_requests": max_requests, "requests_used": 0,
+                                  "headers": headers, "basic_parts": basic_parts}  # fmt: skip
         if placeholder is not None:
             fields["placeholder"] = placeholder
         with self._write() as db:
@@ -496,10 +539,10 @@ class Store:
         self, claim_id: str, name: str, *, if_match: int | None = None, **changes: Any
     ) -> CredentialRecord:
         """Change some of value, hosts, inject_header, inject_format, expires_at, placeholder,
-        surfaces, on_misplaced.
+        surfaces, on_misplaced, max_requests, headers, basic_parts.
 
-        None clears inject_header, inject_format or expires_at, and sets surfaces and
-        on_misplaced back to their defaults; value, hosts and placeholder
+        None clears inject_header, inject_format or expires_at, and sets surfaces,
+        on_misplaced, headers and basic_parts back to their defaults; value, hosts and placeholder
         cannot be cleared. An empty patch changes nothing (and keeps the version).
         """
         if unknown := sorted(set(changes) - _PATCHABLE):
@@ -608,6 +651,38 @@ class Store:
             except sqlite3.Error as e:
                 raise StoreError(f"cannot count a use of credential {name!r}: {e}") from None
         return row is not None and row[0] is None
+
+    def spend_rules_budgets(self, claim_id: str, budgets: Sequence[tuple[str, int]]) -> str | None:
+        """Count one request that carries the secrets of rules-file credentials, given as
+        ``(name, max_requests)`` pairs. Returns the name of the first one whose ``max_requests``
+        are already counted (or below 1) — then nothing at all is counted — else None.
+
+        One write transaction of atomic statements (an upsert whose update is conditional),
+        committed and fsynced, so every process of the node counts into one number and a budget
+        of N is never exceeded; the count is kept across reloads and restarts (a restart must not
+        hand out a fresh budget), keyed by (claim id, credential name): a reload that raises
+        ``max_requests`` allows that many more. Like :meth:`spend` it does not move this process's
+        :meth:`data_version`. Raises StoreError when the write fails.
+        """
+        with self._lock:
+            try:
+                self._db.execute("BEGIN IMMEDIATE")
+                for name, max_requests in budgets:
+                    cur = self._db.execute(
+                        "INSERT INTO rules_budgets SELECT ?1, ?2, 1 WHERE ?3 >= 1 "
+                        "ON CONFLICT (claim_id, name) DO UPDATE SET requests_used = requests_used + 1 "
+                        "WHERE requests_used < ?3",
+                        (claim_id, name, max_requests),
+                    )
+                    if not cur.rowcount:
+                        self._db.execute("ROLLBACK")
+                        return name
+                self._db.execute("COMMIT")
+            except sqlite3.Error as e:
+                if self._db.in_transaction:
+                    self._db.execute("ROLLBACK")
+                raise StoreError(f"cannot count a use of credentials of claim {claim_id!r}: {e}") from None
+        return None
 
     # --- change detection and key rotation ----------------------------------------------------
 
@@ -731,6 +806,13 @@ class Store:
             changes["hosts"] = _strings("hosts", changes["hosts"])
         if changes.get("surfaces") is not None:
             changes["surfaces"] = _surfaces(changes["surfaces"])
+        if changes.get("headers") is not None:
+            changes["headers"] = tuple(
+                sorted(slots.normalise_headers(_strings("headers", changes["headers"])))
+            )
+        if changes.get("basic_parts") is not None:
+            parts = slots.basic_parts(_strings("basic_parts", changes["basic_parts"]))
+            changes["basic_parts"] = tuple(str(p) for p in slots.BASIC_PARTS if p in parts)
         if changes.get("on_misplaced") is not None and changes["on_misplaced"] not in set(Misplaced):
             raise ValueError(
                 f"on_misplaced {changes['on_misplaced']!r} is not one of: {', '.join(Misplaced)}"
@@ -752,6 +834,8 @@ class Store:
             **asdict(new),
             "hosts": json.dumps(new.hosts),
             "surfaces": surfaces,
+            "headers": None if new.headers is None else json.dumps(new.headers),
+            "basic_parts": None if new.basic_parts is None else json.dumps(new.basic_parts),
             "key_id": key_id,
             "value": blob,
         }

@@ -5,11 +5,15 @@ canonical destination host, whether the upstream leg is TLS, and the claim's cre
 values are fetched only after the whole request head has been checked, and only for credentials
 bound to the host.
 
-Surfaces (:class:`proxy.policy.Surface`), each enabled per credential (default header, basic):
-- ``header``: anywhere inside any header value (``Bearer P``, ``token P``, ``X-Api-Key: P``);
+Surfaces (:class:`proxy.policy.Surface`), each enabled per credential (default header, basic),
+narrowed by the credential's slots (:mod:`proxy.slots`):
+- ``header``: inside the value of one of the credential's header slots (default: the headers that
+  carry credentials in practice, ``Authorization``, ``X-Api-Key``, ...; never ``Origin``,
+  ``Cookie``, ``X-Request-Id`` unless named), as ``Bearer P``, ``token P``, ``P``;
 - ``basic`` (and its alias ``userinfo``): inside Basic credentials (``Authorization: Basic
-  base64(user:pass)``, RFC 7617 §2): decoded, swapped in user and password, re-encoded, as git
-  and curl send them, including those they build from ``https://user:P@host`` URLs;
+  base64(user:pass)``, RFC 7617 §2): decoded, swapped in the credential's Basic parts (default the
+  password only), re-encoded, as git and curl send them, including those they build from
+  ``https://user:P@host`` URLs;
 - ``query``: in the query of the request target, spelled raw or percent-encoded (``surr%5F…``);
   the secret is percent-encoded as a query component needs (RFC 3986 §3.4: every byte but the
   unreserved ones, so ``&``, ``=``, ``+`` and ``#`` cannot change the query's shape);
@@ -17,12 +21,19 @@ Surfaces (:class:`proxy.policy.Surface`), each enabled per credential (default h
 The path is never a surface; a placeholder there is judged like one on a surface not enabled.
 The target is scanned as sent and percent-decoded, so ``%5F`` cannot hide ``_``.
 
+The violation scan reads more than the swap does: header names, and every spelling
+:func:`proxy.spellings.hidden` reads (percent-encoding, base64 and base64url at any alignment,
+nested) in header values, Basic credentials, the query and the path. Such a hit is never swapped:
+toward a host its credential is not bound to it is a violation, toward a bound one it is judged
+like a placeholder outside the credential's slots (``on_misplaced``).
+
 Decision for a registered placeholder found on surface S, credential C, toward host H:
 - C not bound to H, S a header, Basic credentials, the query or the path: a *violation*, refused
   (403), whatever C says;
-- C bound to H and S enabled for C: swapped; over cleartext HTTP refused instead (a secret only
-  leaves over verified TLS);
-- otherwise (S not enabled for C, or a body toward a host C is not bound to): C's
+- C bound to H, S enabled for C and the hit in one of C's slots, spelled raw: swapped; over
+  cleartext HTTP refused instead (a secret only leaves over verified TLS);
+- otherwise (S not enabled for C, outside its slots, another spelling, or a body toward a host C
+  is not bound to): C's
   ``on_misplaced``: ``carry`` passes the placeholder inert (audited as carried, with S),
   ``block`` refuses the request, ``terminate`` closes the connection. In a body, whose request
   head has already left, ``block`` closes the connection too.
@@ -41,15 +52,17 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from urllib.parse import unquote_to_bytes
 
-from proxy import bodies, placeholders
+from proxy import bodies, placeholders, slots, spellings
 from proxy.decide import Decision, Reason, deny
 from proxy.errors import SecretUnavailable
 from proxy.policy import Credential, Misplaced, Surface
 from proxy.secrets import Secret
+from proxy.slots import BasicPart
 
 Fields = Sequence[tuple[bytes, bytes]]
 log = logging.getLogger("surrogate")
 _WS = re.compile(rb"\s+")
+_URLSAFE = bytes.maketrans(b"-_", b"+/")
 
 
 @dataclass(slots=True)
@@ -88,6 +101,9 @@ class _Hit:
     surface: Surface
     credential: Credential
     index: int = -1  # header field index, for header and Basic hits
+    swappable: bool = True  # False: a slot the credential is not swapped in, or another spelling
+    where: str = "request target"  # for messages; never the value
+    part: BasicPart | None = None  # Basic hits: the part it was found in
 
 
 def _decode_basic(value: bytes) -> bytes | None:
@@ -127,20 +143,78 @@ def _spelled(ph: bytes) -> re.Pattern[bytes]:
     return re.compile(b"".join(parts) + rb"(?![A-Za-z0-9])")
 
 
-def _misplaced(out: Outcome, cred: Credential, surface: Surface, host: str) -> None:
+def _misplaced(out: Outcome, cred: Credential, surface: Surface, host: str, where: str = "") -> None:
     if cred.on_misplaced is Misplaced.CARRY:
         out.carry(cred.name, surface)
         return
+    slots_ = f"its surfaces: {', '.join(sorted(cred.surfaces)) or 'none'}"
+    if surface in (Surface.HEADER, Surface.BASIC):
+        parts = ", ".join(p for p in slots.BASIC_PARTS if p in cred.basic_parts) or "none"
+        slots_ += f"; its headers: {slots.display(cred.headers)}; its Basic parts: {parts}"
     out.refuse(
         cred,
         surface,
         deny(
             Reason.PLACEHOLDER_MISPLACED,
-            f"placeholder of credential {cred.name!r} found in the {surface} toward {host}, where "
-            f"that credential is not swapped (its surfaces: {', '.join(sorted(cred.surfaces)) or 'none'})",
+            f"placeholder of credential {cred.name!r} found in {where or 'the ' + surface} toward "
+            f"{host}, where that credential is not swapped ({slots_})",
         ),
         terminate=cred.on_misplaced is Misplaced.TERMINATE,
     )
+
+
+def _header_hits(i: int, name: bytes, value: bytes, by_placeholder: Mapping[bytes, Credential]) -> list[_Hit]:
+    """Every registered placeholder in header field ``i``: raw in the value (swappable in the
+    credential's header slots), in Basic credentials (swappable in its Basic parts), and in any
+    other spelling of the value or of the name (never swappable; see :mod:`proxy.spellings`)."""
+    found = spellings.hidden(value, by_placeholder)  # the raw spellings too: none, no hit
+    named = spellings.hidden(name, by_placeholder)
+    head = value.lstrip()[:6]
+    basic = head[:5].lower() == b"basic" and head[5:6].isspace()
+    if not (found or named or basic):
+        return []  # the common case, kept cheap: most fields hold no placeholder at all
+    where = f"header {name.decode('latin-1')}"
+    hits: list[_Hit] = []
+    for m in placeholders.find(value):
+        cred = by_placeholder.get(m.group())
+        if cred is not None:
+            hits.append(_Hit(Surface.HEADER, cred, i, cred.swaps_in_header(name), where))
+    decoded = _decode_basic(value) if basic and name.lower() == b"authorization" else None
+    if decoded:
+        user, password = slots.split_basic(decoded)
+        for part, text in ((BasicPart.USER, user), (BasicPart.PASSWORD, password or b"")):
+            for m in placeholders.find(text):
+                cred = by_placeholder.get(m.group())
+                if cred is not None:
+                    in_part = f"the Basic {'user name' if part is BasicPart.USER else 'password'} of {where}"
+                    hits.append(_Hit(Surface.BASIC, cred, i, cred.swaps_in_basic(part), in_part, part))
+    seen = {h.credential.name for h in hits}
+    # Basic credentials (also base64url ones, in any header) are decoded and read again, so that
+    # their own base64 is not one of the layers the scan reads
+    again = decoded or (_decode_basic(value.translate(_URLSAFE)) if basic else None)
+    for ph in found + (spellings.hidden(again, by_placeholder) if again else []):
+        cred = by_placeholder[ph]
+        if cred.name not in seen:
+            seen.add(cred.name)
+            surface = Surface.BASIC if basic else Surface.HEADER
+            hits.append(_Hit(surface, cred, i, False, f"{where}, encoded"))
+    hits += [_Hit(Surface.HEADER, by_placeholder[ph], i, False, "a header name") for ph in named]
+    return hits
+
+
+def _target_hits(path: bytes, query: bytes, by_placeholder: Mapping[bytes, Credential]) -> list[_Hit]:
+    """Registered placeholders in the request target: in the path (never swappable) and in the
+    query (swappable when spelled raw or percent-encoded once; any other spelling is not)."""
+    hits = [
+        _Hit(Surface.PATH, by_placeholder[ph], swappable=False)
+        for ph in spellings.hidden(path, by_placeholder)
+    ]
+    found = _registered(query, by_placeholder)
+    hits += [_Hit(Surface.QUERY, c) for c in found]
+    for ph in spellings.hidden(query, by_placeholder):
+        if by_placeholder[ph] not in found:
+            hits.append(_Hit(Surface.QUERY, by_placeholder[ph], swappable=False))
+    return hits
 
 
 def substitute_request(
@@ -160,31 +234,23 @@ def substitute_request(
     (:class:`BodyResolver`).
     """
     out = Outcome()
+    if not by_placeholder and not injections:
+        return out
     hits: list[_Hit] = []
     for i, (name, value) in enumerate(fields):
-        for m in placeholders.find(value):
-            cred = by_placeholder.get(m.group())
-            if cred is not None:
-                hits.append(_Hit(Surface.HEADER, cred, i))
-        decoded = _decode_basic(value) if name.lower() == b"authorization" else None
-        if decoded:
-            for m in placeholders.find(decoded):
-                cred = by_placeholder.get(m.group())
-                if cred is not None:
-                    hits.append(_Hit(Surface.BASIC, cred, i))
+        hits += _header_hits(i, name, value, by_placeholder)
     path, sep, query = target.partition(b"?")
-    hits += [_Hit(Surface.PATH, c) for c in _registered(path, by_placeholder)]
-    hits += [_Hit(Surface.QUERY, c) for c in _registered(query, by_placeholder)]
+    hits += _target_hits(path, query, by_placeholder)
 
     swaps: list[_Hit] = []
     for h in hits:  # violations first: any one refuses the request, whatever else it holds
         if not h.credential.bound_to(host):
-            out.refuse(h.credential, h.surface, _violation(h.credential, host, _where(h, fields)))
+            out.refuse(h.credential, h.surface, _violation(h.credential, host, h.where))
             return out
     for h in hits:
         c = h.credential
-        if not c.enables(h.surface):
-            _misplaced(out, c, h.surface, host)
+        if not h.swappable or not c.enables(h.surface):
+            _misplaced(out, c, h.surface, host, h.where)
             if out.refusal is not None:
                 return out
         elif not tls:
@@ -211,22 +277,20 @@ def substitute_request(
         return out
     new = list(fields)
     new_query = query
+    basic: dict[int, list[tuple[BasicPart | None, bytes, bytes]]] = {}
     for h in swaps:
         secret, _ = values[h.credential.name]
         ph, real = h.credential.placeholder.encode(), secret.reveal()
         if h.surface is Surface.QUERY:
             escaped = bodies.escape(real, "query")
             new_query = _spelled(ph).sub(lambda _, e=escaped: e, new_query)  # type: ignore[misc]
-            continue
-        name, value = new[h.index]
-        if h.surface is Surface.BASIC:
-            decoded = _decode_basic(value)
-            if decoded is not None and ph in decoded:
-                scheme = value.strip().split(None, 1)[0]
-                value = scheme + b" " + base64.b64encode(decoded.replace(ph, real.encode()))
+        elif h.surface is Surface.BASIC:
+            basic.setdefault(h.index, []).append((h.part, ph, real.encode()))
         else:
-            value = value.replace(ph, real.encode())
-        new[h.index] = (name, value)
+            name, value = new[h.index]
+            new[h.index] = (name, _replace(value, ph, real.encode()))
+    for index, swapped in basic.items():
+        new[index] = _swap_basic(new[index], swapped)
     for c in active:
         assert c.inject is not None
         header = c.inject.header.encode("latin-1")
@@ -239,6 +303,32 @@ def substitute_request(
         out.target = path + sep + new_query
     out.used = {name: version for name, (_, version) in values.items()}
     return out
+
+
+def _replace(text: bytes, ph: bytes, real: bytes) -> bytes:
+    """``text`` with each occurrence of ``ph`` that is a placeholder (not followed by a letter or
+    digit: ``placeholders.PATTERN``) replaced by ``real``; a longer run is another string."""
+    return re.sub(re.escape(ph) + rb"(?![A-Za-z0-9])", lambda _: real, text)
+
+
+def _swap_basic(
+    field_: tuple[bytes, bytes], swaps: list[tuple[BasicPart | None, bytes, bytes]]
+) -> tuple[bytes, bytes]:
+    """``field_`` (Basic credentials) with each ``(part, placeholder, secret)`` swapped in its part
+    only, re-encoded (RFC 7617 §2) under the scheme spelling the client used."""
+    name, value = field_
+    decoded = _decode_basic(value)
+    if decoded is None:
+        return field_
+    user, password = slots.split_basic(decoded)
+    for part, ph, real in swaps:
+        if part is BasicPart.USER:
+            user = _replace(user, ph, real)
+        elif password is not None:
+            password = _replace(password, ph, real)
+    rebuilt = user if password is None else user + b":" + password
+    scheme = value.strip().split(None, 1)[0]
+    return name, scheme + b" " + base64.b64encode(rebuilt)
 
 
 def _values(
@@ -266,12 +356,6 @@ def _unavailable(e: SecretUnavailable, names: Sequence[str]) -> Decision:
     log.warning("credential unavailable: %s", e)
     listed = ", ".join(repr(n) for n in names)
     return deny(Reason.CREDENTIAL_UNAVAILABLE, f"credential {listed} is unavailable right now", status=503)
-
-
-def _where(h: _Hit, fields: Fields) -> str:
-    if h.surface in (Surface.HEADER, Surface.BASIC):
-        return f"header {fields[h.index][0].decode('latin-1')}"
-    return "request target"
 
 
 def _violation(cred: Credential, host: str, where: str) -> Decision:

@@ -26,6 +26,13 @@ How it is put together (decisions, and why):
   files in ``<state dir>/metrics`` (emptied at start), and ``/metrics`` (worker 0's control API)
   sums every worker's counters and histograms; ``surrogate_open_connections`` is the sum over
   live workers.
+- **Limits.** Connection counts, rate buckets and hook-process counts live in one table every
+  worker maps (``<state dir>/limits.shm``, :mod:`proxy.counters`), which the supervisor creates
+  empty before any worker starts; budgets live in the store. A worker that exits has its column
+  of that table zeroed by the supervisor, so a ``kill -9`` leaks no slot.
+  The supervisor is a child subreaper (``PR_SET_CHILD_SUBREAPER``): the hook commands of a worker
+  killed with ``kill -9`` (in their own sessions, out of reach of any signal to the node) are
+  re-parented to it, and it kills their process groups, so no command outlives its slot.
 - **Signals.** SIGTERM or SIGINT to the supervisor stops every worker (SIGTERM, then SIGKILL
   after ``STOP_SECONDS``). SIGHUP is passed to every worker (each reloads the rules; each also
   watches the rules file itself, so a reload writes one ``reload`` event per worker). A worker
@@ -47,7 +54,7 @@ import os
 import signal
 import socket
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -138,14 +145,45 @@ def become_worker() -> None:
         os.kill(os.getpid(), signal.SIGTERM)
 
 
-async def supervise(command: Sequence[str], count: int) -> int:
+def _become_subreaper() -> None:
+    """Have orphaned descendants (a dead worker's hook commands) re-parented to this process
+    rather than to init, so that :func:`kill_orphans` can find them (Linux; elsewhere a no-op)."""
+    with contextlib.suppress(OSError, AttributeError):
+        libc = ctypes.CDLL(None, use_errno=True)
+        pr_set_child_subreaper = 36
+        libc.prctl(pr_set_child_subreaper, 1)
+
+
+def kill_orphans(workers: Sequence[int]) -> int:
+    """Kill the process group of every child of this process that is not one of ``workers`` and
+    reap it: as a child subreaper, those are hook commands (with their children) of a worker
+    that died, which nothing else would stop or count any more. Returns how many were found."""
+    children: set[int] = set()
+    with contextlib.suppress(OSError):
+        for task in Path(f"/proc/{os.getpid()}/task").iterdir():
+            with contextlib.suppress(OSError):
+                children |= {int(p) for p in (task / "children").read_text().split()}
+    orphans = children - set(workers)
+    for pid in orphans:
+        with contextlib.suppress(OSError):
+            group = os.getpgid(pid)
+            if group != os.getpgrp():  # hooks run in their own sessions; never signal our own group
+                os.killpg(group, signal.SIGKILL)
+        with contextlib.suppress(ChildProcessError):
+            os.waitpid(pid, 0)  # SIGKILL ends it at once; reaped, it is no zombie of ours
+    return len(orphans)
+
+
+async def supervise(command: Sequence[str], count: int, on_exit: Callable[[int], None] | None = None) -> int:
     """Run ``command + ["--worker-index", i]`` for i in 0..count-1 until SIGTERM/SIGINT or until a
     worker exits; relay each worker's stdout (audit lines) to the audit sink configured in this
-    process. Returns the exit status for the supervisor: 0 after a requested stop, 1 when a worker
-    died."""
+    process. ``on_exit(i)`` is called for each worker found dead (its node-wide counts are given
+    back: proxy/counters.py). Returns the exit status for the supervisor: 0 after a requested
+    stop, 1 when a worker died."""
     loop = asyncio.get_running_loop()
     stop = asyncio.Event()
     procs: list[asyncio.subprocess.Process] = []
+    _become_subreaper()
     for sig in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(sig, stop.set)
     loop.add_signal_handler(signal.SIGHUP, _signal_all, procs, signal.SIGHUP)
@@ -162,8 +200,11 @@ async def supervise(command: Sequence[str], count: int) -> int:
     status = 0
     await asyncio.sleep(0.1)  # Ctrl-C reaches the workers too: their exit may beat our own SIGINT
     if not stop.is_set():
+        kill_orphans([p.pid for p in procs])  # the dead worker's hook commands
         for task in done:
             i = exits[task]
+            if on_exit is not None:
+                on_exit(i)
             print(
                 f"surrogate: worker {i} (pid {procs[i].pid}) exited with status {procs[i].returncode}; "
                 "stopping the other workers",
@@ -173,6 +214,7 @@ async def supervise(command: Sequence[str], count: int) -> int:
         status = 1
     stopping.cancel()
     await _stop_all(procs)
+    kill_orphans([p.pid for p in procs])  # of a worker that had to be killed (STOP_SECONDS)
     await asyncio.gather(*relays, return_exceptions=True)
     return status
 

@@ -120,6 +120,11 @@ async def test_generated_claim_id(api: httpx.AsyncClient) -> None:
         ({"id": "x"}, 422, "invalid_request", "pool"),
         ({"id": "x", "pool": "p", "sources": ["not-an-address"]}, 422, "invalid_sources", "sources"),
         ({"id": 5, "pool": "p"}, 422, "invalid_request", "id"),
+        ({"id": "x", "pool": "p", "sources": ["10.9.0.2/32"], "interface": "eth0; rm"}, 422,
+         "invalid_interface", "interface"),
+        ({"id": "x", "pool": "p", "sources": ["10.9.0.2/32"], "interface": "a" * 16}, 422,
+         "invalid_interface", "interface"),
+        ({"id": "x", "pool": "p", "interface": "veth-sbx"}, 422, "invalid_interface", "interface"),
     ],
     ids=[
         "unknown-pool",
@@ -129,12 +134,31 @@ async def test_generated_claim_id(api: httpx.AsyncClient) -> None:
         "missing-pool",
         "bad-source",
         "id-not-string",
+        "interface-not-a-name",
+        "interface-too-long",
+        "interface-without-sources",
     ],
 )
 async def test_create_claim_refusals(
     api: httpx.AsyncClient, body: dict[str, Any], status: int, code: str, field: str | None
 ) -> None:
     assert problem(await api.post("/v1/claims", json=body), status, code)["field"] == field
+
+
+async def test_a_claim_bound_to_an_interface_keeps_it(api: httpx.AsyncClient, control: Control) -> None:
+    """Issue 21: control-API claims can be bound to their arrival interface, like rules-file ones
+    (addons/fence.py refuses their connections from any other interface)."""
+    body = {"id": "tb", "pool": "p", "sources": ["10.9.0.2/32"], "interface": "veth-tb"}
+    made = await api.post("/v1/claims", json=body)
+    assert made.status_code == 201, made.text
+    assert made.json()["interface"] == "veth-tb"
+    assert (await api.get("/v1/claims/tb")).json()["interface"] == "veth-tb"
+    plain = await claim(api, "tc")
+    assert plain["interface"] is None
+    control.registry.refresh()
+    bound = control.registry.claim("tb")
+    assert bound is not None and bound.interface == "veth-tb"
+    assert control.registry.claim("tc").interface is None  # type: ignore[union-attr]
 
 
 async def test_duplicate_claim_is_a_conflict(api: httpx.AsyncClient) -> None:
@@ -180,7 +204,8 @@ async def test_put_credential_creates_then_replaces_with_coverage_and_etag(api: 
         {
             "host": "api.test",
             "rule": "p.egress[0] api.test",
-            "header": "any request header carrying the placeholder",
+            "header": "the placeholder's header, one of: Api-Key, Authorization, Ocp-Apim-Subscription-Key, "
+            "Private-Token, X-Api-Key, X-Auth-Token, X-Goog-Api-Key",
         }
     ]
     r = await cred(
@@ -553,3 +578,33 @@ async def test_a_credential_host_that_looks_safe_and_is_not_is_a_422(
 )
 def test_the_authorities_a_listener_answers(listen: tuple[str, int], host: str, ok: bool) -> None:
     assert (foreign_authority(host, None, allowed_authorities(*listen)) is None) is ok
+async def test_credential_slots_are_written_read_and_patched_back_to_the_default(
+    api: httpx.AsyncClient, control: Control
+) -> None:
+    """Issue 13 class 4 through the control API: ``headers`` and ``basic_parts`` are stored, shown
+    in reads and coverage, used by the proxy from the next request, and null is the default."""
+    await claim(api)
+    got = (await cred(api)).json()
+    assert got["headers"] == ["Authorization", "X-Api-Key", "Api-Key", "X-Goog-Api-Key", "Private-Token",
+                              "X-Auth-Token", "Ocp-Apim-Subscription-Key"]  # fmt: skip
+    assert got["basic_parts"] == ["password"]
+    body = {
+        "hosts": ["api.test"],
+        "value": SECRET,
+        "headers": ["DD-API-KEY"],
+        "basic_parts": ["user", "password"],
+    }
+    r = await cred(api, body)
+    assert (r.json()["headers"], r.json()["basic_parts"]) == (["dd-api-key"], ["user", "password"])
+    assert r.json()["coverage"][0]["header"] == "the placeholder's header, one of: dd-api-key"
+    control.registry.refresh()
+    c = control.registry.claim("c1")
+    assert c is not None
+    (credential,) = c.credentials
+    assert credential.swaps_in_header(b"DD-Api-Key") and not credential.swaps_in_header(b"Authorization")
+    r = await api.patch("/v1/claims/c1/credentials/gh", json={"headers": None, "basic_parts": None})
+    assert (r.json()["headers"][0], r.json()["basic_parts"]) == ("Authorization", ["password"])
+    for bad in ({"headers": ["Host"]}, {"headers": ["Proxy-Authorization"]}, {"headers": ["a b"]},
+                {"basic_parts": ["realm"]}):  # fmt: skip
+        r = await api.patch("/v1/claims/c1/credentials/gh", json=bad)
+        assert r.status_code == 422, (bad, r.text)

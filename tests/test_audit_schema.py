@@ -272,6 +272,7 @@ class World:
                         ports: [{self.dead_port}]
                       - host: api.test
                         ports: [80]
+                        scheme: http
                 claims:
                   - id: c1
                     pool: p
@@ -342,7 +343,7 @@ def drive_every_kind_of_event(w: World) -> None:
         assert r.status_code == 201, r.text
         placeholder = r.json()["placeholder"]
         proxy_url = w.proxy.url("runtime", token)
-        headers = ["-H", f"X-Key: {placeholder}"]
+        headers = ["-H", f"X-Api-Key: {placeholder}"]
         assert curl(w.proxy, proxy_url, w.url("api.test", "/runtime"), *headers) == "200 200"
         r = api.patch("/v1/claims/runtime/credentials/k", json={"value": w.secret + "2"})
         assert r.status_code == 200, r.text

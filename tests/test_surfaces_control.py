@@ -83,10 +83,11 @@ def test_a_version_1_store_is_migrated_keeping_every_row(tmp_path: Path) -> None
         s.put_credential(
             "c1", "gh", value=b"v1", hosts=["api.test"], placeholder="surr_MigratePlaceholder000001"
         )
-    # Make it the version-1 file an older surrogate wrote: without the version-2 columns.
+    # Make it the version-1 file an older surrogate wrote: without the columns of versions 2 and later.
     db = sqlite3.connect(tmp_path / "store.sqlite3", isolation_level=None)
-    for column in ("requests_used", "max_requests", "surfaces", "on_misplaced"):
+    for column in ("basic_parts", "headers", "requests_used", "max_requests", "surfaces", "on_misplaced"):
         db.execute(f"ALTER TABLE credentials DROP COLUMN {column}")
+    db.execute("ALTER TABLE claims DROP COLUMN interface")
     db.execute("PRAGMA user_version = 1")
     db.close()
     with Store.open(tmp_path / "store.sqlite3", ring) as s:
@@ -115,3 +116,12 @@ def test_cli_sends_surfaces_and_on_misplaced() -> None:
     method, url, body, _ = client._request(args)
     assert (method, url) == ("PATCH", "/v1/claims/c1/credentials/k")
     assert body == {"surfaces": ["query", "body"], "on_misplaced": "block"}
+
+
+def test_cli_sends_slots() -> None:
+    args = cli._parser().parse_args(
+        ["creds", "patch", "c1", "k", "--host", "api.test", "--slot-header", "X-Api-Key",
+         "--slot-header", "Cookie", "--basic-part", "user", "--state-dir", "/nonexistent"]
+    )  # fmt: skip
+    _, _, body, _ = client._request(args)
+    assert body == {"hosts": ["api.test"], "headers": ["X-Api-Key", "Cookie"], "basic_parts": ["user"]}

@@ -9,6 +9,7 @@ rules file and from the control API."""
 
 from __future__ import annotations
 
+import base64
 import secrets
 import subprocess
 import sys
@@ -125,8 +126,12 @@ def test_own_placeholder_is_swapped(world: World) -> None:
         (["-H", f"X-Api-Key: {OTHERS}"], "header X-Api-Key"),
         (["-u", f"x:{OTHERS}"], "header Authorization"),
         (["--url-query", f"key={OTHERS}"], "request target"),
+        # issue 13 class 5: the spellings the violation scan reads
+        (["--http1.1", "-H", f"{OTHERS}: 1"], "a header name"),
+        (["-H", f"X-Trace: {base64.b64encode(b'k:' + OTHERS.encode()).decode()}"], "header X-Trace"),
+        (["-H", f"Cookie: s={OTHERS.replace('_', '%5F')}"], "header Cookie"),
     ],
-    ids=["bearer", "api-key-header", "basic", "query"],
+    ids=["bearer", "api-key-header", "basic", "query", "header-name", "base64-header", "percent-cookie"],
 )
 def test_another_claims_placeholder_is_refused_as_forged_before_connecting(
     world: World, args: list[str], place: str

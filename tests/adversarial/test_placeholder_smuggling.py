@@ -6,9 +6,13 @@ other helper's tests/adversarial/test_placeholder_forgery.py."""
 from __future__ import annotations
 
 import base64
+import json
+import socket
+import subprocess
+from typing import Any
 
 import pytest
-from harness import World
+from harness import World, status_line
 
 PH = "surr_HostileTestPlaceholder001"
 
@@ -48,3 +52,141 @@ def test_a_placeholder_in_any_header_toward_an_unbound_host_is_a_violation(world
     done = world.curl("-H", f"X-Anything: prefix-{PH}-suffix", world.url("/any-header", "other.test"))
     assert done.stdout.endswith(b"403") and b"placeholder_violation" in done.stdout
     assert world.paths("/any-header") == [] and world.upstream.connections == before
+
+
+# --- issue 13, class 5: every spelling is refused toward an unbound host, and audited ---------
+# Each of these reached other.test unrefused before (no secret left: only the placeholder did).
+
+
+def _b64(data: bytes, urlsafe: bool = False, pad: bool = True) -> str:
+    out = base64.urlsafe_b64encode(data) if urlsafe else base64.b64encode(data)
+    return (out if pad else out.rstrip(b"=")).decode()
+
+
+def _refused_and_audited(world: World, done: subprocess.CompletedProcess[bytes], path: str) -> dict[str, Any]:
+    """The request got 403 placeholder_violation, the upstream saw nothing of it, and its audit
+    event says violation, naming the credential (found by the refusal's request id)."""
+    body, _, code = done.stdout.rpartition(b"\n")
+    assert code == b"403", done.stdout + done.stderr
+    refusal = json.loads(body)
+    assert (refusal["error"], refusal["decision"]) == ("placeholder_violation", "violation")
+    assert world.paths(path) == []
+    event = world.proxy.wait_event(request_id=refusal["request_id"])
+    assert (event["decision"], event["reason"], event["credentials"]) == (
+        "violation",
+        "placeholder_violation",
+        [],
+    )
+    assert event["violation_surface"] in ("header", "basic", "query", "path")
+    return event
+
+
+# A user name whose base64url differs from its base64 ("~~?" encodes to "fn4_" / "fn4/").
+URLSAFE_USER = b"~~?"
+NAMED = [
+    (["--http1.1", "-H", f"{PH}: 1"], "/sm/name", "header-name"),
+    (["--http1.1", "-H", f"X-{PH}-Flag: 1"], "/sm/name-inside", "inside-a-header-name"),
+    (["-H", f"Authorization: Basic {_b64(URLSAFE_USER + b':' + PH.encode(), urlsafe=True, pad=False)}"],
+     "/sm/basic-url", "basic-base64url"),
+    (["-H", f"Cookie: s={PH.replace('_', '%5F')}"], "/sm/cookie", "cookie-percent-encoded"),
+    (["-H", f"X-Trace: {_b64(PH.encode())}"], "/sm/b64", "base64-in-any-header"),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(("args", "path"), [n[:2] for n in NAMED], ids=[n[2] for n in NAMED])
+def test_named_spellings_toward_an_unbound_host_are_refused_and_audited(
+    world: World, args: list[str], path: str
+) -> None:
+    before = world.upstream.connections
+    done = world.curl(*args, world.url(path, "other.test"))
+    _refused_and_audited(world, done, path)
+    assert world.upstream.connections == before
+
+
+def _percent(text: str, every: int, lower: bool) -> str:
+    """``text`` with every ``every``-th character percent-encoded (``_`` always), in one hex case."""
+    out = ""
+    for i, c in enumerate(text):
+        if c == "_" or i % every == 0:
+            hx = f"%{ord(c):02X}"
+            out += hx.lower() if lower else hx
+        else:
+            out += c
+    return out
+
+
+def _spellings() -> list[tuple[str, str]]:
+    """(spelling, id): percent-encoding of any character in either hex case, base64 and base64url
+    of the placeholder at each of the 3 alignments inside a longer value, padded and not, and one
+    nested (base64 of a percent-encoded placeholder)."""
+    out = [(_percent(PH, 1, False), "percent-every-byte"), (_percent(PH, 3, True), "percent-some-lower")]
+    for k in range(3):
+        inner = b"k" * k + PH.encode() + b"!"
+        out.append((_b64(inner), f"base64-align{k}"))
+        out.append((_b64(inner, urlsafe=True, pad=False), f"base64url-align{k}-unpadded"))
+    out.append(("v1." + _b64(_percent(PH, 5, False).encode(), urlsafe=True), "base64url-of-percent"))
+    return out
+
+
+def _placed(spelling: str, where: str) -> tuple[list[str], str]:
+    """curl arguments and path for ``spelling`` placed ``where``; query and path parts keep the
+    characters a URL cannot hold literally percent-encoded (as a client would send them)."""
+    url_safe = spelling.replace("+", "%2B").replace("/", "%2F").replace("=", "%3D")
+    if where == "header-value":
+        return ["-H", f"X-Correlation: a,{spelling};b"], "/gen/hv"
+    if where == "header-name-mixed-case":  # '%' is a token character: any spelling fits
+        return ["--http1.1", "-H", f"x-TrAcE-{url_safe}: 1"], "/gen/hn"
+    if where == "userinfo-password":
+        return ["-u", f"git:{spelling}"], "/gen/ui"
+    if where == "query-key":
+        return [], f"/gen/qk?{url_safe}=1"
+    if where == "query-value":
+        return [], f"/gen/qv?a=1&t=x{url_safe}"
+    return [], f"/gen/{url_safe}/seg"
+
+
+PLACES = [
+    "header-value",
+    "header-name-mixed-case",
+    "userinfo-password",
+    "query-key",
+    "query-value",
+    "path-segment",
+]
+
+
+@pytest.mark.parametrize("where", PLACES)
+@pytest.mark.parametrize(("spelling", "sid"), _spellings(), ids=[s[1] for s in _spellings()])
+def test_generated_spellings_anywhere_toward_an_unbound_host_are_refused_and_audited(
+    world: World, spelling: str, sid: str, where: str
+) -> None:
+    args, path = _placed(spelling, where)
+    done = world.curl(*args, world.url(path, "other.test"))
+    _refused_and_audited(world, done, path.split("?")[0])
+
+
+@pytest.mark.parametrize(
+    "userinfo", [f"x:{PH}", PH, f"x:{PH.replace('_', '%5F')}"], ids=["password", "user", "percent"]
+)
+@pytest.mark.parametrize("tunnelled", [False, True], ids=["plain-http", "in-a-tunnel"])
+def test_url_userinfo_in_the_request_line_is_refused_before_any_upstream_connection(
+    world: World, userinfo: str, tunnelled: bool
+) -> None:
+    """Clients send URL userinfo as Basic credentials (scanned above); one written into the
+    request line itself is refused by mitmproxy's HTTP/1 reader (400) before any hook runs, so
+    there is no request and no audit event, only the refusal (RFC 9110 §4.2.4 forbids it)."""
+    before = world.upstream.connections
+    port = world.upstream.port
+    if tunnelled:
+        head = f"GET https://{userinfo}@other.test:{port}/ui HTTP/1.1\r\nHost: other.test:{port}\r\n\r\n"
+        data = world.tunnel_request(head.encode(), host="other.test")
+    else:
+        with socket.create_connection(("127.0.0.1", world.proxy.port), timeout=10) as s:
+            s.sendall(
+                f"GET http://{userinfo}@plain.test:{port}/ui HTTP/1.1\r\nHost: plain.test:{port}\r\n"
+                f"Proxy-Authorization: {world.proxy_auth()}\r\n\r\n".encode()
+            )
+            data = s.recv(65536)
+        world.received.append(data)
+    assert status_line(data) == b"400", data[:200]
+    assert world.paths("/ui") == [] and world.upstream.connections == before

@@ -27,7 +27,7 @@ def test_an_upstream_from_an_untrusted_ca_gets_no_request_and_no_secret(world: W
     try:
         ctx = ssl.create_default_context(cafile=untrusting.ca_pem)
         with httpx.Client(proxy=untrusting.url("agent", world.token), verify=ctx) as client:
-            r = client.get(world.url("/v1/unverified"), headers={"X-Key": world.placeholder})
+            r = client.get(world.url("/v1/unverified"), headers={"X-Api-Key": world.placeholder})
         world.received.append(r.content)
         assert r.status_code == 502
         event = untrusting.wait_event(path="/v1/unverified")

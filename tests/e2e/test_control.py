@@ -104,16 +104,16 @@ def test_api_write_is_used_by_the_next_request_on_the_same_connection(world: Wor
         assert r.status_code == 201, r.text
         placeholder = r.json()["placeholder"]
         with world.client("live", token) as client:
-            assert client.get(world.url("/ctl/1"), headers={"X-Key": placeholder}).status_code == 200
+            assert client.get(world.url("/ctl/1"), headers={"X-Api-Key": placeholder}).status_code == 200
             r = api.patch(
                 "/v1/claims/live/credentials/gh", json={"value": second}, headers={"If-Match": '"1"'}
             )
             assert r.status_code == 200 and r.headers["etag"] == '"2"'
             # the keep-alive tunnel opened above carries the next request
-            assert client.get(world.url("/ctl/2"), headers={"X-Key": placeholder}).status_code == 200
-            assert client.get(world.url("/ctl/3"), headers={"X-Key": placeholder}).status_code == 200
-    assert world.sent("/ctl/1", "X-Key") == [first]
-    assert world.sent("/ctl/2", "X-Key") == [second]
+            assert client.get(world.url("/ctl/2"), headers={"X-Api-Key": placeholder}).status_code == 200
+            assert client.get(world.url("/ctl/3"), headers={"X-Api-Key": placeholder}).status_code == 200
+    assert world.sent("/ctl/1", "X-Api-Key") == [first]
+    assert world.sent("/ctl/2", "X-Api-Key") == [second]
     event = world.proxy.wait_event(path="/ctl/2")
     assert event["claim"] == "live" and event["credentials"] == [{"name": "gh", "version": 2}]
     with world.api() as api:
@@ -172,11 +172,11 @@ def test_one_claim_cannot_use_another_claims_placeholder(world: World) -> None:
         ]
         mallory = api.post("/v1/claims", json={"id": "mallory", "pool": "p"}).json()["proxy_token"]
     with world.client("mallory", mallory) as client:
-        refused = client.get(world.url("/cross"), headers={"X-Key": ph})
+        refused = client.get(world.url("/cross"), headers={"X-Api-Key": ph})
     # alice's placeholder carries surrogate's checksum: from mallory it is refused as forged, and
     # neither alice's secret nor her placeholder reaches the upstream
     assert (refused.status_code, refused.json()["error"]) == (403, "forged_placeholder")
-    assert world.sent("/cross", "X-Key") == []
+    assert world.sent("/cross", "X-Api-Key") == []
 
 
 def test_parallel_if_match_patches_have_exactly_one_winner(world: World) -> None:
@@ -227,3 +227,26 @@ def test_cli_client_reads_the_value_from_stdin_never_argv(world: World) -> None:
     assert bad.returncode == 1 and "not covered" in bad.stderr and value not in bad.stderr
     with world.api() as api:
         assert api.get("/v1/claims/cli/credentials/k").json()["hosts"] == ["api.test"]
+
+
+def test_slots_written_through_the_api_are_used_by_the_next_request(world: World) -> None:
+    """Issue 13 class 4 for store credentials: the default slots leave Origin alone, named slots
+    (a PATCH, acknowledged) replace them from the next request on the same connection."""
+    value = world.canary()
+    with world.api() as api:
+        token = api.post("/v1/claims", json={"id": "slots", "pool": "p"}).json()["proxy_token"]
+        r = api.put("/v1/claims/slots/credentials/svc", json={"hosts": ["api.test"], "value": value})
+        placeholder = r.json()["placeholder"]
+        both = {"Origin": f"https://{placeholder}.app.test", "X-Api-Key": placeholder}
+        with world.client("slots", token) as client:
+            assert client.get(world.url("/slot/1"), headers=both).status_code == 200
+            r = api.patch("/v1/claims/slots/credentials/svc", json={"headers": ["DD-API-KEY"]})
+            assert r.status_code == 200 and r.json()["headers"] == ["dd-api-key"]
+            sent = {**both, "DD-API-KEY": placeholder}
+            assert client.get(world.url("/slot/2"), headers=sent).status_code == 200
+    assert world.sent("/slot/1", "Origin") == [f"https://{placeholder}.app.test"]
+    assert world.sent("/slot/1", "X-Api-Key") == [value]
+    assert world.sent("/slot/2", "X-Api-Key") == [placeholder]  # no longer one of its slots
+    assert world.sent("/slot/2", "DD-API-KEY") == [value]
+    event = world.proxy.wait_event(path="/slot/2")
+    assert event["carried_on"] == [{"name": "svc", "surface": "header"}]

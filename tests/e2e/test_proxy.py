@@ -310,7 +310,9 @@ def test_keep_alive_tunnel_reuses_one_upstream_connection(env: Env) -> None:
     ctx = ssl.create_default_context(cafile=env.proxy.ca_pem)
     with httpx.Client(proxy=env.proxy_url, verify=ctx, timeout=10) as client:
         codes = [
-            client.get(env.url("api.test", f"/t/reuse/{i}"), headers={"X-K": env.placeholder}).status_code
+            client.get(
+                env.url("api.test", f"/t/reuse/{i}"), headers={"X-Api-Key": env.placeholder}
+            ).status_code
             for i in range(12)
         ]
     assert codes == [200] * 12

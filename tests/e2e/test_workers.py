@@ -160,11 +160,12 @@ def test_a_control_api_change_reaches_every_worker_by_the_next_request(world: Wo
         r = api.put("/v1/claims/live/credentials/k", json={"hosts": ["api.test"], "value": "first-value"})
         assert r.status_code == 201, r.text
         placeholder = r.json()["placeholder"]
-        assert world.get("/ctl/before", "live", token, **{"X-Key": placeholder}) == 200
+        assert world.get("/ctl/before", "live", token, **{"X-Api-Key": placeholder}) == 200
         r = api.patch("/v1/claims/live/credentials/k", json={"value": "second-value"})
         assert r.status_code == 200, r.text
     codes = [
-        world.get(f"/ctl/after/{i}", "live", token, **{"X-Key": placeholder}) for i in range(NEW_CONNECTIONS)
+        world.get(f"/ctl/after/{i}", "live", token, **{"X-Api-Key": placeholder})
+        for i in range(NEW_CONNECTIONS)
     ]
     assert codes == [200] * NEW_CONNECTIONS
     sent = [
@@ -172,7 +173,7 @@ def test_a_control_api_change_reaches_every_worker_by_the_next_request(world: Wo
         for r in world.upstream.requests
         if r.path.startswith("/ctl/after/")
         for k, v in r.headers
-        if k.lower() == "x-key"
+        if k.lower() == "x-api-key"
     ]
     assert sent == ["second-value"] * NEW_CONNECTIONS
     assert world.proxy.proc is not None
@@ -204,7 +205,7 @@ def test_a_reload_reaches_every_worker(world: World) -> None:
 def test_the_workers_never_connect_to_their_own_port(world: World) -> None:
     """Every worker knows the shared port as its own, even under a rule that allows everything."""
     world.rules.write_text(
-        "version: 1\npools:\n  p:\n    egress:\n      - host: '*'\n        ports: []\n"
+        "version: 1\npools:\n  p:\n    egress:\n      - host: '*'\n        ports: []\n        scheme: http\n"
         "claims:\n  - id: c\n    pool: p\n    proxy_token: file:token\n"
     )
     assert world.proxy.proc is not None

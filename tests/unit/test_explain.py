@@ -46,6 +46,7 @@ RULES = """\
             intercept: false
           - host: api.test
             ports: [80]
+            scheme: http
           - host: "*.test"
             intercept: false
     claims:
@@ -232,7 +233,7 @@ def test_render_names_headers_and_how(policy: Policy) -> None:
     text = render(e)
     assert "credential gh: swapped in Basic credentials in header Authorization" in text
     assert "credential inj: injected (format 'Token {value}') in header X-Injected" in text
-    assert "carried unchanged in the URL" in text and "gh" in text
+    assert "carried unchanged (found where its credential is not swapped)" in text and "gh" in text
     assert "CONNECT api.test:443: allow (rule p.egress[0] api.test)" in text
 
 
@@ -326,9 +327,9 @@ def test_store_claims_through_a_registry(policy: Policy, state_dir: tuple[Path, 
     with Store.open(state / "store.sqlite3", KeyRing.load_or_create(state / "store.key")) as store:
         registry = Registry(policy, store)
         registry.refresh()
-        e = explain(registry, "s1", "GET", "https://api.test/user", [("X-Key", placeholder)])
-        bad = explain(registry, "s1", "GET", "https://other.test/", [("X-Key", placeholder)])
-    assert [(p.credential, p.header, p.how) for p in e.placements] == [("st", "X-Key", "swapped")]
+        e = explain(registry, "s1", "GET", "https://api.test/user", [("X-Api-Key", placeholder)])
+        bad = explain(registry, "s1", "GET", "https://other.test/", [("X-Api-Key", placeholder)])
+    assert [(p.credential, p.header, p.how) for p in e.placements] == [("st", "X-Api-Key", "swapped")]
     assert bad.verdict.reason.value == "placeholder_violation"
     assert_no_secret(render(e), render(bad))
 

@@ -31,6 +31,18 @@ CASES = [
     ([(b"X-Note", b"surr_" + b"Q" * 30)], b"/", [], "shape-without-checksum"),
     ([(b"X-Note", HAND_WRITTEN.encode())], b"/", [], "registered-without-checksum"),
     ([(b"X-Note", (OTHERS + "x").encode())], b"/", [], "longer-run-is-another-string"),
+    # issue 13 class 5: every spelling the violation scan reads
+    ([(OTHERS.encode(), b"1")], b"/", ["a header name"], "header-name"),
+    ([(b"X-Trace", base64.b64encode(b"k:" + OTHERS.encode()))], b"/", ["header X-Trace"], "base64"),
+    ([(b"Cookie", f"s={OTHERS.replace('_', '%5F')}".encode())], b"/", ["header Cookie"], "percent-cookie"),
+    (
+        [(b"Authorization", b"Basic " + base64.urlsafe_b64encode(b"~~?:" + OTHERS.encode()).rstrip(b"="))],
+        b"/",
+        ["header Authorization"],
+        "basic-base64url",
+    ),
+    ([], b"/q/" + base64.urlsafe_b64encode(OTHERS.encode()) + b"/x", ["request target"], "base64url-path"),
+    ([(b"X-Note", base64.b64encode((OTHERS + "x").encode()))], b"/", [], "longer-encoded-is-another"),
 ]
 
 
@@ -45,7 +57,8 @@ def test_places_are_bounded() -> None:
 
 
 def test_places_never_hold_the_string() -> None:
-    places = find_forged([(b"Authorization", f"Bearer {OTHERS}".encode())], f"/{OTHERS}".encode(), set())
+    fields = [(b"Authorization", f"Bearer {OTHERS}".encode()), (OTHERS.encode(), b"1")]
+    places = find_forged(fields, f"/{OTHERS}".encode(), set())
     assert places and not any(OTHERS in p for p in places)
 
 

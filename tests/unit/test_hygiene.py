@@ -53,3 +53,67 @@ def test_hop_by_hop_and_connection_nominated_headers_are_dropped() -> None:
 def test_websocket_upgrade_keeps_connection_and_upgrade() -> None:
     fields = [(b"Host", b"a"), (b"Connection", b"Upgrade"), (b"Upgrade", b"websocket")]
     assert check_head(fields, "GET", False).drop == frozenset()
+
+
+# --- the request line / HTTP/2 pseudo-header fields (issue 20) --------------------------------
+
+# every byte that may not stand in a request line: controls, space, DEL, and each non-ASCII byte
+_NOT_IN_A_LINE = [bytes([b]) for b in [*range(0x21), 0x7F, *range(0x80, 0x100)]]
+
+
+def test_check_request_line_accepts_ordinary_requests() -> None:
+    from proxy.hygiene import check_request_line
+
+    for method, scheme, authority, path in [
+        (b"GET", b"https", b"", b"/"),
+        (b"POST", b"https", b"api.test:443", b"/v1/x?a=b&c=%20d#f"),
+        (b"PROPFIND", b"http", b"[::1]:8080", b"/~user/;p=1"),
+        (b"OPTIONS", b"https", b"a.test", b"*"),
+    ]:
+        assert check_request_line(method, scheme, authority, path, True).status == 0
+
+
+@pytest.mark.parametrize("where", ["method", "scheme", "authority", "path"])
+@pytest.mark.parametrize("http2", [False, True], ids=["http1", "http2"])
+def test_check_request_line_refuses_any_byte_not_allowed_in_a_request_line(where: str, http2: bool) -> None:
+    from proxy.hygiene import check_request_line
+
+    base = {"method": b"GET", "scheme": b"https", "authority": b"a.test", "path": b"/p"}
+    for bad in _NOT_IN_A_LINE:
+        parts = dict(base, **{where: base[where][:1] + bad + base[where][1:]})
+        verdict = check_request_line(
+            parts["method"], parts["scheme"], parts["authority"], parts["path"], http2
+        )
+        assert verdict.status == 400, (where, bad)
+        assert (":" + ("path" if where == "path" else where) in verdict.message) == http2
+
+
+@pytest.mark.parametrize(
+    ("method", "scheme", "authority", "path"),
+    [
+        (b"", b"https", b"", b"/"),
+        (b"GET", b"", b"", b"/"),
+        (b"GET", b"ftp", b"", b"/"),
+        (b"GET", b"https", b"user@a.test", b"/"),
+        (b"GET", b"https", b"", b""),
+        (b"GET", b"https", b"", b"http://evil.test/"),
+        (b"GET", b"https", b"", b"*"),
+        (b"GET /x HTTP/1.1\r\nHost: evil.test\r\n\r\nGET", b"https", b"", b"/"),
+    ],
+    ids=[
+        "empty-method",
+        "empty-scheme",
+        "ftp",
+        "userinfo",
+        "empty-path",
+        "absolute-path",
+        "star-not-options",
+        "request-in-method",
+    ],
+)
+def test_check_request_line_refuses_malformed_parts(
+    method: bytes, scheme: bytes, authority: bytes, path: bytes
+) -> None:
+    from proxy.hygiene import check_request_line
+
+    assert check_request_line(method, scheme, authority, path, True).status == 400

@@ -1,10 +1,13 @@
-"""`surrogate transparent-rules`: the printed iptables and nftables rules."""
+"""`surrogate transparent-rules`: the printed fence (redirect TCP, drop the rest, both families).
+
+Every printed set is also loaded for real into iptables, ip6tables, ebtables and nft and probed
+from network namespaces in tests/e2e/test_fence.py; these tests pin the text."""
 
 from __future__ import annotations
 
 import pytest
 
-from proxy.netrules import transparent_rules
+from proxy.netrules import interface_mark, transparent_rules
 
 
 def test_interface_rules() -> None:
@@ -13,16 +16,89 @@ def test_interface_rules() -> None:
     assert 'iifname "veth-sbx" meta l4proto tcp redirect to :8081' in out
 
 
-def test_source_rules_v4_and_v6() -> None:
-    assert "iptables -t nat -A PREROUTING -s 10.0.0.0/24 -p tcp" in transparent_rules(1, source="10.0.0.7/24")
-    assert "ip6tables -t nat -A PREROUTING -s fd00::/64" in transparent_rules(1, source="fd00::1/64")
-    assert "ip6 saddr fd00::/64" in transparent_rules(1, source="fd00::1/64")
+FORMS = {
+    "interface": ({"interface": "veth-sbx"}, "-i veth-sbx", 'iifname "veth-sbx"'),
+    "source": ({"source": ["10.0.0.7/32", "fd00::7/128"]}, "-s 10.0.0.7/32", "ip saddr 10.0.0.7/32"),
+    "uid": ({"uid": 1001, "proxy_uid": 999}, "--uid-owner 1001", "meta skuid 1001"),
+}
+
+
+@pytest.mark.parametrize("form", FORMS, ids=list(FORMS))
+def test_every_form_redirects_tcp_and_drops_the_rest_in_both_families(form: str) -> None:
+    kwargs, ipt, nft = FORMS[form]
+    out = transparent_rules(8081, **kwargs)  # type: ignore[arg-type]
+    lines = out.splitlines()
+    for cmd in ("iptables", "ip6tables"):
+        mine = [line for line in lines if line.startswith(cmd + " ")]
+        assert any("-t nat" in line and "-p tcp -j REDIRECT --to-ports 8081" in line for line in mine), cmd
+        drops = [line for line in mine if line.endswith("-j DROP")]
+        chains = {"OUTPUT"} if form == "uid" else {"INPUT", "FORWARD"}
+        assert {line.split()[4] for line in drops} == chains, cmd
+        # the DROP of each chain comes after (below) that chain's accepts
+        assert all(ipt in line or "-s fd00::7/128" in line for line in drops), cmd
+    nft_text = out[out.index("table inet surrogate") :]
+    assert nft_text.count("redirect to :8081") == 2  # ipv4 and ipv6
+    assert "drop" in nft_text and nft in nft_text
+    assert "priority dstnat" not in nft_text or form != "uid"  # nft 1.0.6 refuses dstnat in output
 
 
 def test_uid_rules_exclude_the_proxy_user() -> None:
     out = transparent_rules(8081, uid=1001, proxy_uid=999)
-    assert "-m owner --uid-owner 1001 -m owner ! --uid-owner 999 -j REDIRECT --to-ports 8081" in out
+    assert "-m owner --uid-owner 1001 -m owner ! --uid-owner 999 -p tcp -j REDIRECT --to-ports 8081" in out
     assert "meta skuid 1001 meta skuid != 999" in out
+    assert "type nat hook output priority -100;" in out
+
+
+def test_no_ipv6_listener_drops_all_ipv6() -> None:
+    out = transparent_rules(8081, interface="veth0", ipv6=False)
+    v6 = [line for line in out.splitlines() if line.startswith("ip6tables -t filter")]
+    assert v6 == [
+        "ip6tables -t filter -I INPUT 1 -i veth0 -j DROP",
+        "ip6tables -t filter -I FORWARD 1 -i veth0 -j DROP",
+    ]
+    assert out.count("redirect to :8081") == 1 and "ip6tables -t nat" not in out
+
+
+def test_a_named_resolver_is_the_only_dns_let_through() -> None:
+    out = transparent_rules(8081, interface="veth0", resolvers=["10.0.0.53"])
+    assert "iptables -t nat -A PREROUTING -i veth0 -d 10.0.0.53 -p tcp --dport 53 -j RETURN" in out
+    assert "iptables -t filter -I FORWARD 1 -i veth0 -d 10.0.0.53 -p udp --dport 53 -j ACCEPT" in out
+    assert "ip daddr 10.0.0.53 meta l4proto { udp, tcp } th dport 53 accept" in out
+    assert "-d 10.0.0.53" not in "\n".join(line for line in out.splitlines() if line.startswith("ip6tables"))
+
+
+def test_interface_with_sources_prints_the_anti_spoof_rule() -> None:
+    out = transparent_rules(8081, interface="veth0", source=["10.0.0.2/32", "fd00::2/128"])
+    assert "iptables -t raw -I PREROUTING 1 -i veth0 -s 10.0.0.2/32 -j RETURN" in out
+    assert "iptables -t raw -I PREROUTING 2 -i veth0 -j DROP" in out
+    assert 'iifname "veth0" meta nfproto ipv4 ip saddr != 10.0.0.2/32 drop' in out
+    assert "ip6 saddr != { fd00::2/128, fe80::/10 } drop" in out
+
+
+def test_bridge_port_rules_drop_other_sources_and_mark_the_port() -> None:
+    out = transparent_rules(8081, bridge_port="sg-a", source=["10.0.0.2/32"])
+    mark = f"{interface_mark('sg-a'):#010x}"
+    assert (
+        f"ebtables -t nat -A PREROUTING -i sg-a -p IPv4 --ip-src 10.0.0.2/32 -j mark --mark-set {mark}" in out
+    )
+    assert "ebtables -t nat -A PREROUTING -i sg-a -p ARP -j DROP" in out
+    assert 'iifname "sg-a" ether type { ip, arp, ip6 } drop' in out
+    assert "sysctl -w net.ipv4.tcp_fwmark_accept=1" in out
+
+
+def test_interface_marks_are_stable_and_distinct() -> None:
+    assert interface_mark("sg-a") == interface_mark("sg-a") and interface_mark("sg-a") != interface_mark(
+        "sg-b"
+    )
+    assert interface_mark("x") & 0x80000000
+
+
+def test_source_form_says_which_family_is_not_fenced() -> None:
+    out = transparent_rules(1, source="10.0.0.7/24")
+    assert "iptables -t nat -A PREROUTING -s 10.0.0.0/24 -p tcp" in out
+    assert "IPv6: no --source of this family was given; its traffic is NOT fenced" in out
+    assert "ip6tables -t nat -A PREROUTING -s fd00::/64" in transparent_rules(1, source="fd00::1/64")
+    assert "ip6 saddr fd00::/64" in transparent_rules(1, source="fd00::1/64")
 
 
 @pytest.mark.parametrize(
@@ -31,12 +107,34 @@ def test_uid_rules_exclude_the_proxy_user() -> None:
         ({"uid": 1001}, "--proxy-uid"),
         ({"uid": 5, "proxy_uid": 5}, "differ"),
         ({}, "exactly one"),
-        ({"interface": "a", "source": "10.0.0.1"}, "exactly one"),
+        ({"interface": "a", "uid": 3, "proxy_uid": 4}, "exactly one"),
         ({"interface": "eth0; rm -rf /"}, "not an interface name"),
         ({"source": "not-an-ip"}, "does not appear to be"),
+        ({"interface": "a", "resolvers": ["dns.example"]}, "not an IP address"),
+        ({"bridge_port": "a"}, "needs --source"),
+        ({"bridge_port": "a", "interface": "b", "source": "10.0.0.1"}, "only --source"),
     ],
-    ids=["uid-without-proxy-uid", "same-uid", "none", "two", "shell-injection", "bad-source"],
+    ids=[
+        "uid-without-proxy-uid",
+        "same-uid",
+        "none",
+        "two",
+        "shell-injection",
+        "bad-source",
+        "bad-resolver",
+        "bridge-no-source",
+        "bridge-and-interface",
+    ],
 )
 def test_bad_arguments_are_refused(kwargs: dict, says: str) -> None:
     with pytest.raises(ValueError, match=says):
         transparent_rules(8081, **kwargs)
+
+
+def test_the_interface_form_marks_what_arrives_there_unless_a_port_marked_it() -> None:
+    out = transparent_rules(8081, interface="veth0")
+    mark = f"{interface_mark('veth0'):#010x}"
+    assert f"iptables -t mangle -A PREROUTING -i veth0 -m mark --mark 0 -j MARK --set-mark {mark}" in out
+    assert f"ip6tables -t mangle -A PREROUTING -i veth0 -m mark --mark 0 -j MARK --set-mark {mark}" in out
+    assert f'iifname "veth0" meta mark 0 meta mark set {mark}' in out
+    assert "sysctl -w net.ipv4.tcp_fwmark_accept=1" in out

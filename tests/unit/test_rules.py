@@ -17,6 +17,7 @@ from proxy.hosts import HostPattern
 from proxy.limits import Limits
 from proxy.policy import Injection
 from proxy.rules import load_rules
+from proxy.slots import DEFAULT_HEADERS, BasicPart
 
 RULES = Path(__file__).resolve().parent.parent / "rules"
 TOKENS = {
@@ -178,6 +179,18 @@ BAD = [
     ),
     ("bad-limits-rate.yaml", 7, "pools.demo.limits.requests_per_second", "must be a positive number"),
     ("bad-limits-connections.yaml", 8, "pools.demo.limits.connections", "connections 0 must be at least 1"),
+    (
+        "bad-limits-hook-processes.yaml",
+        7,
+        "pools.demo.limits.hook_processes",
+        "hook_processes 0 must be at least 1",
+    ),
+    (
+        "bad-limits-websocket.yaml",
+        8,
+        "pools.demo.limits.websocket_message_bytes",
+        "websocket_message_bytes 100 must be from 1024 to 1073741824",
+    ),
     ("bad-duplicate-key.yaml", 9, "pools.demo.egress[0].intercept", "duplicate key 'intercept'"),
     ("bad-yaml-syntax.yaml", 8, "", "invalid YAML: expected ',' or ']'"),
     ("bad-empty.yaml", 1, "", "expected a mapping with 'version: 1' and 'pools'"),
@@ -210,6 +223,19 @@ BAD = [
     ("bad-credential-host-confusable.yaml", 16, CRED_HOST, "wholly in letters that look Latin"),
     # hostile review (r1): the widest wildcard of all was accepted beside unsafe_any_host
     ("bad-credential-host-any.yaml", 16, CRED_HOST, "'*' spans every public suffix"),
+    (
+        "bad-slot-header.yaml",
+        16,
+        "claims[0].credentials[0].headers[1]",
+        "'Host' is not a header a secret may",
+    ),
+    ("bad-slot-basic-part.yaml", 16, "claims[0].credentials[0].basic_parts[1]", "unknown Basic part 'realm'"),
+    (
+        "bad-slot-without-surface.yaml",
+        17,
+        "claims[0].credentials[0].headers",
+        "headers names where the header surface swaps; add 'header' to surfaces",
+    ),
 ]
 
 
@@ -355,11 +381,11 @@ def test_limits_default_and_read_from_the_pool(tmp_path: Path) -> None:
     rules = tmp_path / "r.yaml"
     rules.write_text(
         "version: 1\npools:\n  a: {}\n  b:\n"
-        "    limits: {connections: 4, requests_per_second: 0.5, burst: 3}\n"
+        "    limits: {connections: 4, requests_per_second: 0.5, burst: 3, hook_processes: 2}\n"
     )
     policy = load_rules(rules)
     assert policy.pools["a"].limits == Limits()
-    assert policy.pools["b"].limits == Limits(4, 0.5, 3)
+    assert policy.pools["b"].limits == Limits(4, 0.5, 3, 2)
 
 
 def test_max_requests_is_read_and_checked(tmp_path: Path) -> None:
@@ -400,3 +426,37 @@ def test_risky_hosts_are_warned_about_at_their_lines(tmp_path: Path) -> None:
     assert "10.0.0.5 is an IP address" in messages[4]
     assert "vault.internal is an internal name" in messages[5]
     assert "localhost is a single-label name" in messages[6]
+def test_slots_default_to_the_credential_headers_and_the_basic_password(tmp_path: Path) -> None:
+    """Issue 13 class 4: a credential that names no slots is swapped only in the common
+    credential headers and the Basic password; named ones are kept, compared case-insensitively."""
+    path = staged("good-minimal.yaml", tmp_path)
+    text = path.read_text().replace(
+        "        hosts: [api.github.com]\n",
+        "        hosts: [api.github.com]\n"
+        "        headers: [Authorization, DD-API-KEY]\n"
+        "        basic_parts: [user]\n",
+    )
+    path.write_text(text)
+    github, example = load_rules(path).claims["sandbox-1"].credentials
+    assert (github.headers, github.basic_parts) == (
+        frozenset({"authorization", "dd-api-key"}),
+        {BasicPart.USER},
+    )
+    assert github.swaps_in_header(b"dd-api-key") and not github.swaps_in_header(b"X-Api-Key")
+    assert (example.headers, example.basic_parts) == (DEFAULT_HEADERS, {BasicPart.PASSWORD})
+    assert {"authorization", "x-api-key", "api-key", "x-goog-api-key", "private-token"} <= DEFAULT_HEADERS
+    for reflected in (b"Origin", b"Referer", b"Cookie", b"X-Request-Id", b"Sec-WebSocket-Protocol"):
+        assert not example.swaps_in_header(reflected)
+
+
+def test_a_reflected_header_as_a_slot_is_a_warning_at_its_line(tmp_path: Path) -> None:
+    path = staged("good-minimal.yaml", tmp_path)
+    path.write_text(
+        path.read_text().replace(
+            "        hosts: [api.github.com]\n",
+            "        hosts: [api.github.com]\n        headers: [Authorization, Cookie]\n",
+        )
+    )
+    (warning,) = load_rules(path).warnings
+    assert (warning.severity, warning.field) == ("warning", "claims[0].credentials[0].headers[1]")
+    assert warning.line == 25 and "Cookie is a header hosts commonly reflect" in warning.message

@@ -54,7 +54,7 @@ def test_open_creates_a_versioned_wal_file_with_mode_0600(tmp_path: Path, store:
     assert stat.S_IMODE((tmp_path / f"{FILENAME}-wal").stat().st_mode) == 0o600
     db = _raw(store.path)
     try:
-        assert db.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION == 3
+        assert db.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION == 5
         assert db.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
     finally:
         db.close()
@@ -501,10 +501,12 @@ def test_one_of_a_hundred_concurrent_compare_and_sets_wins(
 @pytest.mark.parametrize(
     ("version", "dropped"),
     [
-        (1, ("requests_used", "max_requests", "surfaces", "on_misplaced")),
-        (2, ("requests_used", "max_requests")),
+        (1, ("basic_parts", "headers", "requests_used", "max_requests", "surfaces", "on_misplaced")),
+        (2, ("basic_parts", "headers", "requests_used", "max_requests")),
+        (3, ("basic_parts", "headers")),
+        (4, ()),
     ],
-    ids=["from-1", "from-2"],
+    ids=["from-1", "from-2", "from-3", "from-4"],
 )
 def test_an_older_store_gains_the_budget_columns_and_keeps_its_data(
     tmp_path: Path, ring: KeyRing, version: int, dropped: tuple[str, ...]
@@ -515,14 +517,17 @@ def test_an_older_store_gains_the_budget_columns_and_keeps_its_data(
     db = _raw(tmp_path / FILENAME)  # back to that version's layout
     for column in dropped:
         db.execute(f"ALTER TABLE credentials DROP COLUMN {column}")
+    db.execute("ALTER TABLE claims DROP COLUMN interface")  # schema 5
     db.execute(f"PRAGMA user_version = {version}")
     db.close()
     with Store.open(tmp_path, ring) as s:
         record = s.get_credential("c1", "gh")
         assert record is not None and (record.max_requests, record.requests_used) == (None, 0)
+        assert (record.headers, record.basic_parts) == (None, None)  # the default slots
         assert s.secret("c1", "gh") == (b"v1", 1)
         s.patch_credential("c1", "gh", max_requests=1)
         assert s.spend("c1", "gh") and not s.spend("c1", "gh")
+        assert s.get_claim("c1").interface is None  # type: ignore[union-attr]
     db = _raw(tmp_path / FILENAME)
     try:
         assert db.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION
@@ -557,3 +562,21 @@ def test_patch_keeps_the_count_and_put_restarts_it(store: Store) -> None:
 
 def test_spend_of_an_unknown_credential_is_refused(store: Store) -> None:
     assert store.spend("c1", "nothing") is False
+
+
+def test_slots_are_stored_normalised_and_patched_back_to_the_default(store: Store) -> None:
+    """Header slots are kept lower-cased and sorted, Basic parts in their fixed order; None is
+    the default (proxy.slots), and a bad name is refused before anything is written."""
+    _put(store)
+    rec = store.patch_credential(
+        "c1", "gh", headers=["X-Api-Key", "Authorization"], basic_parts=["password", "user"]
+    )
+    assert (rec.headers, rec.basic_parts) == (("authorization", "x-api-key"), ("user", "password"))
+    again = store.get_credential("c1", "gh")
+    assert again is not None and (again.headers, again.basic_parts) == (rec.headers, rec.basic_parts)
+    for bad in ({"headers": ["Host"]}, {"headers": ["Proxy-Authorization"]}, {"headers": ["a b"]},
+                {"basic_parts": ["realm"]}):  # fmt: skip
+        with pytest.raises(ValueError):
+            store.patch_credential("c1", "gh", **bad)
+    back = store.patch_credential("c1", "gh", headers=None, basic_parts=None)
+    assert (back.headers, back.basic_parts) == (None, None)

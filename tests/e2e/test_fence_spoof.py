@@ -1,0 +1,271 @@
+"""Claims bound to more than an address (issue 21): sandbox A, root in its own namespace on a
+shared bridge, takes sandbox B's address while B is down. Its requests are refused, and B's
+secret never leaves.
+
+    sg-sa 10.245.0.2, fd00:245::2 ──port sg-pa-*──┐
+                                                  ├─ bridge sg-br 10.245.0.1, fd00:245::1 ─ sg-host
+    sg-sb 10.245.0.3, fd00:245::3 ──port sg-pb-*──┘   (surrogate; the printed fence for sg-br and
+                                                        each port's printed anti-spoof rules)
+                                    sg-host 10.246.0.1 ──veth── sg-up 10.246.0.2 (HTTPS)
+
+Two layers, each shown on its own: (1) with every printed rule loaded, A's frames from B's
+address are dropped on A's bridge port and reach nothing; (2) with A's port rules missing (an
+operator's mistake), the proxy still refuses: B's claim says ``interface: <B's port>`` and A's
+connection does not carry that port's mark (403 ``wrong_interface``, audited).
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import textwrap
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import canary
+import pytest
+from _netns import Lab, NsProxy, flush_rules, load_printed, missing, sh
+from harness import ROOT, free_port
+from servers import TestCA
+
+pytestmark = pytest.mark.e2e
+
+PH_B = "surr_SpoofVictimPlaceholder01"
+UP = "10.246.0.2"
+UP6 = "fd00:246::2"
+A = ("10.245.0.2", "fd00:245::2")
+B = ("10.245.0.3", "fd00:245::3")
+
+UPSTREAM = """
+import json, pathlib, sys, threading, time
+sys.path.insert(0, {tests!r})
+import trustme
+from servers import TestCA, Upstream
+class CA(TestCA):
+    def __init__(self): pass
+ca = CA()
+ca.ca = trustme.CA.from_pem(pathlib.Path({cert!r}).read_bytes(), pathlib.Path({key!r}).read_bytes())
+ups = [Upstream(ca, ["api.test", "api6.test"], bind=(a, 443)).start() for a in {up!r}]
+print("ready", flush=True)
+def dump():
+    while True:
+        rows = [{{"path": r.path, "headers": r.headers}} for u in ups for r in list(u.requests)]
+        pathlib.Path({record!r}).write_text("".join(json.dumps(r) + "\\n" for r in rows))
+        time.sleep(0.1)
+threading.Thread(target=dump, daemon=True).start()
+sys.stdin.read()
+for u in ups:
+    u.stop()
+"""
+
+
+@dataclass
+class Bridge:
+    lab: Lab
+    host: str
+    sa: str
+    sb: str
+    port_a: str
+    port_b: str
+    proxy: NsProxy
+    tport: int
+    secret: str
+    record: Path
+    received: list[str] = field(default_factory=list)
+
+    def curl(self, ns: str, source: str, path: str, timeout: int = 8) -> subprocess.CompletedProcess[str]:
+        name, up = ("api6.test", f"[{UP6}]") if ":" in source else ("api.test", UP)
+        done = sh(
+            "curl", "-sS", "--max-time", str(timeout), "--interface", source,
+            "--cacert", str(self.proxy.ca_pem), "--resolve", f"{name}:443:{up}",
+            "-H", f"Authorization: Bearer {PH_B}", "-w", "\n%{http_code}",
+            f"https://{name}{path}", ns=ns, check=False, timeout=timeout + 10,
+        )  # fmt: skip
+        self.received.append(done.stdout + done.stderr)
+        return done
+
+    def upstream_paths(self) -> list[str]:
+        text = self.record.read_text() if self.record.exists() else ""
+        return [json.loads(line)["path"] for line in text.splitlines()]
+
+    def printed(self, *args: str) -> str:
+        return subprocess.run(
+            [sys.executable, "-m", "proxy", "transparent-rules", "--port", str(self.tport), *args],
+            capture_output=True, text=True, cwd=ROOT, check=True,
+        ).stdout  # fmt: skip
+
+    def port_rules(self, port: str, sources: tuple[str, str]) -> str:
+        return self.printed(
+            "--bridge-port", port, "--source", f"{sources[0]}/32", "--source", f"{sources[1]}/128"
+        )
+
+
+@pytest.fixture(scope="module")
+def bridge(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Bridge]:
+    why = missing("ebtables")
+    if why:
+        pytest.skip(why)
+    tmp = tmp_path_factory.mktemp("spoof")
+    secret = canary.make("spoofvictim")
+    canary.source(tmp / "secret", secret)
+    (tmp / "token").write_text("unused-in-transparent-mode")
+    ca = TestCA(tmp)
+    ca.ca.private_key_pem.write_to_path(str(tmp / "ca-key.pem"))
+    record = canary.exempt(tmp / "upstream.jsonl")
+    lab = Lab()
+    port_a, port_b = f"sg-pa-{lab.tag}", f"sg-pb-{lab.tag}"
+    (tmp / "rules.yaml").write_text(
+        textwrap.dedent(f"""\
+        version: 1
+        pools:
+          p:
+            egress:
+              - host: api.test
+              - host: api6.test
+        claims:
+          - id: sandbox-a
+            pool: p
+            proxy_token: file:token
+            sources: [{A[0]}/32, "{A[1]}/128"]
+            interface: {port_a}
+          - id: sandbox-b
+            pool: p
+            proxy_token: file:token
+            sources: [{B[0]}/32, "{B[1]}/128"]
+            interface: {port_b}
+            credentials:
+              - name: b-api
+                value: file:secret
+                placeholder: {PH_B}
+                hosts: [api.test, api6.test]
+        """)
+    )
+    upstream = proxy = None
+    try:
+        host, sa, sb, up = lab.add("host"), lab.add("sa"), lab.add("sb"), lab.add("up")
+        sh("ip", "link", "add", "sg-br", "type", "bridge", ns=host)
+        sh("ip", "link", "set", "sg-br", "up", ns=host)
+        lab.addr(host, "sg-br", "10.245.0.1/24", "fd00:245::1/64")
+        for ns, port, (v4, v6) in ((sa, port_a, A), (sb, port_b, B)):
+            lab.link(host, port, ns, "eth0")
+            sh("ip", "link", "set", port, "master", "sg-br", ns=host)
+            lab.addr(ns, "eth0", f"{v4}/24", f"{v6}/64")
+            lab.route(ns, "default", "via", "10.245.0.1")
+            lab.route(ns, "default", "via", "fd00:245::1")
+        lab.link(host, f"sg-hu-{lab.tag}", up, "eth0")
+        lab.addr(host, f"sg-hu-{lab.tag}", "10.246.0.1/24", "fd00:246::1/64")
+        lab.addr(up, "eth0", f"{UP}/24", f"{UP6}/64")
+        lab.route(up, "default", "via", "10.246.0.1")
+        lab.route(up, "default", "via", "fd00:246::1")
+        lab.forwarding(host)
+        upstream = subprocess.Popen(
+            ["ip", "netns", "exec", up, sys.executable, "-c", UPSTREAM.format(
+                tests=str(ROOT / "tests"), cert=str(ca.ca_pem), key=str(tmp / "ca-key.pem"), up=[UP, UP6],
+                record=str(record))],
+            stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
+        )  # fmt: skip
+        assert upstream.stdout is not None and upstream.stdout.readline().strip() == "ready"
+        tport = free_port()
+        proxy = NsProxy(
+            host, tmp / "rules.yaml", tmp, upstream_ca=ca.ca_pem, resolve={"api.test": UP, "api6.test": UP6}
+        )
+        proxy.args += ["--transparent", f"[::]:{tport}"]
+        proxy.start()
+        yield Bridge(lab, host, sa, sb, port_a, port_b, proxy, tport, secret, record)
+    finally:
+        if proxy is not None:
+            proxy.stop()
+        if upstream is not None:
+            if upstream.stdin:
+                upstream.stdin.close()
+            upstream.wait(timeout=30)
+            if upstream.stdout:
+                upstream.stdout.close()
+        lab.teardown()
+    canary.assert_absent({"spoof proxy artifacts": proxy.audit_path.read_bytes() + proxy.stderr().encode()})
+
+
+def load_all(b: Bridge, tool: str, *, port_a_rules: bool = True) -> None:
+    flush_rules(b.host)
+    load_printed(b.printed("--interface", "sg-br"), b.host, tool)
+    if port_a_rules:
+        load_printed(b.port_rules(b.port_a, A), b.host, tool)
+    load_printed(b.port_rules(b.port_b, B), b.host, tool)
+
+
+def take_bs_address(b: Bridge) -> None:
+    """B goes down; A adds B's addresses; the host forgets B's link-layer address."""
+    sh("ip", "link", "set", "eth0", "down", ns=b.sb)
+    for v4, v6 in (B,):
+        sh("ip", "addr", "add", f"{v4}/24", "dev", "eth0", ns=b.sa, check=False)
+        sh("ip", "addr", "add", f"{v6}/64", "dev", "eth0", "nodad", ns=b.sa, check=False)
+    sh("ip", "neigh", "flush", "dev", "sg-br", ns=b.host, check=False)
+
+
+def give_back(b: Bridge) -> None:
+    for v4, v6 in (B,):
+        sh("ip", "addr", "del", f"{v4}/24", "dev", "eth0", ns=b.sa, check=False)
+        sh("ip", "addr", "del", f"{v6}/64", "dev", "eth0", ns=b.sa, check=False)
+    sh("ip", "link", "set", "eth0", "up", ns=b.sb)
+    sh("ip", "neigh", "flush", "dev", "sg-br", ns=b.host, check=False)
+    time.sleep(0.5)
+
+
+TOOLS = ["iptables", "nft"]
+
+
+@pytest.mark.parametrize("tool", TOOLS)
+def test_b_itself_gets_its_secret_swapped_on_its_own_port(bridge: Bridge, tool: str) -> None:
+    load_all(bridge, tool)
+    for family, source in zip(("v4", "v6"), B, strict=True):
+        path = f"/spoof/{tool}/b-{family}"
+        done = bridge.curl(bridge.sb, source, path)
+        assert done.stdout.endswith("200"), done
+        event = bridge.proxy.wait_event(path=path)
+        assert (event["claim"], event["decision"]) == ("sandbox-b", "allow")
+        assert event["credentials"] == [{"name": "b-api", "version": 1}]
+
+
+@pytest.mark.parametrize("tool", TOOLS)
+def test_a_with_bs_address_gets_nowhere_with_every_printed_rule(bridge: Bridge, tool: str) -> None:
+    load_all(bridge, tool)
+    take_bs_address(bridge)
+    try:
+        for family, source in zip(("v4", "v6"), B, strict=True):
+            path = f"/spoof/{tool}/dropped-{family}"
+            done = bridge.curl(bridge.sa, source, path, timeout=5)
+            assert not done.stdout.endswith("200"), done
+            time.sleep(0.3)
+            assert [e for e in bridge.proxy.audit_events() if e.get("path") == path] == []
+            assert path not in bridge.upstream_paths()
+    finally:
+        give_back(bridge)
+
+
+@pytest.mark.parametrize("tool", TOOLS)
+def test_without_as_port_rules_the_proxy_refuses_the_wrong_interface(bridge: Bridge, tool: str) -> None:
+    load_all(bridge, tool, port_a_rules=False)
+    take_bs_address(bridge)
+    try:
+        for family, source in zip(("v4", "v6"), B, strict=True):
+            path = f"/spoof/{tool}/refused-{family}"
+            done = bridge.curl(bridge.sa, source, path, timeout=20)
+            assert done.stdout.endswith("403") and "wrong_interface" in done.stdout, done
+            event = bridge.proxy.wait_event(path=path)
+            assert (event["claim"], event["reason"], event["credentials"]) == (
+                "sandbox-b",
+                "wrong_interface",
+                [],
+            )
+    finally:
+        give_back(bridge)
+
+
+def test_zz_bs_secret_left_only_for_b(bridge: Bridge) -> None:
+    time.sleep(0.3)
+    paths = bridge.upstream_paths()
+    assert sorted(paths) == sorted(f"/spoof/{t}/b-{f}" for t in TOOLS for f in ("v4", "v6")), paths
+    canary.assert_absent({"spoof clients": "".join(bridge.received).encode()})
