@@ -44,8 +44,10 @@ stands for. :attr:`RequestPath.ambiguity` names the first one found (None: none)
 - a dot segment (``.``, ``..``), raw or percent-encoded (``%2e%2e``), with parameters
   (``..;x``), or a segment of only dots and spaces (``...``, ``.%20``): clients remove dot
   segments before sending (§5.2.4) and servers resolve them before or after decoding, or not;
-- an encoded ``%`` (``%25``: a double encoding a second decoding pass reads again) or an encoded
-  ``;`` (``%3B``: a parameter to a server that decodes before stripping);
+- an encoded ``%`` (``%25``: a double encoding a second decoding pass reads again), an encoded
+  ``;`` (``%3B``: a parameter to a server that decodes before stripping), or an encoded ``?``
+  or ``#`` (``%3F``, ``%23``: the end of the path to a server that decodes before it splits
+  the query off, as Apache's modules did, CVE-2024-38474: ``/token%3Fx`` is its ``/token``);
 - a control character, raw or encoded (``%00``–``%1F``, ``%7F``);
 - a ``%`` that does not start two hex digits (``%u002e``, ``%g0``, a trailing ``%2``);
 - escapes that do not decode to UTF-8 (overlong ``%C0%AE``, ``%FF``);
@@ -76,7 +78,8 @@ _UNRESERVED = frozenset(b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz01
 _PCHAR = _UNRESERVED | frozenset(b"!$&'()*+,;=:@")
 _HEX = frozenset(b"0123456789abcdefABCDEF")
 _ENCODED = {0x2F: "an encoded slash (%2F)", 0x5C: "an encoded backslash (%5C)",
-            0x25: "an encoded percent sign (%25)", 0x3B: "an encoded semicolon (%3B)"}  # fmt: skip
+            0x25: "an encoded percent sign (%25)", 0x3B: "an encoded semicolon (%3B)",
+            0x3F: "an encoded question mark (%3F)", 0x23: "an encoded number sign (%23)"}  # fmt: skip
 _DOTS = frozenset(b". ")
 REDACTED = "REDACTED"
 

@@ -171,6 +171,10 @@ AMBIGUOUS = [
     ("/oauth/tok%00en", "encoded-nul"),
     ("/oauth/%u0074oken", "iis-u-escape"),
     ("/oauth/%C0%AEtoken", "overlong-utf8"),
+    # hostile review (r1): a server that decodes before it splits off the query (Apache's
+    # "confusion attacks", CVE-2024-38474) routes /oauth/token%3Fx to /oauth/token
+    ("/oauth/token%3Fx", "encoded-question-mark"),
+    ("/oauth/token%23", "encoded-number-sign"),
 ]
 
 
