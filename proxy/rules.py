@@ -537,11 +537,13 @@ def _warnings(
 
 
 def credential_host_risk(pattern: HostPattern) -> str | None:
-    """Why a secret must not be bound to ``pattern`` (issue 13): a wildcard that spans a public
-    or shared-tenant suffix, or a confusable IDN label (:mod:`proxy.suffixes`); None if neither.
-    The control API refuses the same hosts."""
+    """Why a secret must not be bound to ``pattern`` (issue 13): ``*`` (every host: the widest
+    wildcard over public suffixes), a wildcard that spans a public or shared-tenant suffix, or a
+    confusable IDN label (:mod:`proxy.suffixes`); None if none. The control API refuses the same
+    hosts. A pool's ``unsafe_any_host`` lets it *connect* anywhere; it never makes ``*`` a
+    credential host."""
     if pattern.any_host:
-        return None
+        return "'*' spans every public suffix (Public Suffix List): it sends the secret to every host"
     if pattern.suffix is not None and (why := wildcard_risk(pattern.suffix.lstrip("."))) is not None:
         return why
     return confusable(pattern.suffix.lstrip(".") if pattern.suffix else pattern.text)

@@ -137,6 +137,11 @@ def _make_bare_repo(root: pathlib.Path) -> None:
     shutil.rmtree(work)
 
 
+# The fake token endpoint and a second URL of it, as providers keep one per API version
+# (Microsoft's /oauth2/token beside /oauth2/v2.0/token): both grant the same refresh tokens.
+TOKEN_PATHS = ("/oauth/token", "/oauth/v1/token")
+
+
 def _routed(path: str) -> str:
     """``path`` as a lenient web framework routes it (the token endpoint is matched so): percent-
     decoded, ``;params`` dropped, empty segments (``//``, a trailing slash) ignored."""
@@ -168,7 +173,7 @@ class _Handler(BaseHTTPRequestHandler):
             return self._echo()
         if path.endswith("/upgrade-raw"):
             return self._upgrade_raw()
-        if self.command == "POST" and _routed(path) == "/oauth/token":
+        if self.command == "POST" and _routed(path) in TOKEN_PATHS:
             return self._token()
         received = sum(len(c) for c in self._body())
         self._record(received)

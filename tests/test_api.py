@@ -362,6 +362,9 @@ async def test_a_pool_that_allows_any_host_takes_no_credentials(api: httpx.Async
         assert (await api.post("/v1/claims", json={"id": cid, "pool": pool})).status_code == 201
     problem(await cred(api, cid="w1"), 422, "any_host_pool")
     assert (await cred(api, cid="w2")).status_code == 201  # the pool says unsafe_any_host: true
+    # ... to connect anywhere, never to send a secret anywhere (hostile review r1: it was 201)
+    got = problem(await cred(api, {"hosts": ["*"], "value": SECRET}, cid="w2", name="any"), 422, "risky_host")
+    assert got["field"] == "hosts[0]"
 
 
 async def test_reads_never_return_a_value(api: httpx.AsyncClient) -> None:
@@ -545,7 +548,7 @@ def test_a_tcp_listener_without_its_address_is_refused(control: Control) -> None
         make_app(control, operator_token="operator-token-0123456789")
 
 
-@pytest.mark.parametrize("host", ["*.herokuapp.com", "*.on.aws", "аpi.github.test"])
+@pytest.mark.parametrize("host", ["*.herokuapp.com", "*.on.aws", "аpi.github.test", "api.\u0261ithub.test"])
 async def test_a_credential_host_that_looks_safe_and_is_not_is_a_422(
     tmp_path: Path, store: Store, host: str
 ) -> None:
