@@ -1,7 +1,11 @@
 """identify: which claim is this connection?
 
 Transparent mode: the claim is the one whose ``sources`` hold the connection's source address
-(longest prefix wins); an unknown source is refused (403 ``unknown_source``) and audited.
+(longest prefix wins); an unknown source is refused (403 ``unknown_source``) and audited. A
+transparent connection belongs to the claim its source identified when it opened (its id, origin
+and, for a store claim, generation): once the source identifies another claim or none (the claim
+deleted, its sources changed, a rules reload), the poll closes the connection, long-lived streams
+and TLS pass-through included, and a request still on it is refused (``unknown_source``).
 
 Explicit mode: the sandbox sends ``Proxy-Authorization: Basic base64(<claim id>:<token>)``
 (RFC 9110 §11.7.1, RFC 7617) on its CONNECT, or on each plain-HTTP request. The token is
@@ -36,6 +40,7 @@ import binascii
 from dataclasses import dataclass, field
 
 from mitmproxy import connection, ctx, http
+from mitmproxy.proxy import mode_specs
 
 from addons import facts
 from proxy.decide import Reason, deny
@@ -80,6 +85,9 @@ def _credentials(value: str) -> tuple[str, str] | None:
 
 POLL_SECONDS = 0.2
 
+# A transparent connection's claim as identified by its source: id, origin, store generation.
+SourceClaim = tuple[str, str, tuple[int, float] | None] | None
+
 
 class Identify:
     def __init__(self, state: State) -> None:
@@ -87,6 +95,8 @@ class Identify:
         self.tunnels: dict[str, _Tunnel] = {}
         # client id -> the token of its CONNECT and the store claim's generation, until connected
         self._tokens: dict[str, tuple[str, tuple[int, float] | None]] = {}
+        # client id -> (source address, its claim when the transparent connection opened)
+        self.sources: dict[str, tuple[str, SourceClaim]] = {}
         self._poller: asyncio.Task[None] | None = None
 
     def running(self) -> None:
@@ -101,7 +111,7 @@ class Identify:
             await asyncio.sleep(POLL_SECONDS)
             try:
                 self._refresh()
-                self._close(self._revoked_tunnels())
+                self._close(self._revoked_tunnels() | self._revoked_sources())
             except Exception as e:  # keep polling; every request in a tunnel is checked anyway
                 facts.log.error("revocation poll failed with %s", type(e).__name__)
 
@@ -125,6 +135,30 @@ class Identify:
                 out.add(client_id)
         return out
 
+    def _source_claim(self, address: str) -> SourceClaim:
+        claim = self.state.registry.claim_for_source(address)
+        if claim is None:
+            return None
+        generation = self.state.registry.generation(claim.id) if claim.origin == "store" else None
+        return (claim.id, claim.origin, generation)
+
+    def _revoked_sources(self) -> set[str]:
+        """Client ids of transparent connections whose source no longer identifies the claim it
+        identified when they opened."""
+        now: dict[str, SourceClaim] = {}
+        out = set()
+        for client_id, (address, then) in list(self.sources.items()):
+            if address not in now:
+                now[address] = self._source_claim(address)
+            if now[address] != then:
+                out.add(client_id)
+        return out
+
+    def client_connected(self, client: connection.Client) -> None:
+        if isinstance(client.proxy_mode, mode_specs.TransparentMode) and client.peername:
+            address = str(client.peername[0])
+            self.sources[client.id] = (address, self._source_claim(address))
+
     def _close(self, client_ids: set[str]) -> None:
         if not client_ids:
             return
@@ -132,6 +166,7 @@ class Identify:
         for handler in list(server.connections.values()):
             if handler.client.id in client_ids:
                 self.tunnels.pop(handler.client.id, None)
+                self.sources.pop(handler.client.id, None)
                 handler.close_connection(handler.client)
 
     def _authenticate(self, flow: http.HTTPFlow) -> Claim | None:
@@ -194,6 +229,17 @@ class Identify:
                 who = peer[0] if peer else "unknown"
                 facts.refuse(flow, deny(Reason.UNKNOWN_SOURCE, f"source address {who} belongs to no claim"))
                 return
+            opened = self.sources.get(flow.client_conn.id)
+            if opened is not None and self._source_claim(opened[0]) != opened[1]:
+                facts.refuse(
+                    flow,
+                    deny(
+                        Reason.UNKNOWN_SOURCE,
+                        f"source address {opened[0]} no longer identifies the claim this connection "
+                        "was opened for (deleted, changed or replaced): open a new connection",
+                    ),
+                )
+                return
             flow.metadata[facts.CLAIM] = claim
             return
         tunnel = self.tunnels.get(flow.client_conn.id)
@@ -212,6 +258,7 @@ class Identify:
 
     def client_disconnected(self, client: connection.Client) -> None:
         self.tunnels.pop(client.id, None)
+        self.sources.pop(client.id, None)
         self._tokens.pop(client.id, None)
 
 
