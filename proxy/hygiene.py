@@ -5,6 +5,10 @@ said otherwise): more than one Host header (RFC 9112 §3.2), a value holding a c
 other than HTAB (RFC 9110 §5.5; this includes a bare CR or LF that would fold or split a line),
 a head over ``MAX_HEAD_BYTES`` or ``MAX_HEADERS`` fields (431, RFC 6585 §5), and TRACE toward a
 host one of the claim's credentials is bound to (it would echo the swapped secret back).
+A ``Transfer-Encoding`` other than ``chunked`` alone (``gzip, chunked``, ``deflate, chunked``,
+``compress, chunked``, which mitmproxy accepts) gets 501 (RFC 9112 §6.1): the body the upstream
+decodes is then not the one the placeholder checks read, and a swap that re-frames the body
+would drop the coding.
 
 Dropped before forwarding (RFC 9110 §7.6.1): every header ``Connection`` names, ``Keep-Alive``
 and ``Proxy-Connection``. Kept: ``Connection`` itself and its ``close``/``keep-alive``/``upgrade``
@@ -57,6 +61,10 @@ def check_head(fields: Sequence[tuple[bytes, bytes]], method: str, credentialed_
         for name, value in fields:
             if _CONTROL.search(value) or _CONTROL.search(name):
                 return Verdict(400, f"control character in header {name[:64].decode('latin-1')!r}")
+    if b"transfer-encoding" in names:
+        for name, value in fields:
+            if name.lower() == b"transfer-encoding" and value.strip().lower() != b"chunked":
+                return Verdict(501, "request Transfer-Encoding other than chunked (RFC 9112 §6.1)")
     if method == "TRACE" and credentialed_host:
         return Verdict(405, "TRACE toward a host with credentials is refused (it would echo them)")
     drop = set(_HOP_BY_HOP)

@@ -21,6 +21,13 @@ H = list[tuple[bytes, bytes]]
         ([(b"X-Big", b"v" * MAX_HEAD_BYTES)], "GET", False, 431),
         ([(b"Host", b"a.test")], "TRACE", True, 405),
         ([(b"Host", b"a.test")], "TRACE", False, 0),
+        ([(b"Host", b"a.test"), (b"Transfer-Encoding", b"chunked")], "POST", False, 0),
+        ([(b"Host", b"a.test"), (b"transfer-encoding", b" Chunked ")], "POST", False, 0),
+        ([(b"Host", b"a.test"), (b"Transfer-Encoding", b"gzip, chunked")], "POST", False, 501),
+        ([(b"Host", b"a.test"), (b"Transfer-Encoding", b"deflate,chunked")], "POST", False, 501),
+        ([(b"Host", b"a.test"), (b"Transfer-Encoding", b"compress ,\tchunked")], "POST", False, 501),
+        ([(b"Host", b"a.test"), (b"TRANSFER-ENCODING", b"GZIP, CHUNKED")], "POST", False, 501),
+        ([(b"Host", b"a.test"), (b"Transfer-Encoding", b"gzip")], "POST", False, 501),
     ],
     ids=[
         "fine",
@@ -32,6 +39,13 @@ H = list[tuple[bytes, bytes]]
         "head-too-large",
         "trace-to-credentialed-host",
         "trace-elsewhere",
+        "chunked",
+        "chunked-odd-case-and-space",
+        "gzip-then-chunked",
+        "deflate-then-chunked",
+        "compress-then-chunked-with-whitespace",
+        "upper-case-gzip-then-chunked",
+        "gzip-alone",
     ],
 )
 def test_check_head(fields: H, method: str, credentialed: bool, status: int) -> None:
