@@ -28,6 +28,12 @@ H = list[tuple[bytes, bytes]]
         ([(b"Host", b"a.test"), (b"Transfer-Encoding", b"compress ,\tchunked")], "POST", False, 501),
         ([(b"Host", b"a.test"), (b"TRANSFER-ENCODING", b"GZIP, CHUNKED")], "POST", False, 501),
         ([(b"Host", b"a.test"), (b"Transfer-Encoding", b"gzip")], "POST", False, 501),
+        ([(b"Host", b"a.test"), (b"Content_Length", b"5")], "POST", False, 400),
+        ([(b"Host", b"a.test"), (b"transfer_encoding", b"chunked")], "POST", False, 400),
+        ([(b"Host", b"a.test"), (b"HOST_", b"b.test")], "GET", False, 0),
+        ([(b"Host", b"a.test"), (b"Connection", b"x"), (b"Keep_Alive", b"1")], "GET", False, 400),
+        ([(b"Host", b"a.test"), (b"Proxy_Authorization", b"Basic eDp5")], "GET", False, 400),
+        ([(b"Host", b"a.test"), (b"X_Api_Key", b"v"), (b"Upgrade_Insecure_Requests", b"1")], "GET", False, 0),
     ],
     ids=[
         "fine",
@@ -46,6 +52,12 @@ H = list[tuple[bytes, bytes]]
         "compress-then-chunked-with-whitespace",
         "upper-case-gzip-then-chunked",
         "gzip-alone",
+        "content-length-with-underscore",
+        "transfer-encoding-with-underscore",
+        "host-with-a-trailing-underscore-is-another-name",
+        "keep-alive-with-underscore",
+        "proxy-authorization-with-underscore",
+        "other-underscore-names-pass",
     ],
 )
 def test_check_head(fields: H, method: str, credentialed: bool, status: int) -> None:
