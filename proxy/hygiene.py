@@ -43,9 +43,9 @@ _PATH = re.compile(rb"/[\x21-\x7e]*")  # visible ASCII (RFC 9112 §3.2: RFC 3986
 _AUTHORITY = re.compile(rb"[A-Za-z0-9\-._~%!$&'()*+,;=:\[\]]*")  # RFC 3986 §3.2, no "@"
 _HOP_BY_HOP = frozenset({b"keep-alive", b"proxy-connection"})
 _FRAMING = frozenset(
-    {b"host", b"content-length", b"transfer-encoding", b"connection", b"te", b"upgrade", b"trailer", b"expect",
-     b"keep-alive"}
-)  # fmt: skip
+    {b"host", b"content-length", b"transfer-encoding", b"connection", b"te", b"upgrade", b"trailer"}
+    | {b"expect", b"keep-alive"}
+)
 _KEEP = frozenset({b"close", b"keep-alive", b"upgrade", b"te", b"host", b"connection"})
 
 

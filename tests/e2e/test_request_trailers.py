@@ -98,7 +98,8 @@ def env(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Env]:
                     surfaces: [header, body]
             """)
         )
-        proxy = ProxyProcess(tmp / "rules.yaml", tmp, upstream_ca=ca.ca_pem, resolve={n: "127.0.0.1" for n in NAMES})
+        pins = {n: "127.0.0.1" for n in NAMES}
+        proxy = ProxyProcess(tmp / "rules.yaml", tmp, upstream_ca=ca.ca_pem, resolve=pins)
         e = Env(raw, h2u, proxy, token, secret)
         try:
             proxy.start()
@@ -124,9 +125,13 @@ def test_an_http1_request_with_trailers_is_answered_and_its_trailers_dropped(env
     path = f"/t1/{host}"
     trailer = b"".join(n + b": " + v + b"\r\n" for n, v in TRAILERS)
     request = (
-        f"POST {path} HTTP/1.1\r\nHost: {host}:{env.port(host)}\r\nTransfer-Encoding: chunked\r\n\r\n"
-        "5\r\nhello\r\n0\r\n"
-    ).encode() + trailer + b"\r\n"
+        (
+            f"POST {path} HTTP/1.1\r\nHost: {host}:{env.port(host)}\r\nTransfer-Encoding: chunked\r\n\r\n"
+            "5\r\nhello\r\n0\r\n"
+        ).encode()
+        + trailer
+        + b"\r\n"
+    )
     started, data = time.monotonic(), b""
     with env.tunnel(host, ["http/1.1"]) as tls:
         tls.sendall(request)
