@@ -31,8 +31,8 @@ A run is decoded at its 4 offsets, and a decoding is read further only when one 
 finds something in it to read (``surr_``, a percent escape, a NUL, another long run): garbage,
 which is what 3 of the 4 offsets give, stops there. A value with whitespace between base64
 characters is read a second time with its whitespace removed. Other
-separators (``.``, ``,``, ``:``) are not joined: joining every non-base64 byte would make every
-value one long run.
+separators (``.``, ``,``, ``:``, and ``+`` read as a form-encoded space) are not joined: joining
+every non-base64 byte would make every value one long run, and ``+`` is itself a base64 character.
 """
 
 from __future__ import annotations
