@@ -304,3 +304,46 @@ def test_a_refused_placeholder_in_a_compressed_body_still_closes_the_connection(
     event = env.proxy.wait_event(path=path)
     assert (event["reason"], event["violation_surface"]) == ("placeholder_misplaced", "body")
     assert all(not r.complete for r in env.raw.requests(path))
+
+
+# r2 review: only the first gzip member was decoded (RFC 1952 §2.2 allows a series of them, and
+# the upstream's decoder reads them all): a placeholder in the second passed unchecked, and a
+# swapped body lost everything after the first member.
+def _two_members(first: dict[str, str], second: dict[str, str]) -> bytes:
+    text = json.dumps({**first, **second}).encode()
+    cut = text.index(b'"second"')
+    return gzip.compress(text[:cut]) + gzip.compress(text[cut:])
+
+
+@pytest.mark.parametrize("http2", PROTOCOLS)
+def test_a_refused_placeholder_in_a_second_gzip_member_closes_the_connection(env: Env, http2: bool) -> None:
+    path = f"/members-refused/{int(http2)}"
+    sent = _two_members({"pad": "y" * 1000}, {"second": P_BLK})
+    assert P_BLK.encode() in gzip.decompress(sent)
+    with env.client("blk", http2) as client, pytest.raises(httpx.HTTPError):
+        client.post(
+            env.url("raw.test", path),
+            content=sent,
+            headers={"Content-Type": "application/json", "Content-Encoding": "gzip"},
+        )
+    event = env.proxy.wait_event(path=path)
+    assert (event["reason"], event["violation_surface"]) == ("placeholder_misplaced", "body")
+    assert all(not r.complete for r in env.raw.requests(path))
+
+
+@pytest.mark.parametrize("http2", PROTOCOLS)
+def test_a_placeholder_in_a_second_gzip_member_is_swapped_and_nothing_is_lost(env: Env, http2: bool) -> None:
+    path = f"/members-swapped/{int(http2)}"
+    doc = {"pad": "z" * 1000, "second": P_SVC, "n": path}
+    sent = _two_members({"pad": doc["pad"]}, {"second": P_SVC, "n": path})
+    r = _post(
+        env,
+        "swp",
+        http2,
+        env.url("raw.test", path),
+        content=sent,
+        headers={"Content-Type": "application/json", "Content-Encoding": "gzip"},
+    )
+    assert r.status_code == 200
+    req = _one_clean_request(env, path)
+    assert json.loads(_decode("gzip", req.body)) == {**doc, "second": env.secret}
