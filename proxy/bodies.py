@@ -192,6 +192,9 @@ def decoder(encoding: str, limit: int = MAX_DECODED) -> Decoder | None:
                         # placeholder could ride in the second; a zlib stream (RFC 1950) is one
                         if not members:
                             raise BadEncoding("bytes after the end of the deflate stream")
+                        data = data.lstrip(b"\0")  # zero padding between members, as Python's
+                        if not data:  # gzip reads it (and proxy/decode.py for responses)
+                            break
                         z[0] = zlib.decompressobj(16 + zlib.MAX_WBITS)
                     yield count(z[0].decompress(data, _PIECE))
                     data = z[0].unconsumed_tail or (z[0].unused_data if z[0].eof else b"")

@@ -194,6 +194,14 @@ def test_every_member_of_a_multi_member_body_is_decoded(encoding: str, read: int
         assert out == gzip.decompress(wire)
 
 
+def test_zero_padding_between_gzip_members_is_skipped_as_pythons_gzip_does() -> None:
+    wire = gzip.compress(b"a") + b"\0" * 7 + gzip.compress(P1) + b"\0" * 3
+    dec = bodies.decoder("gzip")
+    assert dec is not None
+    out = b"".join(b"".join(dec(wire[i : i + 5])) for i in range(0, len(wire), 5)) + b"".join(dec(b""))
+    assert out == gzip.decompress(wire) == b"a" + P1
+
+
 @pytest.mark.parametrize(
     ("encoding", "wire"),
     [
