@@ -8,11 +8,11 @@ host one of the claim's credentials is bound to (it would echo the swapped secre
 A ``Transfer-Encoding`` other than ``chunked`` alone (``gzip, chunked``, ``deflate, chunked``,
 ``compress, chunked``, which mitmproxy accepts) gets 501 (RFC 9112 §6.1): the body the upstream
 decodes is then not the one the placeholder checks read, and a swap that re-frames the body
-would drop the coding. A header name that is a framing or routing header but for ``_`` in place
-of ``-`` (``Content_Length``, ``Transfer_Encoding``, ``Host``, ``Connection``, ``TE``,
-``Upgrade``, ``Trailer``, ``Expect``, ``Proxy_*``) gets 400: mitmproxy frames the request
-without it and forwards it, and a server that reads ``_`` as ``-`` (CGI-style header mapping)
-would frame or route the request differently.
+would drop the coding. A header name that is a framing or ``Proxy-*`` header but for ``_`` in
+place of ``-`` (``Content_Length``, ``Transfer_Encoding``, ``Keep_Alive``, ``Proxy_*``) gets
+400: mitmproxy frames the request without it (and identify removes only ``Proxy-*``) and forwards
+it, and a server that reads ``_`` as ``-`` (CGI-style header mapping) would frame the request
+differently.
 
 Dropped before forwarding (RFC 9110 §7.6.1): every header ``Connection`` names, ``Keep-Alive``
 and ``Proxy-Connection``. Kept: ``Connection`` itself and its ``close``/``keep-alive``/``upgrade``
@@ -42,10 +42,8 @@ _TOKEN = re.compile(rb"[!#$%&'*+\-.^_`|~0-9A-Za-z]+")  # RFC 9110 §5.6.2
 _PATH = re.compile(rb"/[\x21-\x7e]*")  # visible ASCII (RFC 9112 §3.2: RFC 3986 characters)
 _AUTHORITY = re.compile(rb"[A-Za-z0-9\-._~%!$&'()*+,;=:\[\]]*")  # RFC 3986 §3.2, no "@"
 _HOP_BY_HOP = frozenset({b"keep-alive", b"proxy-connection"})
-_FRAMING = frozenset(
-    {b"host", b"content-length", b"transfer-encoding", b"connection", b"te", b"upgrade", b"trailer"}
-    | {b"expect", b"keep-alive"}
-)
+# the framing headers with a "-" in their name: only those have a "_" spelling
+_FRAMING = frozenset({b"content-length", b"transfer-encoding", b"keep-alive"})
 _KEEP = frozenset({b"close", b"keep-alive", b"upgrade", b"te", b"host", b"connection"})
 
 
