@@ -4,7 +4,7 @@ Pure (no I/O). :func:`hidden` finds the placeholders of ``registered`` inside ``
 
 - raw, also when followed by more letters or digits (``surr_…xyz``: a receiver can cut the tail);
 - percent-encoded, any byte, either hex case (RFC 3986 §2.1), up to :data:`MAX_LAYERS` layers
-  (``%5F``, ``%255F``);
+  (``%5F``, ``%255F``), also in IIS's ``%u005F`` form;
 - base64 or base64url (RFC 4648 §4, §5), with or without padding, alone or at any alignment inside
   a longer run (``Basic base64(user:P)``, a JWT segment, ``xyz`` + base64(…)), also broken into
   lines or words by whitespace (space, tab, CR, LF: MIME's 76-character lines, RFC 2045 §6.8, and
@@ -57,6 +57,7 @@ _B64_CHARS = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/_
 # substring search (C speed), where the regex costs ~1.7 us per decoding (measured)
 _CLASS = bytes(0x61 if b in _B64_CHARS else 0x20 for b in range(256))
 _LONG_RUN = b"a" * _MIN_RUN
+_PCT_U = re.compile(rb"%[uU]([0-9A-Fa-f]{4})")
 _WHITESPACE = b" \t\r\n"  # what base64 decoders skip (RFC 2045 §6.8 lines, Python, Node)
 
 
@@ -107,6 +108,8 @@ def _scan(value: bytes, layers: int, out: list[bytes]) -> None:
         decoded = unquote_to_bytes(value)
         if decoded != value:
             _scan(decoded, layers - 1, out)
+        if b"%u" in value or b"%U" in value:  # IIS's %uXXXX (a UTF-16 code unit), as UTF-8
+            _scan(_PCT_U.sub(lambda m: chr(int(m[1], 16)).encode("utf-8", "replace"), value), layers - 1, out)
     if b"\x00" in value:  # UTF-16/32 of ASCII: the placeholder's bytes with NULs between them;
         _scan(value.replace(b"\x00", b""), layers, out)  # no layer spent: it cannot recur
     done = _runs(value, layers, out)

@@ -100,6 +100,7 @@ NAMED = [
     ([], "/sm/utf16-key?" + quote(PH.encode("utf-16")) + "=1", "utf16-with-bom-as-a-query-key"),
     (["-H", f"X-Trace: {_b64(PH.encode('utf-16-le'))}"], "/sm/utf16-b64", "base64-of-utf16-in-a-header"),
     (["-H", f"Cookie: a=1; s={quote(PH.encode('utf-16-be'))}"], "/sm/utf16-cookie", "utf16-in-a-cookie"),
+    ([], "/sm/iis?t=" + PH.replace("_", "%u005F"), "iis-percent-u-in-the-query"),
 ]  # fmt: skip
 
 

@@ -101,6 +101,8 @@ MORE = [
     ([(b"X-Trace", _b64(PH.encode("utf-16-le")))], b"/", "utf16le-base64-in-a-header"),
     ([(b"Cookie", b"s=" + quote(PH.encode("utf-16-le")).encode() + b"; Path=/")], b"/", "utf16-in-a-cookie"),
     ([(b"X-Trace", _b64(_lines(_b64(PH.encode()), 8, b"\n")))], b"/", "base64-of-base64-lines"),
+    ([], b"/x?t=" + PH.replace("_", "%u005F").encode(), "iis-percent-u-in-the-query"),
+    ([(b"Cookie", b"s=" + "".join(f"%U{ord(c):04x}" for c in PH).encode())], b"/", "iis-percent-u-all"),
 ]
 NAMED += MORE
 
