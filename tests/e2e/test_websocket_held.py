@@ -78,7 +78,9 @@ def world(tmp_path_factory: pytest.TempPathFactory) -> Iterator[World]:
                 credentials: []
             """)
         )
-        proxy = ProxyProcess(tmp / "rules.yaml", tmp, upstream_ca=ca.ca_pem, resolve={"ws.test": "127.0.0.1"})
+        # one process: the bound is per process, and its RSS is what is measured
+        pins = {"ws.test": "127.0.0.1"}
+        proxy = ProxyProcess(tmp / "rules.yaml", tmp, upstream_ca=ca.ca_pem, resolve=pins, workers=1)
         proxy.args += ["--websocket-held-bytes", str(HELD)]
         proxy.start()
         try:
