@@ -18,7 +18,9 @@ Each addon handles one concern and talks to the others only through ``flow.metad
                 after policy (only allowed requests) and before substitute (it sees placeholders,
                 never secrets), and before stream (its body is read whole, bounded)
 3. substitute — placeholders → secrets, injections, violations
+   scrub (messages) — WebSocket messages from the upstream, scrubbed before stream lets them go
 4. stream     — forward every body read as it arrives (SSE), count bytes
+   framing    — what mitmproxy's HTTP/1 writers cannot frame (trailers, a chunked 304): fixed
    oauth      — a token endpoint's response: real tokens into the store, placeholders onward; it
                 reads the body as the upstream sent it (decoding it itself), so it comes before
                 scrub, whose stream wraps it and scrubs what it passes on
@@ -28,7 +30,8 @@ Each addon handles one concern and talks to the others only through ``flow.metad
 7. metrics    — Prometheus counters from the same facts
 
 then only the mitmproxy addons interception needs: proxyserver (listeners, loop check),
-next_layer (protocol detection; runs after policy's opaque-tunnel choice), tlsconfig (our CA,
+next_layer (protocol detection; runs after policy's opaque-tunnel choice; addons/tunnel.py's
+subclass: only TLS and HTTP in an intercepted tunnel), tlsconfig (our CA,
 upstream verification), errorcheck (exit non-zero on a startup error).
 """
 
@@ -36,11 +39,12 @@ from __future__ import annotations
 
 from typing import Any
 
-from mitmproxy.addons import errorcheck, next_layer, proxyserver, tlsconfig
+from mitmproxy.addons import errorcheck, proxyserver, tlsconfig
 
 from addons.audit import Audit
 from addons.fence import Fence
 from addons.forgery import Forgery
+from addons.h1read import Framing
 from addons.hooks import Hooks
 from addons.hygiene import Hygiene
 from addons.identify import Identify
@@ -49,9 +53,10 @@ from addons.metrics import Metrics
 from addons.oauth import OAuthCapture
 from addons.policy import Policy
 from addons.resolve import Resolve
-from addons.scrub import Scrub
+from addons.scrub import Scrub, ScrubMessages
 from addons.stream import Stream
 from addons.substitute import Substitute
+from addons.tunnel import NextLayer
 from addons.wslimit import WebSocketLimit
 from proxy.state import State
 
@@ -79,14 +84,16 @@ def chain(state: State) -> list[Any]:
         Forgery(),
         Hooks(state),
         Substitute(state),
+        ScrubMessages(),
         Stream(),
+        Framing(),
         OAuthCapture(state),
         Scrub(),
         Resolve(state),
         Audit(),
         Metrics(state),
         proxyserver.Proxyserver(),
-        next_layer.NextLayer(),
+        NextLayer(state),  # mitmproxy's, refusing non-HTTP bytes in intercepted tunnels
         TlsConfig(),
         errorcheck.ErrorCheck(repeat_errors_on_stderr=True),
     ]

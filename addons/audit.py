@@ -3,7 +3,9 @@
 Requests are logged when they end (``response`` or ``error``); a CONNECT is logged only when it
 is refused or opens an opaque tunnel (an intercepted tunnel's requests are logged one by one). A
 transparent-mode TLS pass-through (no CONNECT, no flow) is logged as a tunnel event with a null
-method and status once its upstream connection opened, or failed (then with the reason).
+method and status once its upstream connection opened, or failed (then with the reason). An
+intercepted connection closed because its bytes were not HTTP (addons/tunnel.py) is logged the
+same way, reason ``not_http``, when the client connection closes.
 """
 
 from __future__ import annotations
@@ -89,8 +91,8 @@ def _passthrough_event(client: connection.Client, p: facts.Passthrough, error: s
     peer = client.peername
     return {
         a.REQUEST_ID: client.id,
-        a.CLAIM: p.claim.id,
-        a.POOL: p.claim.pool,
+        a.CLAIM: p.claim.id if p.claim else None,
+        a.POOL: p.claim.pool if p.claim else None,
         a.CLIENT: f"{peer[0]}:{peer[1]}" if peer else None,
         a.METHOD: None,  # no CONNECT: the sandbox's TLS went to its destination, redirected
         a.SCHEME: None,
@@ -163,3 +165,11 @@ class Audit:
 
     def client_disconnected(self, client: connection.Client) -> None:
         facts.PASSTHROUGH.pop(client.id, None)
+        refused = facts.REFUSED_TUNNELS.pop(client.id, None)
+        if refused is not None:  # bytes that were not HTTP (addons/tunnel.py): nothing relayed
+            try:
+                a.emit("tunnel", _passthrough_event(client, refused, None))
+            except Exception as e:
+                logging.getLogger("surrogate").error(
+                    "audit event for %s failed: %s", client.id, type(e).__name__
+                )

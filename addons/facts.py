@@ -65,7 +65,7 @@ REQUEST_ID_HEADER = "X-Surrogate-Request-Id"
 class Passthrough:
     """A transparent-mode TLS connection passed through uninspected (an opaque egress rule)."""
 
-    claim: Any  # proxy.policy.Claim
+    claim: Any  # proxy.policy.Claim, or None (a refused connection from no claim's address)
     host: str  # the canonical SNI
     port: int
     decision: Decision
@@ -73,6 +73,9 @@ class Passthrough:
 
 
 PASSTHROUGH: dict[str, Passthrough] = {}
+# An intercepted connection refused because its bytes were not HTTP (addons/tunnel.py), by
+# client connection id; audit logs it when the client connection closes.
+REFUSED_TUNNELS: dict[str, Passthrough] = {}
 
 # A refused request's body is read (and held) by mitmproxy before the refusal can be sent, so a
 # refusal of a request that may carry more than this closes the connection instead.

@@ -3,13 +3,6 @@
 The request line, or an HTTP/2 request's pseudo-header fields, is checked first: they become
 an HTTP/1 request line when the upstream speaks HTTP/1 (issue 20).
 
-Request trailers are dropped, never forwarded (RFC 9110 §6.5.1: a recipient may discard them):
-nothing checks them for placeholders, and mitmproxy 12.3 cannot send them to an HTTP/1 upstream
-(an HTTP/2 request with trailers hung there, as did an HTTP/1 chunked request with a trailer
-section, whose reader raised). HTTP/1 trailers are dropped as they are read
-(:class:`addons.malformed.StrictChunkedReader`), HTTP/2 ones in :meth:`Hygiene.request`, the hook
-mitmproxy runs before it sends them.
-
 Runs after identify (it needs the claim, to know whether TRACE would meet a credential) and
 before policy. The rules are in :mod:`proxy.hygiene`.
 """
@@ -53,7 +46,3 @@ class Hygiene:
             return
         if verdict.drop:
             req.headers.fields = tuple((n, v) for n, v in req.headers.fields if n.lower() not in verdict.drop)
-
-    def request(self, flow: http.HTTPFlow) -> None:
-        if flow.request.trailers is not None:
-            flow.request.trailers = None  # dropped: see the module docstring

@@ -21,6 +21,11 @@ Revocation is the same for rules-file claims (issue 13): their token comes from 
 the token that opened it; every request in it checks that token again against the claim as it
 is now, and is refused (407) once it no longer matches or the claim is gone; the poll closes
 such tunnels too, idle ones included.
+
+A store claim's tunnel belongs to the claim as it was when its CONNECT authenticated (its
+version and creation time, :meth:`proxy.registry.Registry.generation`): a token rotated while
+the CONNECT was being answered, or the id deleted and created again for another tenant within
+one poll, is another claim, refused on the next request and closed by the poll.
 """
 
 from __future__ import annotations
@@ -46,15 +51,20 @@ class _Tunnel:
     authority: tuple[str, int]
     token: str = field(default="", repr=False, compare=False)  # the proxy token that opened it
     origin: str = "rules"  # the claim's origin then: a claim of that id from elsewhere is another
+    generation: tuple[int, float] | None = None  # a store claim's, when the CONNECT authenticated
 
 
-def _still_valid(claim: Claim | None, tunnel: _Tunnel) -> bool:
+def _still_valid(claim: Claim | None, tunnel: _Tunnel, generation: tuple[int, float] | None) -> bool:
     """A tunnel may go on carrying requests: its claim exists with the same origin and, for a
-    rules-file claim, still takes the token the tunnel was opened with (store claims: the
-    registry's version check closes them)."""
+    rules-file claim, still takes the token the tunnel was opened with; for a store claim, is
+    the very claim (``generation``: the registry's now) that authenticated the CONNECT. A store
+    claim rotated or deleted and created again under the same id while the CONNECT was being
+    answered, or between two polls, is another claim."""
     if claim is None or claim.origin != tunnel.origin:
         return False
-    return claim.origin == "store" or claim.proxy_token.matches(tunnel.token)
+    if claim.origin == "store":
+        return tunnel.generation is not None and generation == tunnel.generation
+    return claim.proxy_token.matches(tunnel.token)
 
 
 def _credentials(value: str) -> tuple[str, str] | None:
@@ -75,7 +85,8 @@ class Identify:
     def __init__(self, state: State) -> None:
         self.state = state
         self.tunnels: dict[str, _Tunnel] = {}
-        self._tokens: dict[str, str] = {}  # client id -> the token of its CONNECT, until connected
+        # client id -> the token of its CONNECT and the store claim's generation, until connected
+        self._tokens: dict[str, tuple[str, tuple[int, float] | None]] = {}
         self._poller: asyncio.Task[None] | None = None
 
     def running(self) -> None:
@@ -90,7 +101,7 @@ class Identify:
             await asyncio.sleep(POLL_SECONDS)
             try:
                 self._refresh()
-                self._close(self._revoked_rules_tunnels())
+                self._close(self._revoked_tunnels())
             except Exception as e:  # keep polling; every request in a tunnel is checked anyway
                 facts.log.error("revocation poll failed with %s", type(e).__name__)
 
@@ -99,18 +110,17 @@ class Identify:
         if revoked:
             self._close({c for c, t in self.tunnels.items() if t.claim_id in revoked})
 
-    def _revoked_rules_tunnels(self) -> set[str]:
-        """Client ids of tunnels of rules-file claims whose token no longer opens them (each
+    def _revoked_tunnels(self) -> set[str]:
+        """Client ids of tunnels that may no longer carry requests (:func:`_still_valid`; each
         claim and token checked once per poll)."""
-        checked: dict[tuple[str, str], bool] = {}
+        checked: dict[tuple[str, str, tuple[int, float] | None], bool] = {}
         out = set()
+        registry = self.state.registry
         for client_id, tunnel in list(self.tunnels.items()):
-            claim = self.state.registry.claim(tunnel.claim_id)
-            if claim is not None and claim.origin == tunnel.origin == "store":
-                continue
-            key = (tunnel.claim_id, tunnel.token)
+            key = (tunnel.claim_id, tunnel.token, tunnel.generation)
             if key not in checked:
-                checked[key] = _still_valid(claim, tunnel)
+                claim = registry.claim(tunnel.claim_id)
+                checked[key] = _still_valid(claim, tunnel, registry.generation(tunnel.claim_id))
             if not checked[key]:
                 out.add(client_id)
         return out
@@ -130,7 +140,7 @@ class Identify:
         if creds is None or claim is None or not claim.proxy_token.matches(creds[1]):
             return None
         if flow.request.method == "CONNECT":
-            self._tokens[flow.client_conn.id] = creds[1]
+            self._tokens[flow.client_conn.id] = (creds[1], self.state.registry.generation(claim.id))
         return claim
 
     def _refuse_auth(self, flow: http.HTTPFlow) -> None:
@@ -165,9 +175,9 @@ class Identify:
     def http_connected(self, flow: http.HTTPFlow) -> None:
         # Only a CONNECT that was allowed opens a tunnel whose requests inherit its claim.
         claim = flow.metadata[facts.CLAIM]
-        token = self._tokens.pop(flow.client_conn.id, "")
+        token, generation = self._tokens.pop(flow.client_conn.id, ("", None))
         self.tunnels[flow.client_conn.id] = _Tunnel(
-            claim.id, flow.metadata[facts.AUTHORITY], token, claim.origin
+            claim.id, flow.metadata[facts.AUTHORITY], token, claim.origin, generation
         )
 
     @facts.fail_closed
@@ -189,7 +199,7 @@ class Identify:
         tunnel = self.tunnels.get(flow.client_conn.id)
         if tunnel is not None:
             claim = self.state.registry.claim(tunnel.claim_id)
-            if not _still_valid(claim, tunnel):
+            if not _still_valid(claim, tunnel, self.state.registry.generation(tunnel.claim_id)):
                 claim = None  # revoked: the token that opened this tunnel no longer opens it
             flow.metadata[facts.AUTHORITY] = tunnel.authority
         else:

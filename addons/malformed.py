@@ -83,10 +83,7 @@ class StrictChunkedReader(ChunkedReader):
         elif self._bytes_in_chunk == 0:
             # h11 first drops the CRLF that ends the previous chunk, then reads the next line
             _check_line(buf, len(self._bytes_to_discard))
-        event = super().__call__(buf)
-        if isinstance(event, h11.EndOfMessage) and event.headers:
-            return h11.EndOfMessage()  # request trailers are dropped (see addons/hygiene.py)
-        return event
+        return super().__call__(buf)
 
 
 def _check_line(buf: ReceiveBuffer, start: int) -> None:

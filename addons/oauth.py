@@ -12,6 +12,13 @@ instead. The next request (any tunnel) uses the new values: the registry rebuild
 A non-2xx answer with a JSON or form body is read whole too and refused if it holds any
 token-like field (:func:`proxy.oauth.check_other`); other answers stream through (scrubbed).
 
+A refresh token presented anywhere else on its hosts (swapped into a request whose path is not
+the declared endpoint: a provider's second token URL, such as Microsoft's ``/oauth2/token``
+beside ``/oauth2/v2.0/token``) may be answered with fresh real tokens that no scrubber knows:
+a JSON or form answer to such a request, any status, is read whole and refused when it holds a
+token-like field with a value (:func:`proxy.oauth.check_other`); nothing is captured there
+(declare the endpoint that is used).
+
 Fails closed: a body that is too large, not JSON or a form, holds a token-like field it does not
 capture, names a credential the claim does not hold, comes from an endpoint host the credential
 is not bound to, or cannot be written to the store is not passed; the connection is closed and the audit
@@ -46,6 +53,14 @@ def _fail(flow: http.HTTPFlow, why: str) -> None:
         flow.kill()
 
 
+def _presented(flow: http.HTTPFlow, declaring: tuple[Credential, ...], host: str) -> bool:
+    """True when a refresh-token credential (one declaring ``oauth``) was swapped into this
+    request, or may still be (its body is still streaming toward a host it is bound to)."""
+    used = flow.metadata.get(facts.USED, {})
+    streaming = flow.request.timestamp_end is None
+    return any(c.name in used or (streaming and c.bound_to(host)) for c in declaring)
+
+
 class OAuthCapture:
     def __init__(self, state: State) -> None:
         self.state = state
@@ -57,11 +72,15 @@ class OAuthCapture:
             return
         path = flow.metadata.get(facts.PATH) or flow.request.path  # the canonical identity (policy)
         cred = next((c for c in claim.oauth if c.oauth and c.oauth.matches(host, path)), None)
-        if cred is None:
-            return
         content_type = response.headers.get("content-type", "")
         ok = 200 <= response.status_code < 300
-        if not ok and not oauth.checked_media(content_type):
+        if cred is None:
+            # not the declared endpoint, but the request presented a refresh token: whatever
+            # the host answers there (another token URL of the provider) is checked, not captured
+            if not _presented(flow, claim.oauth, host) or not oauth.checked_media(content_type):
+                return
+            ok = False
+        elif not ok and not oauth.checked_media(content_type):
             return  # an error page: streams on, scrubbed
         encoding = response.headers.get("content-encoding", "").strip().lower()
         decode = decoder(encoding)
@@ -90,7 +109,7 @@ class OAuthCapture:
                 if chunk:
                     return []  # the end of the body comes as b""
                 body = bytes(held)
-                if ok:
+                if ok and cred is not None:
                     body = self._capture(claim, cred, body, content_type, host)
                 else:
                     oauth.check_other(body, content_type)

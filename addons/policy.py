@@ -8,6 +8,10 @@
   are each chosen by the client; all three must name the same host (and the Host port, when
   given, the CONNECT port), else 421 Misdirected Request (RFC 9110 §15.5.20). Then the request
   is decided in full (host, port, method, path).
+- The request target's own authority (an absolute-form ``GET https://other.test/x``, RFC 9112
+  §3.2.2, or HTTP/2's ``:authority``) and every Host header field are names too: inside a tunnel
+  each must be the tunnel's host, else 421 (never "decided for one host, read as another"). An
+  agreeing absolute-form target is forwarded in origin form, so the upstream has one reading.
 - Plain-HTTP proxy requests (absolute-form) are decided on their URL and Host header.
 """
 
@@ -110,10 +114,7 @@ class Policy:
         elif authority is None:  # absolute-form request on the explicit proxy (plain HTTP)
             authority = (canonical_host(req.host), req.port)
         host, port = authority
-        header = req.host_header or ""
-        names = {"Host header": header}
-        if flow.client_conn.sni:
-            names["TLS SNI"] = flow.client_conn.sni
+        names = _names(req, flow.client_conn.sni)
         for what, value in names.items():
             name, given_port = split_authority(value) if value else ("", None)
             if name != host or (given_port is not None and given_port != port):
@@ -122,10 +123,13 @@ class Policy:
                     f"{what} {value!r} does not match the tunnel's host {host}:{port}",
                     status=421,
                 )
+        if req.data.authority and not req.is_http2:
+            req.data.authority = b""  # absolute form, agreeing: the upstream gets the origin form
         # the setter also rewrites the Host header (and costs a header pass): skip it when both
         # already spell the canonical name
+        header = req.host_header or ""
         if req.host != host or header not in (host, f"{host}:{port}"):
-            req.host = host  # the canonical, checked name (resolve turns it into the checked address)
+            req.host = host  # the canonical, checked name (resolve connects it to the checked address)
         flow.metadata[facts.HOST] = host
         # Inside a tunnel we terminated TLS for, only intercepting rules may allow a request: a
         # later `intercept: false` rule must not approve what the intercepting rule refused.
@@ -142,4 +146,23 @@ class Policy:
         ambiguous = check_path(pool, host, path, endpoints)
         if ambiguous is not None:  # anything on this host that matches on paths could be misled
             return ambiguous
-        return decide_request(pool, host, port, method, path, intercepted_only=in_tunnel)
+        scheme = "https" if req.scheme == "https" else "http"  # as it reached us, and will leave
+        return decide_request(pool, host, port, method, path, intercepted_only=in_tunnel, scheme=scheme)
+
+
+def _names(req: http.Request, sni: str | None) -> dict[str, str]:
+    """Every name the request gives its destination, each of which must be the decided host:
+    the Host header (required: RFC 9112 §3.2; on HTTP/2 the ``:authority`` may stand in for
+    it, RFC 9113 §8.3.1), the request target's authority (absolute form, RFC 9112 §3.2.2, or
+    ``:authority``) and the TLS SNI. Each header field named Host counts, joined (hygiene
+    refuses two)."""
+    names: dict[str, str] = {}
+    target = req.data.authority.decode("utf-8", "surrogateescape")
+    if target:
+        names["request target"] = target
+    field = facts.header(req.headers.fields, b"host")
+    if field is not None or not target:
+        names["Host header"] = field or ""
+    if sni:
+        names["TLS SNI"] = sni
+    return names

@@ -5,10 +5,11 @@ checked, and the connection goes to the checked address while the TLS SNI and ce
 verification keep using the name: the address checked is the address connected to (no second
 lookup an attacker's DNS could answer differently).
 
-- An HTTP request (after policy and substitute): its destination is resolved once per client
-  connection and name, and the request's host becomes the checked IP (its Host header keeps the
-  name). mitmproxy reuses an upstream connection only for a request whose (host, port) equals the
-  connection's address, so pinning at the request keeps keep-alive reuse working.
+- An HTTP request (after policy and substitute): its destination is resolved and checked once
+  per client connection and name; the request's host stays the canonical name, so the upstream
+  connection mitmproxy opens for it has that name as its address and SNI. ``server_connect``
+  then points that connection at the checked IP and records the name (addons/reuse.py), so the
+  connection is reused only for the same name, never for another name on the same address.
 - Any other upstream connection (an opaque tunnel) is resolved and pinned in ``server_connect``.
 
 Refused, after resolution (so in any spelling: ``127.1``, ``0x7f000001``, ``[::ffff:127.0.0.1]``,
@@ -31,7 +32,7 @@ import socket
 from mitmproxy import connection, http, tls
 from mitmproxy.proxy import mode_specs, server_hooks
 
-from addons import facts
+from addons import facts, reuse
 from proxy.addresses import Network, allowed_by, special
 from proxy.decide import Decision, Reason, deny
 from proxy.errors import HostError
@@ -52,6 +53,7 @@ class Resolve:
         self._pinned: dict[tuple[str, str, int], str] = {}  # (client id, name, port) -> checked IP
         self._sni: dict[tuple[str, str, int], str] = {}  # (client id, IP, port) -> name
         self._allow: dict[str, tuple[Network, ...]] = {}  # client id -> the pool's allow_cidrs
+        reuse.install()  # the request keeps its name (below): connections must match by name
 
     async def _checked(
         self, name: str, port: int, prefer: str | None = None, allow: tuple[Network, ...] = ()
@@ -101,8 +103,8 @@ class Resolve:
                     facts.refuse(flow, _refusal(why, flow))
                     return
                 self._pinned[client, name, port] = ip
-            self._sni[client, ip, port] = name
-            flow.request.data.host = ip  # the Host header keeps the name
+            if flow.request.data.host != name:
+                flow.request.data.host = name  # server_connect connects it to the checked ip
         except Exception as e:  # fail closed, as every surrogate hook
             facts.log.error("resolve failed with %s; request refused", type(e).__name__)
             facts.refuse(
@@ -151,10 +153,15 @@ class Resolve:
         if server.address is None or server.error:
             return
         host, port = server.address[0], server.address[1]
+        pinned = self._pinned.get((data.client.id, host, port))
+        if pinned is not None:  # an HTTP request's destination (by name), already checked
+            if server.tls:  # the checked name, not the client's spelling of it (transparent)
+                server.sni = host
+            reuse.opened_for(server, (host, port))
+            server.address = (pinned, port)
+            return
         name = self._sni.get((data.client.id, host, port))
-        if name is not None:  # an HTTP request's destination, already checked and pinned
-            if server.tls:
-                server.sni = name
+        if name is not None:  # a transparent pass-through, already checked and pinned
             return
         try:
             canonical = canonical_host(host)

@@ -10,8 +10,12 @@ is decoded on the fly within bounds (gzip, deflate, br, zstd: :mod:`proxy.decode
 decoded. A body that cannot be scanned (no decoder for its coding, corrupt, or past a
 decompression bound) is not passed: the connection is closed and the audit event says
 ``unscannable_response`` with the reason. A scrubbed body changes length, so
-``Content-Length`` is dropped (HTTP/1 clients get chunked framing). WebSocket upgrades (101)
-are not scrubbed here.
+``Content-Length`` is dropped (HTTP/1.1 clients get chunked framing, HTTP/1.0 clients a body
+that ends with the connection), except on a response that
+has no body (HEAD, 1xx, 204, 304), whose framing is left alone. The reason phrase and header
+names are scrubbed as the values are; so are HTTP/2 trailers (in the ``response`` hook, before
+mitmproxy sends them), the head of a ``101`` and, in :class:`ScrubMessages`, every WebSocket
+message from the upstream.
 
 Errors: mitmproxy's protocol-error messages quote the offending bytes (``Received invalid
 header name: b'...'``), it sends that message to the client as its 502 page, and the audit event
@@ -31,8 +35,10 @@ from __future__ import annotations
 import time
 from typing import Any
 
+import wsproto.events
 from mitmproxy import ctx, http
 from mitmproxy import flow as mflow
+from mitmproxy.proxy.layers import websocket as websocket_layer
 
 from addons import facts
 from proxy.decide import Reason, deny
@@ -129,12 +135,15 @@ class Scrub:
     def responseheaders(self, flow: http.HTTPFlow) -> None:
         response = flow.response
         claim = flow.metadata.get(facts.CLAIM)
-        if response is None or claim is None or not claim.credentials or response.status_code == 101:
+        if response is None or claim is None or not claim.credentials:
             return
         pairs, compiled = self.pairs.get(claim, time.time())
         scrubber = Scrubber(pairs, compiled=compiled)
         if not scrubber.active:
             return
+        _scrub_head(response, scrubber)
+        if _bodiless(flow.request.method, response.status_code):
+            return  # no body: its framing is left as it is (a 204 with chunked poisons keep-alive)
         fields = response.headers.fields
         encoding = (facts.header(fields, b"content-encoding") or "").strip().lower()
         # a binary body is searched for plain spellings only (escapes_matter says why)
@@ -143,20 +152,21 @@ class Scrub:
             body_scrubber = Scrubber(pairs, compiled=compiled.binary)
         decode = decoder(encoding)
         if decode is None:
-            response.headers.fields = tuple((n, scrubber.scrub(v)) for n, v in response.headers.fields)
             _unscannable(flow, f"no decoder for Content-Encoding {encoding[:40]!r}")
             return
         # One pass over the raw fields (the Headers mapping API decodes every name per call): the
         # values scrubbed; the length dropped (scrubbing changes it) and the coding too when the
-        # body is sent decoded; HTTP/1 clients get chunked framing.
+        # body is sent decoded; HTTP/1.1 clients get chunked framing, HTTP/1.0 ones none (RFC
+        # 9112 §6.1: no Transfer-Encoding toward them): the body ends with the connection.
         drop = {b"content-length"}
         if encoding not in ("", "identity"):
             drop.add(b"content-encoding")
-        http1 = not flow.request.http_version.startswith(("HTTP/2", "HTTP/3"))
+        version = flow.request.http_version
+        http1 = not version.startswith(("HTTP/2", "HTTP/3"))
         if http1:
             drop.add(b"transfer-encoding")
-        kept = [(n, scrubber.scrub(v)) for n, v in fields if n.lower() not in drop]
-        if http1:
+        kept = [(n, v) for n, v in fields if n.lower() not in drop]
+        if http1 and version != "HTTP/1.0":
             kept.append((b"transfer-encoding", b"chunked"))
         response.headers.fields = tuple(kept)
         inner = response.stream if callable(response.stream) else (lambda b: b)
@@ -173,17 +183,34 @@ class Scrub:
                 return []
             try:
                 data = decode(raw) if raw else decode(b"")
+                out = body_scrubber.feed(data) if data else b""
+                if not chunk:  # end of the body: what was held back, scrubbed
+                    out += body_scrubber.finish()
             except Unscannable as e:
                 failed = True
                 _unscannable(flow, str(e))
                 return []
-            out = body_scrubber.feed(data) if data else b""
-            if not chunk:  # end of the body: what was held back, scrubbed
-                out += body_scrubber.finish()
+            except Exception as e:  # fail closed: mitmproxy would leave the client hanging
+                failed = True
+                _unscannable(flow, f"the scrubber failed with {type(e).__name__}")
+                return []
             # never an empty piece: an empty chunk would end a chunked HTTP/1 body early
             return [out] if out else []
 
         response.stream = scrub
+
+    def response(self, flow: http.HTTPFlow) -> None:
+        # trailers are sent after this hook (HTTP/2; HTTP/1 ones are dropped: addons/h1read.py)
+        response = flow.response
+        claim = flow.metadata.get(facts.CLAIM)
+        if response is None or not response.trailers or claim is None or not claim.credentials:
+            return
+        try:
+            pairs, compiled = self.pairs.get(claim, time.time())
+            _scrub_fields(response.trailers, Scrubber(pairs, compiled=compiled))
+        except Exception as e:  # fail closed: trailers we cannot check are not sent
+            facts.log.error("scrub.response failed with %s; trailers dropped", type(e).__name__)
+            response.trailers = None
 
     def error(self, flow: http.HTTPFlow) -> None:
         claim = flow.metadata.get(facts.CLAIM)
@@ -202,6 +229,120 @@ class Scrub:
             facts.log.warning("an upstream error message quoted a credential; withheld, connection closed")
             flow.error = mflow.Error(mflow.Error.KILLED_MESSAGE)
             _close_client(flow)
+
+
+def _bodiless(method: str, status: int) -> bool:
+    """Whether a response has no body whatever its headers say (RFC 9112 §6.3: a response to
+    HEAD, a 1xx, 204 or 304)."""
+    return method.upper() == "HEAD" or 100 <= status < 200 or status in (204, 304)
+
+
+def _scrub_fields(headers: http.Headers, scrubber: Scrubber) -> None:
+    """Scrub header (or trailer) names (also lower-cased, as HTTP/2 sends them) and values in
+    place. A placeholder is ``surr_`` and letters and digits: a valid field name where the
+    secret stood."""
+    fields = headers.fields
+    names = b"\n".join(n for n, _ in fields)  # one search over all names: most hold nothing
+    if scrubber.scrub_name(names) == names:
+        headers.fields = tuple((n, scrubber.scrub(v)) for n, v in fields)
+    else:
+        headers.fields = tuple((scrubber.scrub_name(n), scrubber.scrub(v)) for n, v in fields)
+
+
+def _scrub_head(response: http.Response, scrubber: Scrubber) -> None:
+    """A response head as the sandbox gets it: the reason phrase, header names and values
+    (a 101 included: its head reaches the sandbox before the WebSocket messages)."""
+    response.data.reason = scrubber.scrub(response.data.reason)
+    _scrub_fields(response.headers, scrubber)
+
+
+_CONTROL_PAYLOAD = 125  # bytes: a control frame's payload at most (RFC 6455 §5.5)
+# client connection id -> the claim whose WebSocket it carries (set in websocket_start)
+_WS_CLAIMS: dict[str, Claim] = {}
+_CONTROL_PAIRS = _PairCache()
+_MARK = "_surrogate_scrub_control"
+
+
+def _scrub_control(event: Any, scrubber: Scrubber) -> Any:
+    """A ping, pong or close frame toward the sandbox, its payload or reason scrubbed (cut to
+    what a control frame holds: the placeholder may be longer than the secret)."""
+    if isinstance(event, wsproto.events.Ping | wsproto.events.Pong):
+        return type(event)(payload=scrubber.scrub(bytes(event.payload))[:_CONTROL_PAYLOAD])
+    if isinstance(event, wsproto.events.CloseConnection) and event.reason:
+        reason = scrubber.scrub(event.reason.encode())[: _CONTROL_PAYLOAD - 2]
+        return wsproto.events.CloseConnection(code=event.code, reason=reason.decode("utf-8", "ignore"))
+    return event
+
+
+def _install_control_scrub() -> None:
+    """Wrap mitmproxy's ``WebsocketConnection.send2`` (once per process): the layer forwards a
+    ping, pong or close frame from the upstream as it is, with no hook, so its payload is
+    scrubbed where it is written to a sandbox's connection."""
+    original = websocket_layer.WebsocketConnection.send2
+    if getattr(original, _MARK, False):
+        return
+
+    def send2(self: Any, event: Any) -> Any:
+        claim = _WS_CLAIMS.get(self.conn.id)
+        if claim is not None and not isinstance(event, wsproto.events.Message):
+            try:
+                pairs, compiled = _CONTROL_PAIRS.get(claim, time.time())
+                event = _scrub_control(event, Scrubber(pairs, compiled=compiled))
+            except Exception as e:  # fail closed: a payload we cannot check is not sent
+                facts.log.error(
+                    "scrub of a WebSocket control frame failed with %s; emptied", type(e).__name__
+                )
+                if isinstance(event, wsproto.events.Ping | wsproto.events.Pong):
+                    event = type(event)(payload=b"")
+                elif isinstance(event, wsproto.events.CloseConnection):
+                    event = wsproto.events.CloseConnection(code=event.code)
+        return original(self, event)
+
+    setattr(send2, _MARK, True)
+    websocket_layer.WebsocketConnection.send2 = send2  # type: ignore[method-assign]
+
+
+class ScrubMessages:
+    """WebSocket messages from the upstream, text and binary, scrubbed whole before they are
+    forwarded (mitmproxy calls ``websocket_message`` with the complete message and sends
+    ``message.content`` on afterwards). This addon runs before ``stream``, which lets every
+    message go from ``flow.websocket.messages``; a message is bounded by the WebSocket size
+    limit, so scrubbing it whole holds nothing that is not held already. A text message stays
+    valid UTF-8: a placeholder is ASCII. Escaped forms are sought in binary messages too (they
+    often carry JSON or form-encoded text). Ping, pong and close frames have no hook: their
+    payloads and close reasons are scrubbed where mitmproxy writes them to the sandbox
+    (:func:`_install_control_scrub`)."""
+
+    def __init__(self) -> None:
+        self.pairs = _PairCache()
+        _install_control_scrub()
+
+    def websocket_start(self, flow: http.HTTPFlow) -> None:
+        claim = flow.metadata.get(facts.CLAIM)
+        if claim is not None and claim.credentials:
+            _WS_CLAIMS[flow.client_conn.id] = claim
+
+    def websocket_end(self, flow: http.HTTPFlow) -> None:
+        _WS_CLAIMS.pop(flow.client_conn.id, None)
+
+    def client_disconnected(self, client: Any) -> None:
+        _WS_CLAIMS.pop(client.id, None)
+
+    def websocket_message(self, flow: http.HTTPFlow) -> None:
+        claim = flow.metadata.get(facts.CLAIM)
+        if flow.websocket is None or not flow.websocket.messages or claim is None or not claim.credentials:
+            return
+        message = flow.websocket.messages[-1]
+        if message.from_client:
+            return
+        try:
+            pairs, compiled = self.pairs.get(claim, time.time())
+            message.content = Scrubber(pairs, compiled=compiled).scrub(message.content)
+        except Exception as e:  # fail closed: a message we cannot check is not passed
+            facts.log.error("scrub.websocket_message failed with %s; connection closed", type(e).__name__)
+            message.drop()
+            if flow.killable:
+                flow.kill()
 
 
 def _close_client(flow: http.HTTPFlow) -> None:

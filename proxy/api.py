@@ -87,6 +87,11 @@ class ClaimIn(_In):
     id: str | None = Field(None, pattern=ID_PATTERN, description="claim id; generated when absent")
     pool: str = Field(description="a pool of the rules file")
     sources: list[str] = Field(default_factory=list, description="source addresses/CIDRs (transparent mode)")
+    interface: str | None = Field(
+        None,
+        description="transparent mode: the interface (veth, bridge port) its connections must arrive on; "
+        "needs sources (README, 'The fence')",
+    )
 
 
 class InjectIn(_In):
@@ -146,6 +151,7 @@ class ClaimOut(BaseModel):
     id: str
     pool: str
     sources: list[str]
+    interface: str | None
     version: int
     created_at: datetime
     updated_at: datetime
@@ -204,6 +210,7 @@ def _claim_out(r: ClaimRecord) -> dict[str, Any]:
         "id": r.id,
         "pool": r.pool,
         "sources": list(r.sources),
+        "interface": r.interface,
         "version": r.version,
         "created_at": _ts(r.created_at),
         "updated_at": _ts(r.updated_at),
@@ -435,7 +442,7 @@ def make_app(
 
     @app.post("/v1/claims", status_code=201, response_model=ClaimCreated, responses=errors)
     async def create_claim(body: ClaimIn) -> dict[str, Any]:
-        record, token = control.create_claim(who, body.id, body.pool, body.sources)
+        record, token = control.create_claim(who, body.id, body.pool, body.sources, body.interface)
         return {**_claim_out(record), "proxy_token": token}
 
     @app.get("/v1/claims", response_model=list[ClaimOut])

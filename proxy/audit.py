@@ -20,7 +20,8 @@ Fields:
     decision        allow | deny | violation | error
     reason          reason code (see proxy.decide.Reason)
     rule            the egress rule that decided, e.g. "demo.egress[0] api.github.com", or null
-    message         the human sentence of a refusal or error, null when allowed
+    message         the human sentence of a refusal or error, null when allowed (like ``host``
+                    and ``forged``, with every placeholder-shaped string REDACTED)
     would_deny      report mode: the reason code the rules would have refused with, else null
     credentials     [{"name", "version"}] swapped or injected into this request
     carried         names of credentials whose placeholder passed unchanged
@@ -56,6 +57,7 @@ import json
 import logging
 import logging.handlers
 import os
+import re
 import sys
 import threading
 from collections.abc import MutableMapping
@@ -65,6 +67,7 @@ from urllib.parse import quote
 
 import structlog
 
+from proxy import paths
 from proxy.paths import redact
 
 TIME = "time"
@@ -105,6 +108,25 @@ TRIGGER = "trigger"
 PROBLEMS = "problems"
 
 LOGGER_NAME = "surrogate.audit"
+
+
+# A placeholder-shaped string in a name the sandbox chose (a host, a Host header quoted by a
+# refusal), in any letter case (hosts are lower-cased) or with its "_" percent-encoded.
+_PLACEHOLDER_LIKE = re.compile(r"(?i:surr)(?:_|%5[Ff])[A-Za-z0-9]{16,64}(?![A-Za-z0-9])")
+_NAMED_FIELDS = (HOST, MESSAGE)
+
+
+def hide_placeholders(fields: dict[str, Any]) -> None:
+    """Replace, in place, every placeholder-shaped string in the event's ``host``, ``message``
+    and ``forged`` fields by ``REDACTED`` (``path`` has :func:`redact_path`). The sandbox names
+    hosts and headers, and refusals quote them: the audit holds no placeholder either way."""
+    for key in _NAMED_FIELDS:
+        value = fields.get(key)
+        if isinstance(value, str) and "surr" in value.lower():
+            fields[key] = _PLACEHOLDER_LIKE.sub(paths.REDACTED, value)
+    forged = fields.get(FORGED)
+    if forged:
+        fields[FORGED] = [_PLACEHOLDER_LIKE.sub(paths.REDACTED, str(f)) for f in forged]
 
 
 def redact_path(path: str) -> str:
@@ -199,6 +221,7 @@ def emit(kind: str, fields: dict[str, Any]) -> None:
     """
     if not _chain:
         configure()
+    hide_placeholders(fields)
     fields[EVENT] = kind
     event: Any = fields
     for processor in _chain:

@@ -28,6 +28,9 @@ def add_commands(sub: Any, state: argparse.ArgumentParser) -> None:
     create.add_argument("--pool", required=True)
     create.add_argument("--id")
     create.add_argument("--source", action="append", default=[], help="source address/CIDR (repeatable)")
+    create.add_argument(
+        "--interface", help="transparent mode: the interface its connections must arrive on (needs --source)"
+    )
     cs.add_parser("list", parents=[sock])
     for action in ("get", "delete", "rotate-token"):
         cs.add_parser(action, parents=[sock]).add_argument("claim")
@@ -126,7 +129,9 @@ def _request(args: argparse.Namespace) -> tuple[str, str, dict[str, Any] | None,
     if args.command == "claims":
         base = "/v1/claims"
         if args.action == "create":
-            return "POST", base, {"id": args.id, "pool": args.pool, "sources": args.source}, headers
+            claim_body = {"id": args.id, "pool": args.pool, "sources": args.source}
+            claim_body["interface"] = args.interface
+            return "POST", base, claim_body, headers
         if args.action == "list":
             return "GET", base, None, headers
         if args.action == "rotate-token":

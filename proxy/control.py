@@ -26,7 +26,7 @@ from proxy.errors import HostError, SecretUnavailable, SurrogateError
 from proxy.hosts import HostPattern
 from proxy.metrics import Metrics
 from proxy.oauth import OAuthSpec, endpoint_bound, parse_spec
-from proxy.policy import Pool
+from proxy.policy import INTERFACE_NAME, Pool
 from proxy.registry import Registry
 from proxy.rules import credential_host_risk, opaque_shadow
 from proxy.secrets import checked_value
@@ -80,7 +80,9 @@ def coverage(
             raise ControlError(
                 422, "risky_host", f"host {pattern}: {why}; list the exact hosts", f"hosts[{i}]"
             )
-        rule = next((r for r in pool.egress if r.intercept and r.host.covers(pattern)), None)
+        rule = next(
+            (r for r in pool.egress if r.intercept and r.scheme == "https" and r.host.covers(pattern)), None
+        )
         if rule is None:
             raise ControlError(
                 422,
@@ -200,7 +202,7 @@ class Control:
     # claims
 
     def create_claim(
-        self, who: str, claim_id: str | None, pool: str, sources: list[str]
+        self, who: str, claim_id: str | None, pool: str, sources: list[str], interface: str | None = None
     ) -> tuple[ClaimRecord, str]:
         claim_id = claim_id or f"claim-{secrets.token_hex(6)}"
         if not _ID.match(claim_id):
@@ -213,8 +215,19 @@ class Control:
         if claim_id in self.registry.policy.claims:
             raise ControlError(409, "conflict", f"claim {claim_id!r} is declared in the rules file")
         self._check_sources_free(claim_id, sources)
+        if interface is not None and not INTERFACE_NAME.match(interface):
+            raise ControlError(
+                422, "invalid_interface", f"{interface!r} is not an interface name", "interface"
+            )
+        if interface is not None and not sources:
+            raise ControlError(
+                422,
+                "invalid_interface",
+                "interface needs sources: it binds the claim's source addresses",
+                "interface",
+            )
         try:
-            record, token = self.store.create_claim(claim_id, pool, sources)
+            record, token = self.store.create_claim(claim_id, pool, sources, interface)
         except ValueError as e:
             raise ControlError(422, "invalid_sources", str(e), "sources") from None
         except SurrogateError as e:

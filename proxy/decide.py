@@ -9,9 +9,13 @@ a request the rules would refuse is allowed, and its decision carries ``would_de
 it would have been refused) for the audit event. Placeholder violations and every other check
 outside the egress rules are never relaxed by it.
 
-Rules of a pool are tried in file order; the first rule whose host, port, method and path all
-match decides. A CONNECT is decided on host and port alone (the method and path are not known
-until the tunnel carries a request); each request inside the tunnel is decided again in full.
+Rules of a pool are tried in file order; the first rule whose host, port, scheme, method and
+path all match decides. A CONNECT is decided on host and port alone (the method and path are not
+known until the tunnel carries a request), and only ``scheme: https`` rules can allow it: a
+port allowed for plain HTTP never becomes a tunnel. Each request inside the tunnel is decided
+again in full, on the scheme it arrived with (``http`` when the tunnel carries no TLS); an
+``http://`` request toward a port only ``https`` rules allow is refused ``scheme_not_allowed``
+before any connection.
 """
 
 from __future__ import annotations
@@ -35,6 +39,7 @@ class Reason(StrEnum):
     ALLOWED = "allowed"
     NO_RULE = "no_rule"
     PORT_NOT_ALLOWED = "port_not_allowed"
+    SCHEME_NOT_ALLOWED = "scheme_not_allowed"
     METHOD_NOT_ALLOWED = "method_not_allowed"
     PATH_NOT_ALLOWED = "path_not_allowed"
     PROXY_AUTH_REQUIRED = "proxy_auth_required"
@@ -65,6 +70,7 @@ class Reason(StrEnum):
     HOOK_POOL_LIMIT = "hook_pool_limit"
     HOOK_NODE_LIMIT = "hook_node_limit"
     WRONG_INTERFACE = "wrong_interface"
+    NOT_HTTP = "not_http"
 
 
 @dataclass(frozen=True, slots=True)
@@ -109,11 +115,18 @@ def path_matches(prefix: str, path: str) -> bool:
 
 
 # How far a rule got before it failed, so the refusal names the closest reason.
-_PROGRESS = (Reason.NO_RULE, Reason.PORT_NOT_ALLOWED, Reason.METHOD_NOT_ALLOWED, Reason.PATH_NOT_ALLOWED)
+_PROGRESS = (
+    Reason.NO_RULE,
+    Reason.PORT_NOT_ALLOWED,
+    Reason.SCHEME_NOT_ALLOWED,
+    Reason.METHOD_NOT_ALLOWED,
+    Reason.PATH_NOT_ALLOWED,
+)
 
 
 def decide_connect(pool: Pool, host: str, port: int) -> Decision:
-    """Decide a CONNECT (or the start of a transparent connection) to canonical ``host``:``port``."""
+    """Decide a CONNECT (or the start of a transparent TLS connection) to canonical
+    ``host``:``port``: only ``scheme: https`` rules open tunnels."""
     best, closest = 0, None
     for rule in pool.egress:
         if not rule.host.matches(host):
@@ -121,19 +134,31 @@ def decide_connect(pool: Pool, host: str, port: int) -> Decision:
         if rule.ports and port not in rule.ports:
             best, closest = max(best, 1), closest or rule
             continue
+        if rule.scheme != "https":
+            best, closest = 2, rule if best < 2 else closest
+            continue
         return Decision(Action.ALLOW, Reason.ALLOWED, f"allowed by {rule.label()}", rule)
-    return _report_or_refuse(pool, closest, _refusal(pool, host, port, best))
+    return _report_or_refuse(
+        pool, closest, _refusal(pool, host, port, best, scheme="a tunnel (scheme: https)")
+    )
 
 
 def decide_request(
-    pool: Pool, host: str, port: int, method: str, path: str | RequestPath, intercepted_only: bool = False
+    pool: Pool,
+    host: str,
+    port: int,
+    method: str,
+    path: str | RequestPath,
+    intercepted_only: bool = False,
+    scheme: str = "https",
 ) -> Decision:
     """Decide one request; ``path`` is the request target as sent (its query is ignored) or its
     :class:`proxy.paths.RequestPath`, whose every reading a rule's path prefix must cover
     (:meth:`RequestPath.within`; an ambiguous path only ``/``).
 
     ``intercepted_only``: the request came through a tunnel whose TLS surrogate terminated, so
-    only intercepting rules may allow it.
+    only intercepting rules may allow it. ``scheme``: ``https`` when the request reached surrogate
+    over TLS or names ``https://`` (it leaves over TLS), else ``http``.
     """
     ident = canonical_path(path) if isinstance(path, str) else path
     best, closest = 0, None
@@ -142,16 +167,18 @@ def decide_request(
             continue
         if rule.ports and port not in rule.ports:
             progress = 1
-        elif rule.methods and method not in rule.methods:
+        elif rule.scheme != scheme:
             progress = 2
-        elif not any(ident.within(p) for p in rule.paths):
+        elif rule.methods and method not in rule.methods:
             progress = 3
+        elif not any(ident.within(p) for p in rule.paths):
+            progress = 4
         else:
             return Decision(Action.ALLOW, Reason.ALLOWED, f"allowed by {rule.label()}", rule)
         if progress > best or closest is None:
             best, closest = max(best, progress), rule
     shown = redact(ident.canonical if ident.ambiguity is None else ident.target.split("?", 1)[0])
-    return _report_or_refuse(pool, closest, _refusal(pool, host, port, best, method, shown))
+    return _report_or_refuse(pool, closest, _refusal(pool, host, port, best, method, shown, scheme + "://"))
 
 
 def check_path(
@@ -196,11 +223,14 @@ def _report_or_refuse(pool: Pool, closest: EgressRule | None, refusal: Decision)
     return refusal
 
 
-def _refusal(pool: Pool, host: str, port: int, best: int, method: str = "", path: str = "") -> Decision:
+def _refusal(
+    pool: Pool, host: str, port: int, best: int, method: str = "", path: str = "", scheme: str = ""
+) -> Decision:
     reason = _PROGRESS[best]
     what = {
         Reason.NO_RULE: f"no egress rule of pool {pool.name!r} allows host {host}",
         Reason.PORT_NOT_ALLOWED: f"no egress rule of pool {pool.name!r} allows port {port} on {host}",
+        Reason.SCHEME_NOT_ALLOWED: f"no egress rule of pool {pool.name!r} allows {scheme} to {host}:{port}",
         Reason.METHOD_NOT_ALLOWED: f"no egress rule of pool {pool.name!r} allows {method} to {host}",
         Reason.PATH_NOT_ALLOWED: f"no egress rule of pool {pool.name!r} allows path {path} on {host}",
     }[reason]

@@ -39,7 +39,7 @@ from mitmproxy import options
 from mitmproxy.master import Master
 
 import addons
-from addons import framing, headlimit, malformed, wslimit
+from addons import framing, h1read, headlimit, malformed, wslimit
 from addons.reload import Reload
 from certs import ca
 from proxy.api import make_app
@@ -85,7 +85,11 @@ def build_master(config: RunConfig, on_ready: Callable[[], None] | None = None) 
         modes.append(f"transparent@{_hostport(*config.transparent)}")
     if config.control is not None and config.control.tcp is not None:
         config.state.own_ports.add(config.control.tcp[1])
+    # Wrappers of mitmproxy's protocol readers and writers. Order matters where two wrap the same
+    # method: h1read wraps Http1Connection.read_body (trailers), malformed then wraps what
+    # Http1Server inherits, so it must come after or its wrapper would hold the unwrapped reader.
     headlimit.install()
+    h1read.install()
     framing.install()
     malformed.install()
     wslimit.install()

@@ -274,7 +274,9 @@ def explain(
     ambiguous = check_path(pool, host, path, endpoints)
     if ambiguous is not None:  # as addons/policy.py refuses it, before the egress rules
         return Explanation(**steps, verdict=ambiguous, request=ambiguous, notes=tuple(notes))
-    request = decide_request(pool, host, port, method, path, intercepted_only=tunnelled)
+    request = decide_request(
+        pool, host, port, method, path, intercepted_only=tunnelled, scheme=scheme
+    )
     if not request.allowed:
         return Explanation(**steps, verdict=request, request=request, notes=tuple(notes))
 
@@ -436,6 +438,7 @@ _EGRESS = {
     "allowed",
     "no_rule",
     "port_not_allowed",
+    "scheme_not_allowed",
     "method_not_allowed",
     "path_not_allowed",
     "ambiguous_path",

@@ -7,7 +7,7 @@ it (``addons/policy.py`` stores it in ``flow.metadata["surrogate.path"]``).
 
 **Canonical form** (RFC 3986 §6.2.2 syntax-based normalisation):
 
-- the query (from the first ``?``) and a fragment (from ``#``) are not part of the path;
+- the query (from the first ``?``) is not part of the path (a ``#`` is ambiguous, below);
 - a percent-escape of an unreserved character (``A–Z a–z 0–9 - . _ ~``, §2.3) is decoded, in
   either hex case (§6.2.2.2): ``/%74oken`` is ``/token``; every other escape is kept with its
   hex in upper case (§6.2.2.1): ``%3a`` is ``%3A``; a raw character outside the path characters
@@ -44,12 +44,19 @@ stands for. :attr:`RequestPath.ambiguity` names the first one found (None: none)
 - a dot segment (``.``, ``..``), raw or percent-encoded (``%2e%2e``), with parameters
   (``..;x``), or a segment of only dots and spaces (``...``, ``.%20``): clients remove dot
   segments before sending (§5.2.4) and servers resolve them before or after decoding, or not;
-- an encoded ``%`` (``%25``: a double encoding a second decoding pass reads again) or an encoded
-  ``;`` (``%3B``: a parameter to a server that decodes before stripping);
+- an encoded ``%`` (``%25``: a double encoding a second decoding pass reads again), an encoded
+  ``;`` (``%3B``: a parameter to a server that decodes before stripping), or an encoded ``?``
+  or ``#`` (``%3F``, ``%23``: the end of the path to a server that decodes before it splits
+  the query off, as Apache's modules did, CVE-2024-38474: ``/token%3Fx`` is its ``/token``);
 - a control character, raw or encoded (``%00``–``%1F``, ``%7F``);
 - a ``%`` that does not start two hex digits (``%u002e``, ``%g0``, a trailing ``%2``);
 - escapes that do not decode to UTF-8 (overlong ``%C0%AE``, ``%FF``);
-- a target that is not an absolute path (``*``, an authority).
+- a target that is not an absolute path (``*``, an authority);
+- a raw ``#`` anywhere in the target: no request target holds a fragment (RFC 9112 §3.2), and
+  servers disagree on it: most end the path there, others (Go's ``ParseRequestURI``, hypercorn
+  and uvicorn) keep ``#`` as a path character and go on to read what follows, so
+  ``/v1#/../admin`` is ``/v1`` to one and ``/admin`` to a server that then resolves dot
+  segments (Go's FileServer, Starlette's StaticFiles).
 
 Policy refuses such a request (400 ``ambiguous_path``, :func:`proxy.decide.check_path`) when
 anything on its host matches on paths; elsewhere its path decides nothing and it passes.
@@ -71,7 +78,8 @@ _UNRESERVED = frozenset(b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz01
 _PCHAR = _UNRESERVED | frozenset(b"!$&'()*+,;=:@")
 _HEX = frozenset(b"0123456789abcdefABCDEF")
 _ENCODED = {0x2F: "an encoded slash (%2F)", 0x5C: "an encoded backslash (%5C)",
-            0x25: "an encoded percent sign (%25)", 0x3B: "an encoded semicolon (%3B)"}  # fmt: skip
+            0x25: "an encoded percent sign (%25)", 0x3B: "an encoded semicolon (%3B)",
+            0x3F: "an encoded question mark (%3F)", 0x23: "an encoded number sign (%23)"}  # fmt: skip
 _DOTS = frozenset(b". ")
 REDACTED = "REDACTED"
 
@@ -228,6 +236,7 @@ def _canonical(path: bytes) -> tuple[tuple[str, ...], tuple[str, ...], str | Non
 # which may hold placeholders), so that unique long paths cannot grow the cache's memory.
 _CACHED_LENGTH = 512
 _cached = functools.lru_cache(maxsize=4096)(_canonical)
+_FRAGMENT = "a '#' (no request target holds a fragment: some servers end the path there, others read on)"
 
 
 def canonical_path(target: str | bytes) -> RequestPath:
@@ -238,8 +247,10 @@ def canonical_path(target: str | bytes) -> RequestPath:
         text, raw = target, target.encode("utf-8", "surrogateescape")
     else:
         text, raw = target.decode("utf-8", "surrogateescape"), target
+    if b"#" in raw:  # no request target holds a fragment (RFC 9112 §3.2); servers disagree
+        return RequestPath(text, ambiguity=_FRAGMENT, absolute=raw.startswith(b"/"))
     # an empty path is "/" (RFC 9112 §3.2.1: the origin form of an empty path)
-    path = raw.split(b"?", 1)[0].split(b"#", 1)[0] or b"/"
+    path = raw.split(b"?", 1)[0] or b"/"
     readings, loose, ambiguity, absolute = (_cached if len(path) <= _CACHED_LENGTH else _canonical)(path)
     return RequestPath(text, readings, loose, ambiguity, absolute)
 

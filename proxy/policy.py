@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import hmac
 import ipaddress
+import re
 from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import TYPE_CHECKING, Protocol
@@ -19,6 +20,10 @@ from proxy.hosts import HostPattern
 from proxy.limits import Limits
 from proxy.secrets import Secret, ValueSource
 from proxy.slots import DEFAULT_BASIC_PARTS, DEFAULT_HEADERS, BasicPart
+
+# A claim's ``interface`` (transparent mode, addons/fence.py): a Linux interface name
+# (IFNAMSIZ is 16 bytes with the NUL), in the rules file and in the store alike.
+INTERFACE_NAME = re.compile(r"^[A-Za-z0-9_.@-]{1,15}$")
 
 if TYPE_CHECKING:
     from proxy.hooks import HookRoute
@@ -65,6 +70,7 @@ class EgressRule:
     paths: tuple[str, ...]
     intercept: bool
     report: bool = False  # report mode: allow what this rule would refuse, and audit would_deny
+    scheme: str = "https"  # "https": CONNECT and https:// requests; "http": plain http:// only
 
     def label(self) -> str:
         return f"{self.id} {self.host}"
@@ -196,6 +202,7 @@ class Claim:
         credentials: tuple[Credential, ...],
         origin: str = "rules",
         sources: tuple[Network, ...] = (),
+        interface: str | None = None,
     ) -> Claim:
         return cls(
             claim_id,
@@ -210,6 +217,7 @@ class Claim:
             any(c.on_misplaced is not Misplaced.CARRY for c in credentials),
             tuple(c for c in credentials if c.oauth is not None),
             tuple(c for c in credentials if c.max_requests is not None),
+            interface,
         )
 
 

@@ -96,7 +96,9 @@ class Registry:
         self.store = store
         self._seen: int | None = None
         self._store_claims: dict[str, Claim] = {}
-        self._versions: dict[str, int] = {}
+        # per store claim: (version, created_at), so that a claim deleted and created again
+        # under the same id (version 1 both times) is another claim
+        self._versions: dict[str, tuple[int, float]] = {}
         self._by_source: list[tuple[Network, Claim]] = []
         self._built: dict[tuple[str, str], tuple[int, Credential]] = {}
         self._spent: dict[tuple[str, str], int] = {}  # rules-file credentials: requests counted
@@ -106,6 +108,12 @@ class Registry:
         """Put new rules in force (one assignment: the next request sees them)."""
         self.policy = policy
         self._index_sources()
+
+    def generation(self, claim_id: str) -> tuple[int, float] | None:
+        """The store claim ``claim_id`` as of the last rebuild: its version and creation time
+        (None: no such store claim). Any change of the claim (its token rotated, the claim
+        deleted, or deleted and created again under the same id) gives another value."""
+        return self._versions.get(claim_id)
 
     def claim(self, claim_id: str) -> Claim | None:
         return self.policy.claims.get(claim_id) or self._store_claims.get(claim_id)
@@ -131,7 +139,8 @@ class Registry:
 
     def refresh(self) -> set[str]:
         """Rebuild from the store if it changed. Returns the ids of store claims that were
-        deleted or changed (token rotated) since the last rebuild: their tunnels must close."""
+        deleted or changed (token rotated, or deleted and created again) since the last rebuild:
+        their tunnels must close."""
         if self.store is None:
             return set()
         try:
@@ -174,13 +183,13 @@ class Registry:
             by_claim.setdefault(r.claim_id, []).append(cred)
         self._built = built
         fresh: dict[str, Claim] = {}
-        versions: dict[str, int] = {}
+        versions: dict[str, tuple[int, float]] = {}
         for c in claims:
             token = StoreToken(self.store, c.id)
             sources = tuple(ipaddress.ip_network(s, strict=False) for s in c.sources)
             held = tuple(by_claim.get(c.id, ()))
-            fresh[c.id] = Claim.build(c.id, c.pool, token, held, "store", sources)
-            versions[c.id] = c.version
+            fresh[c.id] = Claim.build(c.id, c.pool, token, held, "store", sources, c.interface)
+            versions[c.id] = (c.version, c.created_at)
         gone = {cid for cid, v in self._versions.items() if versions.get(cid) != v}
         self._store_claims, self._versions, self._seen = fresh, versions, version
         self._index_sources()

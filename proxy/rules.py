@@ -38,6 +38,7 @@ from proxy.limits import MIN_WEBSOCKET_MESSAGE as MIN_WS_MESSAGE
 from proxy.paths import prefix_problem
 from proxy.policy import (
     DEFAULT_SURFACES,
+    INTERFACE_NAME,
     SURFACES,
     Claim,
     Credential,
@@ -69,6 +70,7 @@ class RuleModel(_Model):
     paths: list[str] = Field(default_factory=lambda: ["/"])
     intercept: bool = True
     report: bool = False
+    scheme: Literal["https", "http"] = "https"
 
 
 class HookModel(_Model):
@@ -358,6 +360,13 @@ def _rule(pool: str, i: int, rm: RuleModel, loc: Loc, marks: _Marks) -> EgressRu
         if (problem := prefix_problem(prefix)) is not None:  # one canonical reading (proxy.paths)
             marks.add(loc + ("paths", j), f"path prefix {prefix!r} {problem}")
             ok = False
+    if rm.scheme == "http" and not rm.intercept:
+        marks.add(
+            loc + ("scheme",),
+            "scheme: http never opens a tunnel, so it cannot be intercept: false (an opaque "
+            "tunnel is a CONNECT: scheme https)",
+        )
+        ok = False
     if not ok:
         return None
     return EgressRule(
@@ -368,6 +377,7 @@ def _rule(pool: str, i: int, rm: RuleModel, loc: Loc, marks: _Marks) -> EgressRu
         tuple(rm.paths),
         rm.intercept,
         rm.report,
+        scheme=rm.scheme,
     )
 
 
@@ -430,14 +440,13 @@ def _limits(lm: LimitsModel, loc: Loc, marks: _Marks) -> Limits:
     return Limits(lm.connections, lm.requests_per_second, lm.burst, lm.hook_processes, websocket_message=ws)
 
 
-_IFACE = re.compile(r"^[A-Za-z0-9_.@-]{1,15}$")  # Linux IFNAMSIZ is 16 including the NUL
 
 
 def _bind_interface(claim: Claim, cm: ClaimModel, loc: Loc, marks: _Marks) -> Claim:
     """A claim's ``interface``: its transparent connections must arrive there (issue 21)."""
     if cm.interface is None:
         return claim
-    if not _IFACE.match(cm.interface):
+    if not INTERFACE_NAME.match(cm.interface):
         marks.add(loc + ("interface",), f"{cm.interface!r} is not an interface name")
         return claim
     if not cm.sources:
@@ -469,8 +478,9 @@ def _warnings(
 ) -> list[Problem]:
     """Risky but valid: '*' in a pool whose claims hold credentials, wildcards over shared-hosting
     suffixes, rules an earlier rule overlaps so that order decides (for CONNECT, the first
-    host-and-port match picks interception or an opaque tunnel), and header slots that hosts
-    commonly reflect (proxy.slots.REFLECTED)."""
+    host-and-port match picks interception or an opaque tunnel), port 80 under scheme https
+    (likely meant as plain HTTP), and header slots that hosts commonly reflect
+    (proxy.slots.REFLECTED)."""
     before = len(marks.problems)
     credentialed = {c.pool for c in claims.values() if c.credentials}
     for name, pool in pools.items():
@@ -479,12 +489,20 @@ def _warnings(
             if rule.host.any_host and name in credentialed and pool.unsafe_any_host:
                 message = "'*' allows any host in a pool whose claims hold credentials (unsafe_any_host)"
                 marks.add(loc, message)
+            if rule.scheme == "https" and 80 in rule.ports:
+                marks.add(
+                    ("pools", name, "egress", i, "ports"),
+                    "port 80 under scheme https (the default) allows only a CONNECT there: for "
+                    "plain http:// requests write a rule with 'scheme: http'",
+                )
             suffix = (rule.host.suffix or "").lstrip(".")
             if suffix and (why := wildcard_risk(suffix)) is not None:
                 marks.add(loc, f"*.{suffix} spans a public or shared-hosting suffix: {why}")
             if not rule.host.any_host and (why := confusable(suffix or rule.host.text)) is not None:
                 marks.add(loc, f"{rule.host}: {why}")
-            for earlier in pool.egress[:i]:
+            for earlier in pool.egress[:i] if rule.scheme == "https" else ():
+                if earlier.scheme != "https":
+                    continue  # a scheme: http rule never decides a CONNECT
                 ports_overlap = not earlier.ports or not rule.ports or bool(earlier.ports & rule.ports)
                 if earlier.host.covers(rule.host) and ports_overlap and earlier.intercept != rule.intercept:
                     marks.add(
@@ -519,11 +537,13 @@ def _warnings(
 
 
 def credential_host_risk(pattern: HostPattern) -> str | None:
-    """Why a secret must not be bound to ``pattern`` (issue 13): a wildcard that spans a public
-    or shared-tenant suffix, or a confusable IDN label (:mod:`proxy.suffixes`); None if neither.
-    The control API refuses the same hosts."""
+    """Why a secret must not be bound to ``pattern`` (issue 13): ``*`` (every host: the widest
+    wildcard over public suffixes), a wildcard that spans a public or shared-tenant suffix, or a
+    confusable IDN label (:mod:`proxy.suffixes`); None if none. The control API refuses the same
+    hosts. A pool's ``unsafe_any_host`` lets it *connect* anywhere; it never makes ``*`` a
+    credential host."""
     if pattern.any_host:
-        return None
+        return "'*' spans every public suffix (Public Suffix List): it sends the secret to every host"
     if pattern.suffix is not None and (why := wildcard_risk(pattern.suffix.lstrip("."))) is not None:
         return why
     return confusable(pattern.suffix.lstrip(".") if pattern.suffix else pattern.text)
@@ -533,6 +553,8 @@ def opaque_shadow(pool: Pool, host: HostPattern) -> EgressRule | None:
     """The first rule that could decide a CONNECT to ``host``, when it is non-intercepting and
     comes before any intercepting rule covering ``host`` (rules are tried in order)."""
     for rule in pool.egress:
+        if rule.scheme != "https":
+            continue  # never decides a CONNECT
         if rule.intercept and rule.host.covers(host):
             return None
         if not rule.intercept and (
@@ -586,7 +608,9 @@ def _credential(
         hosts.append(pattern)
         if (why := credential_host_risk(pattern)) is not None:
             marks.add(loc + ("hosts", j), f"credential host {pattern}: {why}; list the exact hosts instead")
-        elif pool is not None and not any(r.intercept and r.host.covers(pattern) for r in pool.egress):
+        elif pool is not None and not any(
+            r.intercept and r.scheme == "https" and r.host.covers(pattern) for r in pool.egress
+        ):
             marks.add(
                 loc + ("hosts", j),
                 f"host {pattern} is not covered by an intercepting egress rule of pool "

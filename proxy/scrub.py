@@ -4,9 +4,11 @@
 :class:`Scrubber` works on a stream of chunks. It replaces every complete occurrence of a
 secret, in any of the forms below, and holds back only the longest tail of a chunk that could
 still be the start of one, so a secret split across two reads is still caught while an SSE event
-that cannot be a secret's start goes out in the same read. The carry is bounded by the longest
-form (at most 6 bytes per secret byte, for ``\\u`` escapes) minus one byte. The output is the
-same whatever the chunking: a property the tests check.
+that cannot be a secret's start goes out in the same read (a read that ends in a base64
+character also holds that byte and the 5 before it: it may be the boundary character of a run
+the next read completes, re-encoded with it, :mod:`proxy.base64run`). The carry is bounded by
+the longest form (at most 6 bytes per secret byte, for ``\\u`` escapes) minus one byte, plus
+those 6. The output is the same whatever the chunking: a property the tests check.
 
 Forms caught, for a secret S and its placeholder P:
 
@@ -17,24 +19,22 @@ Forms caught, for a secret S and its placeholder P:
   Replaced by P as it is: a placeholder is ``surr_`` and ASCII letters and digits, which need no
   escaping in a URL, a form or a JSON string.
 - **Base64 of S**, standard and URL-safe alphabets (RFC 4648 §4, §5), its characters possibly
-  percent- or JSON-escaped as above (``%2B``, ``\\/``):
-    * the whole encoding of S alone, padded or not: replaced by the encoding of P in the same
-      alphabet and padding, so a client that decodes it reads P (when S's encoding needs no
-      padding, padded and unpadded spellings are one string, and P's encoding is given padded);
-    * S inside a longer encoded run (``Basic`` credentials ``user:S``, a JWT, a JSON blob): S
-      starts at one of three bit alignments, and for each the characters fully determined by S
-      (all but at most 2 at the start and 2 at the end, which mix in the neighbouring bytes) are
-      matched. Replaced by the same slice of P's encoding at the same alignment: the secret is
-      gone, but a client decoding the run reads P with its first and last byte possibly
-      altered, and, unless ``len(P) ≡ len(S) (mod 3)``, shifted bytes after it. Only slices of at
-      least 8 characters are matched (secrets of 6 bytes or more): shorter ones would hit
-      unrelated base64 text.
+  percent- or JSON-escaped as above (``%2B``, ``\\/``): the whole encoding of S alone, padded or
+  not, becomes P's encoding (so a client that decodes it reads P); S inside a longer run
+  (``Basic`` credentials ``user:S``, a JWT, a JSON blob), at any of its three bit alignments, is
+  decoded, replaced and re-encoded in place, so the run stays valid base64 and keeps no bit of
+  S (:mod:`proxy.base64run` says how).
+  Only spellings of at least 8 characters are matched (secrets of 7 bytes or more at every
+  alignment, of 6 at one): shorter ones would hit unrelated base64 text.
+- **A non-ASCII S** (UTF-8) also per byte as JSON ``\\u0080``..``\\u00ff`` (a server treating
+  bytes as Latin-1, ``\\u00c3\\u00a9`` for "é"), as its UTF-8 read as Latin-1 and written as
+  UTF-8 ("Ã©"), and in Latin-1 when it has one. (Per byte or per character, not both in one
+  spelling: no server mixes them.)
 
 Not caught (documented limits): double encoding (``%2541``), HTML character references
 (``&#x41;``), base64 with line breaks inside S's slice (MIME, PEM), base64 of an escaped S,
 other encodings (hex, base32, compression inside the body), and S split by anything the forms
-above do not produce. The leftover boundary characters of a base64 slice carry at most 4 bits
-of S's first and last bytes.
+above do not produce.
 
 How: every form above is one plain spelling (S, or a base64 slice of S) with some characters
 escaped, so a claim's secrets compile to one alternation of plain spellings, longest first
@@ -52,8 +52,8 @@ Pure; no I/O.
 
 from __future__ import annotations
 
-import base64
 import bisect
+import contextlib
 import dataclasses
 import functools
 import re
@@ -63,32 +63,36 @@ from typing import Any
 
 import ahocorasick  # type: ignore[import-not-found]  # no stubs
 
+from proxy import base64run
+
 _NEVER = 1 << 62  # a search start past any data: "not searched yet"
 _FIND_LIMIT = 32  # strings: up to this, one bytes.find per string (see _Literals)
 _RE_LIMIT = 512  # strings: past this, an automaton (see _Literals)
-MIN_BASE64 = 8  # characters: shorter base64 slices are not matched (false positives)
+MIN_BASE64 = base64run.MIN_BASE64
 _EXPANSION = 12  # original bytes per decoded byte at most (a surrogate pair: 12 for 4 bytes)
 
 
-def _b64(data: bytes, urlsafe: bool) -> bytes:
-    return (base64.urlsafe_b64encode if urlsafe else base64.standard_b64encode)(data)
-
-
-def _spellings(secret: bytes, placeholder: bytes) -> dict[bytes, bytes]:
-    """The plain spellings of ``secret`` (itself and its base64 forms), each with its replacement."""
-    out = {secret: placeholder}
-    for urlsafe in (False, True):
-        whole, whole_p = _b64(secret, urlsafe), _b64(placeholder, urlsafe)
-        for text, repl in ((whole, whole_p), (whole.rstrip(b"="), whole_p.rstrip(b"="))):
-            if len(text) >= MIN_BASE64:
-                out.setdefault(text, repl)
-        for k in range(3):  # S starts k bytes into a 3-byte group of the run
-            lead, n, m = -(-8 * k // 6), len(secret), len(placeholder)
-            core = _b64(b"\0" * k + secret, urlsafe)[lead : 8 * (k + n) // 6]
-            core_p = _b64(b"\0" * k + placeholder, urlsafe)[lead : 8 * (k + m) // 6]
-            if len(core) >= MIN_BASE64:
-                out.setdefault(core, core_p)
+def _recoded(secret: bytes) -> list[bytes]:
+    """A non-ASCII (UTF-8) secret as a server that gets the charset wrong writes it: its UTF-8
+    bytes read as Latin-1 and written as UTF-8 ("Ã©" for "é"), and Latin-1 itself when every
+    character has a Latin-1 byte."""
+    out = [secret.decode("latin-1").encode()]
+    with contextlib.suppress(UnicodeDecodeError, UnicodeEncodeError):
+        out.append(secret.decode().encode("latin-1"))
     return out
+
+
+def _spellings(secret: bytes, placeholder: bytes) -> tuple[dict[bytes, bytes], dict[bytes, base64run.Run]]:
+    """The plain spellings of ``secret`` (itself, its recodings, its base64 forms), each with its
+    replacement, and how to replace the base64 ones inside a run (proxy/base64run.py)."""
+    out = {secret: placeholder}
+    if any(b >= 0x80 for b in secret):  # a non-ASCII value, in the byte spellings servers produce
+        for other in _recoded(secret):
+            out.setdefault(other, placeholder)
+    runs = base64run.spellings(secret, placeholder)
+    for text, run in runs.items():
+        out.setdefault(text, run.alone or run.core)  # (the replacement is made by base64run.replace)
+    return out, runs
 
 
 # The escapes the forms use: %XX, \uXXXX (a surrogate pair as two), \/ \" \\, and + for a space.
@@ -119,20 +123,23 @@ _SKELETON = bytes(
 _KINDS = (b"%hh", b"\\uhhhh", b"\\/", b'\\"', b"\\\\")
 
 
-View = tuple[bool, bool]  # decode "+" as a space; decode "\\\\" as a backslash
+View = tuple[bool, bool, bool]  # decode "+" as a space; "\\\\" as a backslash; \u0080-\u00ff as bytes
 
 
 def _decode(data: bytes, start: int, end: int, view: View) -> tuple[bytes, list[int]]:
     """``data[start:end]`` with every escape decoded, and for each decoded byte (and the end) the
     offset in ``data`` where the escape or byte it came from starts.
 
-    ``view`` says whether "+" is read as a space (a form body) and "\\\\" as a backslash. The
-    latter is off unless a secret holds a backslash: decoding starts anywhere in a run of
-    backslashes, so pairing them could hide a ``\\u`` escape that another alignment reveals."""
+    ``view`` says whether "+" is read as a space (a form body), "\\\\" as a backslash, and
+    ``\\u0080``..``\\u00ff`` as the one byte they number (the per-byte spelling of UTF-8 that a
+    server treating bytes as Latin-1 writes: ``\\u00c3\\u00a9`` for "é"). The backslash view is
+    off unless a secret holds a backslash: decoding starts anywhere in a run of backslashes, so
+    pairing them could hide a ``\\u`` escape that another alignment reveals; the byte view is
+    off unless a secret holds a non-ASCII byte."""
     out = bytearray()
     offsets: list[int] = []
     pos = start
-    for m in _TOKENS[view].finditer(data, start, end):
+    for m in _TOKENS[view[0], view[1]].finditer(data, start, end):
         out += data[pos : m.start()]
         offsets += range(pos, m.start())
         if m.group(1) is not None:
@@ -141,7 +148,11 @@ def _decode(data: bytes, start: int, end: int, view: View) -> tuple[bytes, list[
             hi, lo = int(m.group(2), 16), int(m.group(3), 16)
             piece = chr(0x10000 + ((hi - 0xD800) << 10) + (lo - 0xDC00)).encode()
         elif m.group(4) is not None:
-            piece = chr(int(m.group(4), 16)).encode("utf-8", "surrogatepass")
+            point = int(m.group(4), 16)
+            if view[2] and 0x80 <= point <= 0xFF:
+                piece = bytes([point])
+            else:
+                piece = chr(point).encode("utf-8", "surrogatepass")
         elif m.group(5) is not None:
             piece = m.group(5)
         elif m.group(6) is not None:
@@ -235,6 +246,7 @@ class _Literals:
 @dataclass(frozen=True, slots=True)
 class Compiled:
     spellings: dict[bytes, bytes]
+    runs: dict[bytes, base64run.Run]  # the base64 spellings among them (proxy/base64run.py)
     ordered: list[bytes]  # sorted, for prefix tests by binary search
     literal: _Literals | None
     escape: re.Pattern[bytes]
@@ -247,6 +259,7 @@ class Compiled:
     made_of: frozenset[int] = frozenset()
     non_ascii: bool = False  # some spelling holds a byte >= 0x80 (a \uXXXX beyond ASCII may matter)
     binary: Compiled | None = None  # the same spellings, escaped forms not sought (escapes_matter)
+    folded: Compiled | None = None  # the raw secrets lower-cased, for header names (Scrubber.scrub_name)
 
 
 def _byte_class(values: Iterable[int]) -> re.Pattern[bytes]:
@@ -259,16 +272,29 @@ def _byte_class(values: Iterable[int]) -> re.Pattern[bytes]:
 def _compile(pairs: tuple[tuple[bytes, bytes], ...], escapes: bool) -> Compiled:
     """The patterns for ``pairs``, built once per set of pairs."""
     spellings: dict[bytes, bytes] = {}
+    runs: dict[bytes, base64run.Run] = {}
     for secret, placeholder in pairs:
         if secret:
-            for s, r in (_spellings(secret, placeholder) if escapes else {secret: placeholder}).items():
-                spellings.setdefault(s, r)
-    made_of = frozenset(b for s in spellings for b in s)
-    spaces = escapes and any(b" " in s for s in spellings)
-    backslash = escapes and any(b"\\" in s for s in spellings)
-    views: list[View] = [(False, False)] + [(True, False)] * spaces + [(False, True)] * backslash
+            forms, secret_runs = _spellings(secret, placeholder) if escapes else ({secret: placeholder}, {})
+            for s, r in forms.items():
+                if s not in spellings:
+                    spellings[s] = r
+                    if s in secret_runs:
+                        runs[s] = secret_runs[s]
+    joined = b"".join(spellings)
+    made_of = frozenset(joined)
+    spaces = escapes and b" " in joined
+    backslash = escapes and b"\\" in joined
+    non_ascii = escapes and not joined.isascii()
+    views: list[View] = (
+        [(False, False, False)]
+        + [(True, False, False)] * spaces
+        + [(False, True, False)] * backslash
+        + [(False, backslash, True)] * non_ascii  # per-byte JSON escapes a backslash as JSON does
+    )
     base = Compiled(
         spellings=spellings,
+        runs=runs,
         ordered=sorted(spellings),
         # leftmost-longest: a secret that contains another is replaced whole
         literal=_Literals(spellings) if spellings else None,
@@ -281,14 +307,17 @@ def _compile(pairs: tuple[tuple[bytes, bytes], ...], escapes: bool) -> Compiled:
         first=_byte_class({s[0] for s in spellings}),
         longest=max(map(len, spellings), default=0) * (_EXPANSION if escapes else 1),
         made_of=made_of,
-        non_ascii=any(b >= 0x80 for b in made_of),
+        non_ascii=not joined.isascii(),
     )
     if not escapes:
         return base
+    # (+1: a complete spelling that ends a read is held, so the byte after it, a base64 boundary
+    # character maybe, is seen with it whatever the cut)
     plain = dataclasses.replace(
-        base, kinds=(), views=((False, False),), longest=max(map(len, spellings), default=0)
+        base, kinds=(), views=((False, False, False),), longest=max(map(len, spellings), default=0) + 1
     )
-    return dataclasses.replace(base, binary=plain)
+    folded = _compile(tuple((s.lower(), p.lower()) for s, p in pairs if s), False)
+    return dataclasses.replace(base, binary=plain, folded=folded)
 
 
 # Media types whose bodies are binary: escaped spellings are not sought in them (escapes_matter).
@@ -366,11 +395,12 @@ class Scrubber:
 
     @property
     def longest(self) -> int:
-        """Bytes of the longest spelling of any form: the carry stays below this."""
+        """Bytes of the longest spelling of any form: the carry stays below this (plus the 6
+        bytes held around a base64 boundary character, see :meth:`feed`)."""
         return self._c.longest
 
     def _next(self, data: bytes, pos: int) -> tuple[int, int, bytes] | None:
-        """The leftmost match from ``pos``: (start, end, replacement), or None.
+        """The leftmost match from ``pos``: (start, end, the spelling it is), or None.
 
         A spelling with an escape in it holds an escape, so it can only start within
         ``longest`` bytes before one; elsewhere only the plain spellings can match, and the
@@ -392,20 +422,22 @@ class Scrubber:
                 last = t
             end = min(len(data), last + n)
             found: tuple[int, int, bytes] | None = None
-            # "+" is a space in a form body and itself elsewhere: each reading is tried
+            # "+" is a space in a form body and itself elsewhere: each reading is tried, and the
+            # leftmost, then longest, match of any reading wins (a shorter reading of the same
+            # text would leave a stray escape behind)
             for view in c.views:
                 decoded, offsets = _decode(data, start, end, view)
                 for ms, me in c.literal.finditer(decoded):
                     s, e = offsets[ms], offsets[me]
-                    if s > last or s >= limit or (found is not None and s >= found[0]):
+                    if s > last or s >= limit or (found is not None and (s, -e) >= (found[0], -found[1])):
                         break
                     if e > s and data[s:e] != decoded[ms:me]:  # an escaped spelling (else: plain)
-                        found = (s, e, c.spellings[decoded[ms:me]])
+                        found = (s, e, decoded[ms:me])
                         break
             if found is not None:
                 return found
             pos = last + 1
-        return (lit[0], lit[1], c.spellings[data[lit[0] : lit[1]]]) if lit else None
+        return (lit[0], lit[1], data[lit[0] : lit[1]]) if lit else None
 
     def _escapes(self, data: bytes, pos: int) -> Iterator[int]:
         """Where escapes start in ``data`` from ``pos``, in order.
@@ -455,8 +487,13 @@ class Scrubber:
         out: list[bytes] = []
         pos = 0
         while pos < cut and (m := self._next(data, pos)) is not None and m[0] < cut:
-            start, end, replacement = m
-            out += (data[pos:start], replacement)
+            start, end, spelling = m
+            run = self._c.runs.get(spelling)
+            if run is None:
+                out += (data[pos:start], self._c.spellings[spelling])
+            else:  # base64: the text around it stays valid base64 (proxy/base64run.py)
+                head, replacement, end = base64run.replace(run, data, pos, start, end, spelling)
+                out += (data[pos:head], replacement)
             # A complete match that runs into the held tail cannot grow (else the tail would
             # start at the match): send it replaced, hold back only what follows it.
             pos, cut = end, max(cut, end)
@@ -504,7 +541,13 @@ class Scrubber:
         data = self._carry + chunk
         # Hold back the longest tail that could start a match: the next read may complete it
         # (also when it already holds a shorter match that a longer form extends).
-        out, cut = self._scan(data, len(data) - self._held(data))
+        held = self._held(data)
+        if self._c.runs and held < len(data) and data[-held - 1] in base64run.BASE64_BYTES:
+            # the byte before a base64 spelling (one the next read may start) may be its boundary
+            # character, re-encoded with it unless it ends an escape: held with the 5 bytes
+            # before it that tell (proxy/base64run.py), so the output does not depend on the cut
+            held = min(len(data), held + 1 + base64run.CONTEXT)
+        out, cut = self._scan(data, len(data) - held)
         self._carry = data[cut:]
         return out
 
@@ -512,6 +555,18 @@ class Scrubber:
         """The held-back tail at the end of the stream, scrubbed."""
         rest, self._carry = self._carry, b""
         return self.scrub(rest)
+
+    def scrub_name(self, name: bytes) -> bytes:
+        """Scrub a header (or trailer) name: as a value, and then case-insensitively for the raw
+        secrets, since field names are case-insensitive (RFC 9110 §5.1) and HTTP/2 sends them
+        lower-cased (RFC 9113 §8.2.1). A name that held a secret comes back lower-cased."""
+        out = self.scrub(name)
+        folded = self._c.folded
+        if folded is not None and folded.literal is not None:
+            low = out.lower()
+            if folded.literal.search(low) is not None:
+                return Scrubber((), compiled=folded).scrub(low)
+        return out
 
     def scrub(self, data: bytes) -> bytes:
         """Scrub a whole value at once (a header value)."""

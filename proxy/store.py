@@ -80,10 +80,10 @@ from typing import Any, Protocol, Self
 from proxy import placeholders, slots
 from proxy.errors import SurrogateError
 from proxy.keyring import DecryptError, KeyRing
-from proxy.policy import SURFACES, Misplaced
+from proxy.policy import INTERFACE_NAME, SURFACES, Misplaced
 
 FILENAME = "store.sqlite3"
-SCHEMA_VERSION = 4
+SCHEMA_VERSION = 5
 _SCHEMA = (
     """CREATE TABLE claims (
       id TEXT PRIMARY KEY, pool TEXT NOT NULL, sources TEXT NOT NULL, token_hash BLOB NOT NULL,
@@ -109,6 +109,7 @@ _MIGRATIONS: dict[int, tuple[str, ...]] = {
         "ALTER TABLE credentials ADD COLUMN headers TEXT",
         "ALTER TABLE credentials ADD COLUMN basic_parts TEXT",
     ),
+    4: ("ALTER TABLE claims ADD COLUMN interface TEXT",),  # transparent mode (addons/fence.py)
 }
 # Previous values kept for scrubbing (proxy.live); added beside schema 1, so created when absent
 # on open whatever the file's age. A row is a superseded credentials.value, copied sealed as it was.
@@ -130,8 +131,8 @@ _RULES_BUDGETS = """CREATE TABLE IF NOT EXISTS rules_budgets (
 HISTORY_SECONDS = 24 * 3600.0  # proxy.live.LIVE_SECONDS: how long a superseded value is kept
 HISTORY_VERSIONS = 8  # proxy.live.LIVE_VERSIONS: at most this many per credential
 # Whole statements, never built from strings: the column lists are spelled out in each.
-_CLAIMS = "SELECT id, pool, sources, version, created_at, updated_at FROM claims"
-_CLAIM = "SELECT id, pool, sources, version, created_at, updated_at FROM claims WHERE id = ?"
+_CLAIMS = "SELECT id, pool, sources, version, created_at, updated_at, interface FROM claims"
+_CLAIM = _CLAIMS + " WHERE id = ?"
 _CREDS = """SELECT claim_id, name, hosts, inject_header, inject_format, placeholder, version, created_at,
     updated_at, expires_at, last_used_at, surfaces, on_misplaced, max_requests, requests_used,
     headers, basic_parts FROM credentials"""
@@ -196,6 +197,7 @@ class ClaimRecord:
     version: int  # bumps on every change of the claim, token rotation included
     created_at: float
     updated_at: float
+    interface: str | None = None  # transparent mode: the interface its connections must arrive on
 
 
 @dataclass(frozen=True, slots=True)
@@ -224,7 +226,7 @@ class CredentialStore(Protocol):
 
     def close(self) -> None: ...
     def create_claim(
-        self, claim_id: str, pool: str, sources: Sequence[str] = ()
+        self, claim_id: str, pool: str, sources: Sequence[str] = (), interface: str | None = None
     ) -> tuple[ClaimRecord, str]: ...
     def get_claim(self, claim_id: str) -> ClaimRecord | None: ...
     def list_claims(self) -> list[ClaimRecord]: ...
@@ -448,15 +450,29 @@ class Store:
 
     # --- claims -------------------------------------------------------------------------------
 
-    def create_claim(self, claim_id: str, pool: str, sources: Sequence[str] = ()) -> tuple[ClaimRecord, str]:
-        """Create a claim; returns it and its proxy token (shown once: only a hash is stored)."""
+    def create_claim(
+        self, claim_id: str, pool: str, sources: Sequence[str] = (), interface: str | None = None
+    ) -> tuple[ClaimRecord, str]:
+        """Create a claim; returns it and its proxy token (shown once: only a hash is stored).
+        ``interface`` binds its transparent connections to one arrival interface; it needs
+        ``sources`` (ValueError otherwise, or for a name that is no interface name)."""
         _check_ids(claim_id)
-        nets, token, now = json.dumps(_sources(sources)), secrets.token_urlsafe(32), time.time()
+        nets = _sources(sources)
+        if interface is not None:
+            if not isinstance(interface, str) or not INTERFACE_NAME.match(interface):
+                raise ValueError(f"{interface!r} is not an interface name (1-15 of A-Z a-z 0-9 _ . @ -)")
+            if not nets:
+                raise ValueError("interface needs sources: it binds the claim's source addresses")
+        token, now = secrets.token_urlsafe(32), time.time()
         with self._write() as db:
             if db.execute("SELECT 1 FROM claims WHERE id = ?", (claim_id,)).fetchone():
                 raise Conflict(f"claim {claim_id!r} already exists")
-            row = (claim_id, pool, nets, _token_hash(token), now, now)
-            db.execute("INSERT INTO claims VALUES (?, ?, ?, ?, 1, ?, ?)", row)
+            row = (claim_id, pool, json.dumps(nets), _token_hash(token), now, now, interface)
+            db.execute(
+                "INSERT INTO claims (id, pool, sources, token_hash, version, created_at, updated_at,"
+                " interface) VALUES (?, ?, ?, ?, 1, ?, ?, ?)",
+                row,
+            )
             return _claim(db.execute(_CLAIM, (claim_id,)).fetchone()), token
 
     def get_claim(self, claim_id: str) -> ClaimRecord | None:

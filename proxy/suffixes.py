@@ -14,7 +14,9 @@ services, which a credential for one of them should not: list the API hosts one 
 **Confusable labels** (UTS #39 §5.2 and §4): an IDN label mixing scripts beyond the "highly
 restrictive" sets (one script; Latin with Han and Hiragana/Katakana, Bopomofo or Hangul), or
 written wholly in another script with every letter a homoglyph of a Latin one (Cyrillic
-``аррӏе``), using the ``confusable-homoglyphs`` package's Unicode data: :func:`confusable`.
+``аррӏе``), or in Latin alone with every non-ASCII letter a homoglyph of an ASCII one
+(``ɡoogle``: U+0261), using the ``confusable-homoglyphs`` package's Unicode data:
+:func:`confusable`.
 
 **IP literals and internal names** (:func:`internal`): an address, a single-label name, a name
 under a top-level domain the ICANN section does not hold (``.internal``, ``.local``, ``.lan``,
@@ -106,7 +108,32 @@ def confusable(host: str) -> str | None:
             letters = {c for c in text if categories.alias(c) not in ("COMMON", "INHERITED")}
             if letters and letters <= alike:
                 return f"label {label} ({text}) is written wholly in letters that look Latin"
+        elif (ascii_name := _reads_as_ascii(text)) is not None:
+            return (
+                f"label {label} ({text}) reads as {ascii_name}: its non-ASCII letters look Latin "
+                "(ASCII) but are other letters"
+            )
     return None
+
+
+def _reads_as_ascii(text: str) -> str | None:
+    """For a one-script Latin label: the ASCII name it passes for when every non-ASCII letter
+    in it is a homoglyph of one ASCII letter (UTS #39 §4 confusables: ``ɡ`` U+0261 for ``g``,
+    ``ɑ`` U+0251 for ``a``, dotless ``ı`` for ``i``), else None. A letter with a diacritic
+    (``ü``, ``é``) has no ASCII homoglyph, so ``münchen`` is not one."""
+    out = []
+    for c in text:
+        if c.isascii() or categories.alias(c) in ("COMMON", "INHERITED"):
+            out.append(c)
+            continue
+        found = confusables.is_confusable(c, greedy=True) or []
+        glyphs = [h["c"] for f in found for h in f["homoglyphs"]]
+        ascii_alike = [g for g in glyphs if len(g) == 1 and g.isascii()]
+        if not ascii_alike:
+            return None
+        out.append(ascii_alike[0].lower())
+    name = "".join(out)
+    return None if name == text else name
 
 
 def internal(host: str) -> str | None:

@@ -111,7 +111,9 @@ class ProxyProcess:
     def audit_events(self) -> list[dict[str, Any]]:
         if not self.audit_path.exists():
             return []
-        return [json.loads(line) for line in self.audit_path.read_text().splitlines() if line]
+        text = self.audit_path.read_text()
+        complete = text[: text.rfind("\n") + 1]  # a line still being written is no event yet
+        return [json.loads(line) for line in complete.splitlines() if line]
 
     def wait_event(self, timeout: float = 5.0, **match: Any) -> dict[str, Any]:
         """The one audit event whose fields equal ``match`` (waits: events are written at flow end)."""

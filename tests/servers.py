@@ -3,8 +3,10 @@
 Endpoints: GET /sse, GET /bytes/<n>, POST|PUT /upload, /git/... (git smart HTTP through the real
 git-http-backend CGI), /reflect* (a hostile echo of the Authorization header, for the scrubbing
 tests), /echo (a hostile echo of every header, the query and the body, raw and escaped, in any
-content coding or as SSE; also decompression bombs), and a JSON catch-all. No other response
-echoes a request header value.
+content coding or as SSE; also decompression bombs), /upgrade-raw (101 to a non-WebSocket
+protocol, then the Authorization raw; any path ending so), and a JSON catch-all. No other
+response echoes a request header value. ``Upstream.sessions`` holds the SNI of every TLS
+session accepted, and each ``Recorded.session`` the index of the session its request came over.
 """
 
 from __future__ import annotations
@@ -62,6 +64,7 @@ class Recorded:
     path: str  # raw request target, including query
     headers: list[tuple[str, str]]  # in order, as received
     body_len: int
+    session: int = -1  # index into Upstream.sessions of the TLS session it came over
 
 
 def echo_lines(headers: list[tuple[str, str]], target: str, body: bytes) -> list[bytes]:
@@ -134,6 +137,11 @@ def _make_bare_repo(root: pathlib.Path) -> None:
     shutil.rmtree(work)
 
 
+# The fake token endpoint and a second URL of it, as providers keep one per API version
+# (Microsoft's /oauth2/token beside /oauth2/v2.0/token): both grant the same refresh tokens.
+TOKEN_PATHS = ("/oauth/token", "/oauth/v1/token")
+
+
 def _routed(path: str) -> str:
     """``path`` as a lenient web framework routes it (the token endpoint is matched so): percent-
     decoded, ``;params`` dropped, empty segments (``//``, a trailing slash) ignored."""
@@ -163,7 +171,9 @@ class _Handler(BaseHTTPRequestHandler):
             return self._bytes(int(m[1]))
         if path == "/echo":
             return self._echo()
-        if self.command == "POST" and _routed(path) == "/oauth/token":
+        if path.endswith("/upgrade-raw"):
+            return self._upgrade_raw()
+        if self.command == "POST" and _routed(path) in TOKEN_PATHS:
             return self._token()
         received = sum(len(c) for c in self._body())
         self._record(received)
@@ -178,7 +188,8 @@ class _Handler(BaseHTTPRequestHandler):
     # -- request/response plumbing ------------------------------------------------------------
 
     def _record(self, body_len: int) -> None:
-        rec = Recorded(self.command, self.path, list(self.headers.items()), body_len)
+        session = getattr(self.connection, "surrogate_session", -1)
+        rec = Recorded(self.command, self.path, list(self.headers.items()), body_len, session)
         self.upstream._record(rec)
 
     def _body(self) -> Iterator[bytes]:
@@ -222,6 +233,17 @@ class _Handler(BaseHTTPRequestHandler):
         self.wfile.write(b"%x\r\n%s\r\n" % (len(data), data))
 
     # -- endpoints ---------------------------------------------------------------------------
+
+    def _upgrade_raw(self) -> None:
+        """A hostile upstream: 101 to a protocol that is not WebSocket, then the Authorization it
+        received as raw bytes (a proxy relaying the upgraded bytes would leak it unscrubbed)."""
+        self._record(0)
+        self.send_response(101)
+        self.send_header("Upgrade", "raw-echo")
+        self.send_header("Connection", "Upgrade")
+        self.end_headers()
+        self.wfile.write(b"raw: " + (self.headers.get("Authorization") or "").encode() + b"\n")
+        self.close_connection = True
 
     def _reflect(self, path: str) -> None:
         """A hostile upstream: hands the Authorization it received back (the scrubbing tests).
@@ -443,7 +465,7 @@ class _Server(socketserver.TCPServer):
 
 
 class Upstream:
-    """Threaded HTTPS/1.1 server on 127.0.0.1 (ephemeral port).
+    """Threaded HTTPS/1.1 server on 127.0.0.1 (ephemeral port); plain HTTP/1.1 with ``tls=False``.
 
     Its certificate covers `hostnames` and is signed by the TestCA.
     """
@@ -455,11 +477,14 @@ class Upstream:
         git_password: str | None = None,
         tmpdir: pathlib.Path | None = None,
         bind: tuple[str, int] = ("127.0.0.1", 0),
+        tls: bool = True,
     ) -> None:
         self.bind = bind  # a test network namespace's address, for transparent-mode tests
+        self.tls = tls  # False: plain HTTP/1.1 (the cleartext tests); sessions stay empty
         self.git_password = git_password
         self.requests: list[Recorded] = []
         self.connections = 0
+        self.sessions: list[str | None] = []  # per completed TLS handshake: the SNI it carried
         self.sse_release = threading.Event()
         self.oauth_refresh = ""  # /oauth/token: the first refresh token it accepts
         self.oauth_seen: list[str] = []  # refresh tokens received
@@ -471,6 +496,7 @@ class Upstream:
         self._tmpdir = tmpdir
         self._ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
         ca.ca.issue_cert(*hostnames).configure_cert(self._ctx)
+        self._ctx.sni_callback = self._sni
         self._ctx.set_alpn_protocols(["http/1.1"])  # clients offering h2 must fall back
         self._lock = threading.Lock()
         self._live: set[socket.socket] = set()
@@ -537,6 +563,9 @@ class Upstream:
             self.connections += 1
             self._live.add(sock)
 
+    def _sni(self, sock: ssl.SSLObject | ssl.SSLSocket, name: str | None, _: ssl.SSLContext) -> None:
+        sock.surrogate_sni = name  # type: ignore[union-attr]  # read back in _serve_connection
+
     def _track_thread(self, t: threading.Thread) -> None:
         with self._lock:
             self._threads = [x for x in self._threads if x.is_alive()] + [t]
@@ -547,10 +576,13 @@ class Upstream:
             raw.settimeout(10)  # a client that never finishes the handshake must not pin us
             # The handshake happens here, in the per-connection thread; wrap_socket detaches
             # `raw`, so from now on only `conn` owns the file descriptor.
-            conn = self._ctx.wrap_socket(raw, server_side=True)
-            with self._lock:
-                self._live.discard(raw)
-                self._live.add(conn)
+            if self.tls:
+                conn = self._ctx.wrap_socket(raw, server_side=True)
+                with self._lock:
+                    self._live.discard(raw)
+                    self._live.add(conn)
+                    conn.surrogate_session = len(self.sessions)  # type: ignore[attr-defined]
+                    self.sessions.append(getattr(conn, "surrogate_sni", None))
             _Handler(conn, addr, server)
         except OSError:
             pass  # handshake failures, resets and broken pipes are the client's business

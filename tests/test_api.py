@@ -120,6 +120,11 @@ async def test_generated_claim_id(api: httpx.AsyncClient) -> None:
         ({"id": "x"}, 422, "invalid_request", "pool"),
         ({"id": "x", "pool": "p", "sources": ["not-an-address"]}, 422, "invalid_sources", "sources"),
         ({"id": 5, "pool": "p"}, 422, "invalid_request", "id"),
+        ({"id": "x", "pool": "p", "sources": ["10.9.0.2/32"], "interface": "eth0; rm"}, 422,
+         "invalid_interface", "interface"),
+        ({"id": "x", "pool": "p", "sources": ["10.9.0.2/32"], "interface": "a" * 16}, 422,
+         "invalid_interface", "interface"),
+        ({"id": "x", "pool": "p", "interface": "veth-sbx"}, 422, "invalid_interface", "interface"),
     ],
     ids=[
         "unknown-pool",
@@ -129,12 +134,31 @@ async def test_generated_claim_id(api: httpx.AsyncClient) -> None:
         "missing-pool",
         "bad-source",
         "id-not-string",
+        "interface-not-a-name",
+        "interface-too-long",
+        "interface-without-sources",
     ],
 )
 async def test_create_claim_refusals(
     api: httpx.AsyncClient, body: dict[str, Any], status: int, code: str, field: str | None
 ) -> None:
     assert problem(await api.post("/v1/claims", json=body), status, code)["field"] == field
+
+
+async def test_a_claim_bound_to_an_interface_keeps_it(api: httpx.AsyncClient, control: Control) -> None:
+    """Issue 21: control-API claims can be bound to their arrival interface, like rules-file ones
+    (addons/fence.py refuses their connections from any other interface)."""
+    body = {"id": "tb", "pool": "p", "sources": ["10.9.0.2/32"], "interface": "veth-tb"}
+    made = await api.post("/v1/claims", json=body)
+    assert made.status_code == 201, made.text
+    assert made.json()["interface"] == "veth-tb"
+    assert (await api.get("/v1/claims/tb")).json()["interface"] == "veth-tb"
+    plain = await claim(api, "tc")
+    assert plain["interface"] is None
+    control.registry.refresh()
+    bound = control.registry.claim("tb")
+    assert bound is not None and bound.interface == "veth-tb"
+    assert control.registry.claim("tc").interface is None  # type: ignore[union-attr]
 
 
 async def test_duplicate_claim_is_a_conflict(api: httpx.AsyncClient) -> None:
@@ -338,6 +362,9 @@ async def test_a_pool_that_allows_any_host_takes_no_credentials(api: httpx.Async
         assert (await api.post("/v1/claims", json={"id": cid, "pool": pool})).status_code == 201
     problem(await cred(api, cid="w1"), 422, "any_host_pool")
     assert (await cred(api, cid="w2")).status_code == 201  # the pool says unsafe_any_host: true
+    # ... to connect anywhere, never to send a secret anywhere (hostile review r1: it was 201)
+    got = problem(await cred(api, {"hosts": ["*"], "value": SECRET}, cid="w2", name="any"), 422, "risky_host")
+    assert got["field"] == "hosts[0]"
 
 
 async def test_reads_never_return_a_value(api: httpx.AsyncClient) -> None:
@@ -521,7 +548,7 @@ def test_a_tcp_listener_without_its_address_is_refused(control: Control) -> None
         make_app(control, operator_token="operator-token-0123456789")
 
 
-@pytest.mark.parametrize("host", ["*.herokuapp.com", "*.on.aws", "аpi.github.test"])
+@pytest.mark.parametrize("host", ["*.herokuapp.com", "*.on.aws", "аpi.github.test", "api.\u0261ithub.test"])
 async def test_a_credential_host_that_looks_safe_and_is_not_is_a_422(
     tmp_path: Path, store: Store, host: str
 ) -> None:

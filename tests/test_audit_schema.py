@@ -272,6 +272,7 @@ class World:
                         ports: [{self.dead_port}]
                       - host: api.test
                         ports: [80]
+                        scheme: http
                 claims:
                   - id: c1
                     pool: p

@@ -87,6 +87,7 @@ def test_a_version_1_store_is_migrated_keeping_every_row(tmp_path: Path) -> None
     db = sqlite3.connect(tmp_path / "store.sqlite3", isolation_level=None)
     for column in ("basic_parts", "headers", "requests_used", "max_requests", "surfaces", "on_misplaced"):
         db.execute(f"ALTER TABLE credentials DROP COLUMN {column}")
+    db.execute("ALTER TABLE claims DROP COLUMN interface")
     db.execute("PRAGMA user_version = 1")
     db.close()
     with Store.open(tmp_path / "store.sqlite3", ring) as s:

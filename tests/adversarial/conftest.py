@@ -5,12 +5,12 @@ to the tests here. Every test in this folder is marked ``e2e``. The ``world`` fi
 module) is a real proxy process with two claims in front of a real HTTPS upstream on loopback:
 
 - ``agent`` (pool ``p``): GET /v1* on api.test, anything on other.test and mismatch.test (whose
-  name the upstream's certificate does not cover), plain.test on any port, a catch-all opaque
-  ``*`` rule on the upstream's port; credential ``api`` (a canary) bound to api.test and
+  name the upstream's certificate does not cover), plain http:// to plain.test on any port, a
+  catch-all opaque ``*`` rule on the upstream's port; credential ``api`` (a canary) bound to api.test and
   mismatch.test;
-- ``wide`` (pool ``w``): every host and port, intercepted, with wildcard and IDNA rules, so
-  that what refuses a request is the resolver's address check or name matching, not a missing
-  rule. Same proxy token as ``agent``.
+- ``wide`` (pool ``w``): every host and port, intercepted, https and plain http, with wildcard
+  and IDNA rules, so that what refuses a request is the resolver's address check or name
+  matching, not a missing rule. Same proxy token as ``agent``.
 """
 
 from __future__ import annotations
@@ -61,6 +61,7 @@ def rules_text(port: int) -> str:
                 ports: [{port}]
               - host: plain.test
                 ports: []
+                scheme: http
               - host: mismatch.test
                 ports: [{port}]
               # a catch-all opaque rule after the intercepting one: it must never approve a
@@ -77,6 +78,9 @@ def rules_text(port: int) -> str:
                 ports: [{port}]
               - host: "*"
                 ports: []
+              - host: "*"
+                ports: []
+                scheme: http
             unsafe_any_host: true
         claims:
           - id: agent

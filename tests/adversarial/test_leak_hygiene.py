@@ -229,3 +229,26 @@ def test_a_malformed_response_quoting_the_secret_never_shows_it(tmp_path: Path, 
         },
         [secret],
     )
+
+
+def test_no_audit_field_holds_a_placeholder_the_sandbox_put_in_a_name(world: World) -> None:
+    """Was: the audit's ``path`` hides placeholders, but a placeholder the sandbox put in a host
+    name or a Host header landed as spelled in the event's ``host`` and ``message`` (a refused
+    CONNECT to ``PH.evil.test``, a ``Host: PH.api.test`` inside a tunnel: 421 quoting it). Every
+    text field of an audit event shows such a string as REDACTED."""
+    ph = world.placeholder
+    with socket.create_connection(("127.0.0.1", world.proxy.port), timeout=10) as s:
+        s.sendall(
+            f"CONNECT {ph}.evil.test:1 HTTP/1.1\r\nHost: {ph}.evil.test:1\r\n"
+            f"Proxy-Authorization: {world.proxy_auth()}\r\n\r\n".encode()
+        )
+        world.received.append(s.recv(65536))
+    port = world.upstream.port
+    head = f"GET /v1/x HTTP/1.1\r\nHost: {ph}.api.test:{port}\r\nConnection: close\r\n\r\n"
+    world.tunnel_request(head.encode())
+    connect = world.proxy.wait_event(host="REDACTED.evil.test")
+    assert connect["event"] == "tunnel" and connect["decision"] == "deny"
+    mismatch = world.proxy.wait_event(reason="authority_mismatch", path="/v1/x")
+    assert "REDACTED.api.test" in mismatch["message"]
+    audit = world.proxy.audit_path.read_text()
+    assert ph not in audit and ph.lower() not in audit

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import socket
 
-from harness import World
+from harness import World, status_line
 
 
 def test_a_later_opaque_rule_never_approves_a_request_in_an_intercepted_tunnel(world: World) -> None:
@@ -83,4 +83,19 @@ def test_an_egress_path_prefix_is_matched_on_the_canonical_path(world: World) ->
     for path in ["//v1/x", "/V1/x", "/v1;x/../admin"]:
         done = world.curl("--path-as-is", world.url(path))
         assert done.stdout.endswith((b"403", b"400")), (path, done.stdout)
+    assert (world.upstream.connections, len(world.upstream.requests)) == (before, sent)
+
+
+def test_a_fragment_in_the_request_target_is_refused_where_paths_decide(world: World) -> None:
+    """Was: ``GET /v1#/../admin`` (api.test allows GET /v1 only) was allowed and forwarded as
+    sent: the matchers read the path up to ``#``, while servers that take ``#`` as a path
+    character (Go's ParseRequestURI, hypercorn and uvicorn's scope path) and then resolve dot
+    segments (Go's FileServer, Starlette's StaticFiles: ``normpath``) serve ``/admin``. A request
+    target never holds a fragment (RFC 9112 §3.2); where paths decide it is 400 ambiguous_path
+    and never connects, in every spelling of what follows the ``#``."""
+    before, sent = world.upstream.connections, len(world.upstream.requests)
+    for target in ["/v1#/../admin", "/v1#x", "/v1/ok#", "/v1#/%2e%2e/admin?q=1", "/v1?q#/../../admin"]:
+        head = f"GET {target} HTTP/1.1\r\nHost: api.test:{world.upstream.port}\r\nConnection: close\r\n\r\n"
+        data = world.tunnel_request(head.encode())
+        assert status_line(data) == b"400" and b"ambiguous_path" in data, (target, data[:200])
     assert (world.upstream.connections, len(world.upstream.requests)) == (before, sent)

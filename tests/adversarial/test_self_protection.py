@@ -50,6 +50,7 @@ def own(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Own]:
     rules.write_text(
         "version: 1\npools:\n  p:\n    egress:\n"
         "      - host: '*'\n        ports: []\n        intercept: false\n"
+        "      - host: '*'\n        ports: []\n        scheme: http\n"
         "claims:\n  - id: c\n    pool: p\n    proxy_token: file:token\n"
     )
     control_port = free_port()

@@ -39,6 +39,7 @@ def write_rules(tmp: Path, port: int) -> Path:
                     intercept: false
                   - host: api.test
                     ports: [80]
+                    scheme: http
             claims:
               - id: c1
                 pool: p

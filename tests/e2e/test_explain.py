@@ -71,6 +71,7 @@ def write_rules(tmp: Path, port: int) -> Path:
                     intercept: false
                   - host: api.test
                     ports: [80]
+                    scheme: http
                   - host: "*.test"
                     ports: [{port}]
                     intercept: false

@@ -68,6 +68,9 @@ def test_a_request_to_any_host_address_on_the_listeners_port_is_refused_once(
             egress:
               - host: "*"
                 ports: [{proxy.port}]
+              - host: "*"
+                ports: [{proxy.port}]
+                scheme: http  # the plain-HTTP requests below: allowed, so only own_listener refuses
             allow_cidrs: [10.243.0.0/16, "fd00:243::/32", 127.0.0.0/8, "::1/128"]
         claims:
           - id: agent

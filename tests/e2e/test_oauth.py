@@ -171,6 +171,10 @@ AMBIGUOUS = [
     ("/oauth/tok%00en", "encoded-nul"),
     ("/oauth/%u0074oken", "iis-u-escape"),
     ("/oauth/%C0%AEtoken", "overlong-utf8"),
+    # hostile review (r1): a server that decodes before it splits off the query (Apache's
+    # "confusion attacks", CVE-2024-38474) routes /oauth/token%3Fx to /oauth/token
+    ("/oauth/token%3Fx", "encoded-question-mark"),
+    ("/oauth/token%23", "encoded-number-sign"),
 ]
 
 
@@ -347,3 +351,52 @@ def test_a_token_endpoint_outside_the_credentials_hosts_is_refused_when_written(
         r = api.patch("/v1/claims/oa-host/credentials/refresh", json={"hosts": ["other.test"]})
         assert r.status_code == 422 and r.json()["field"] == "oauth.token_endpoint.host"
         assert api.get("/v1/claims/oa-host/credentials/refresh").json()["version"] == 1
+
+
+# -- hostile review (r1): a refresh token presented at another token URL of its host ---------
+
+
+@pytest.mark.parametrize("status", [200, 400], ids=["grant", "error-with-tokens"])
+def test_a_refresh_token_presented_at_another_token_url_never_brings_real_tokens_back(
+    world: World, reply: None, status: int
+) -> None:
+    """Was: the credential declares api.test/oauth/token; the sandbox POSTed its refresh-token
+    placeholder to /oauth/v1/token, a second token URL of the same server. Body substitution
+    swapped the real refresh token in (the host is bound), capture did not look (another path),
+    and the fresh real access, refresh and id tokens reached the sandbox: the scrubber knows
+    none of them. Now the answer to a request that presented a refresh token is read whole and
+    refused when it holds a token-like field; nothing is stored from it."""
+    claim = f"oa-alias-{status}"
+    token, refresh_ph, _ = _oauth_claim(world, claim)
+    world.upstream.oauth_reply = lambda issued, _presented: (status, {**issued, "token_type": "Bearer"})
+    got = b""
+    try:
+        with world.client(claim, token) as client:
+            r = client.post(
+                world.url(f"/oauth/v1/token?{claim}=1"),
+                data={"grant_type": "refresh_token", "refresh_token": refresh_ph},
+            )
+        got = r.content
+    except httpx.HTTPError:
+        pass  # the connection was closed: nothing reached the sandbox
+    issued = world.upstream.oauth_issued[-1]
+    world.canaries += list(issued.values())
+    assert world.upstream.oauth_seen[-1] == world.upstream.oauth_refresh  # the real one was sent
+    assert not any(v.encode() in got for v in issued.values())
+    assert got == b""
+    event = world.proxy.wait_event(path=f"/oauth/v1/token?{claim}=REDACTED")
+    assert event["reason"] == "unscannable_response"
+    with world.api() as api:
+        assert api.get(f"/v1/claims/{claim}/credentials/access").json()["version"] == 1
+
+
+def test_an_answer_without_tokens_to_a_presented_refresh_token_passes(world: World, reply: None) -> None:
+    """A revocation-style answer (RFC 7009: 200 with no token in it) to the refresh token passes."""
+    token, refresh_ph, _ = _oauth_claim(world, "oa-alias-ok")
+    world.upstream.oauth_reply = lambda _i, _p: (200, {"revoked": True})
+    with world.client("oa-alias-ok", token) as client:
+        r = client.post(
+            world.url("/oauth/v1/token"), data={"grant_type": "refresh_token", "refresh_token": refresh_ph}
+        )
+    world.canaries += list(world.upstream.oauth_issued[-1].values())
+    assert (r.status_code, r.json()) == (200, {"revoked": True})

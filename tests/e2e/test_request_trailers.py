@@ -5,11 +5,11 @@ section crashed mitmproxy's reader ("HTTP trailers are not implemented yet") and
 request with trailers going to an HTTP/1 upstream crashed its writer; in both the client got
 nothing until its own timeout. Toward an HTTP/2 upstream the trailers went on unchecked, so a
 placeholder there reached a host its credential is not bound to without the violation scan
-seeing it. Now trailers are dropped as they are read (HTTP/1: addons/malformed.py
-``StrictChunkedReader``; HTTP/2: addons/hygiene.py ``Hygiene.request``) and the request is
-answered at once. The HTTP/1 upstream is the raw socket server (every byte it received is kept),
-the HTTP/2 one hypercorn; clients are raw (bytes over TLS in a CONNECT tunnel, and the h2
-library), since no common client sends request trailers.
+seeing it. Now trailers are dropped (HTTP/1 as they are read: addons/h1read.py; HTTP/2 in its
+``Framing.request`` hook; the same was fixed on main meanwhile, and these tests prove it end to
+end) and the request is answered at once. The HTTP/1 upstream is the raw socket server (every
+byte it received is kept), the HTTP/2 one hypercorn; clients are raw (bytes over TLS in a
+CONNECT tunnel, and the h2 library), since no common client sends request trailers.
 """
 
 from __future__ import annotations

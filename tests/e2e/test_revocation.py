@@ -121,3 +121,104 @@ def test_a_rules_reload_revokes_the_open_tunnel(setup: Setup, change: str) -> No
         assert wait_reload(setup.proxy, 1)[0]["outcome"] == "applied"
         _refused(client, setup.url("/reload/2"))
     assert setup.received("/reload") == ["/reload/1"]
+
+
+# -- hostile review (r1): a store claim deleted and created again under the same id ----------
+
+
+def test_a_claim_id_deleted_and_created_again_does_not_hand_the_old_tunnel_to_the_new_claim(
+    tmp_path: Path,
+) -> None:
+    """Was: an orchestrator that deletes claim ``sb`` (its sandbox is gone) and creates ``sb``
+    again for the next tenant, within one 0.2 s poll, left the old sandbox's open tunnel
+    working: both claims were at version 1, so the registry saw no change, and the old tunnel's
+    next request carried the *new* tenant's credential, swapped in. A tunnel belongs to the
+    claim that opened it: the next request in it is refused and the upstream never sees the
+    new claim's secret."""
+    from test_control import World
+
+    world = World(tmp_path)
+    try:
+        world.proxy.start()
+        deadline = time.monotonic() + 10
+        while not world.socket.exists() and time.monotonic() < deadline:
+            time.sleep(0.05)
+        with world.api() as api:
+            old = api.post("/v1/claims", json={"id": "sb", "pool": "p"}).json()["proxy_token"]
+            with world.client("sb", old) as client:
+                assert client.get(world.url("/gen/1")).status_code == 200
+                # one keep-alive API connection: the delete and the create land within a few ms
+                assert api.delete("/v1/claims/sb").status_code == 204
+                assert api.post("/v1/claims", json={"id": "sb", "pool": "p"}).status_code == 201
+                secret = world.canary()
+                r = api.put("/v1/claims/sb/credentials/gh", json={"hosts": ["api.test"], "value": secret})
+                assert r.status_code == 201, r.text
+                placeholder = r.json()["placeholder"]
+                _refused_or_closed(client, world.url("/gen/2"), {"Authorization": f"Bearer {placeholder}"})
+        assert [r.path for r in world.upstream.requests if r.path.startswith("/gen")] == ["/gen/1"]
+        assert world.sent("/gen/2", "Authorization") == []
+    finally:
+        world.proxy.stop()
+        world.upstream.stop()
+
+
+def _refused_or_closed(client: httpx.Client, url: str, headers: dict[str, str]) -> None:
+    """Like :func:`_refused`, for a tunnel the poll may close first."""
+    try:
+        r = client.get(url, headers=headers)
+    except (httpx.ProxyError, httpx.RemoteProtocolError, httpx.ConnectError) as e:
+        assert "407" in str(e) or isinstance(e, httpx.RemoteProtocolError), e
+        return
+    assert r.status_code == 407, r.text
+
+
+def test_every_multiplexed_http2_stream_of_a_revoked_tunnel_is_refused(tmp_path: Path) -> None:
+    """The token file is rewritten while an HTTP/2 tunnel (client and upstream both h2) is open;
+    eight streams sent on it at once afterwards are each refused (407) or find the connection
+    closed: none reaches the upstream, and none carries the credential."""
+    import threading
+
+    from asgi_upstream import AsgiUpstream
+
+    ca = TestCA(tmp_path)
+    upstream = AsgiUpstream(ca.ca, ["api.test"], tmp_path, h2=True).start()
+    (tmp_path / "token").write_text("old-token-0001")
+    (tmp_path / "secret").write_text("not-a-canary-h2-value\n")
+    rules = tmp_path / "rules.yaml"
+    rules.write_text(
+        _rules(upstream.port, "token")
+        + "    credentials:\n      - name: k\n        value: file:secret\n"
+        + "        placeholder: surr_RevokedHttp2Placeholder1\n        hosts: [api.test]\n"
+    )
+    proxy = ProxyProcess(rules, tmp_path, upstream_ca=ca.ca_pem, resolve={"api.test": "127.0.0.1"})
+    try:
+        proxy.start()
+        from test_surfaces import _H2First  # httpx offers h2 second; mitmproxy takes the first
+
+        verify = _H2First(ssl.PROTOCOL_TLS_CLIENT)
+        verify.load_verify_locations(cafile=proxy.ca_pem)
+        url = f"https://api.test:{upstream.port}"
+        auth = {"Authorization": "Bearer surr_RevokedHttp2Placeholder1"}
+        old = proxy.url("c", "old-token-0001")
+        with httpx.Client(proxy=old, verify=verify, timeout=10, http2=True) as client:
+            r = client.get(f"{url}/mux/0", headers=auth)
+            assert (r.status_code, r.http_version) == (200, "HTTP/2")
+            _replace(tmp_path / "token", "new-token-0000002")
+            results: list[object] = []
+
+            def send(i: int) -> None:
+                try:
+                    results.append(client.get(f"{url}/mux/{i}", headers=auth).status_code)
+                except httpx.HTTPError as e:
+                    results.append(type(e).__name__)
+
+            threads = [threading.Thread(target=send, args=(i,)) for i in range(1, 9)]
+            for t in threads:
+                t.start()
+            for t in threads:
+                t.join()
+        assert len(results) == 8 and 200 not in results, results
+        assert [s.target for s in upstream.seen if s.target.startswith("/mux")] == ["/mux/0"]
+    finally:
+        proxy.stop()
+        upstream.stop()

@@ -190,7 +190,10 @@ def world(tmp_path_factory: pytest.TempPathFactory) -> Iterator[World]:
           p:
             egress:
               - host: api.test
-                ports: [443, 80, 8443]
+                ports: [443, 8443]
+              - host: api.test
+                ports: [80]
+                scheme: http
               - host: other.test
               - host: pkgs.test
                 ports: [9443]
@@ -650,6 +653,45 @@ def test_an_opaque_sni_naming_another_address_is_intercepted_and_refused(world: 
     assert world.proxy.wait_event(path="/t/opaque-elsewhere")["reason"] == "no_rule"
     passed = [e for e in world.proxy.audit_events() if e["event"] == "tunnel" and e["host"] == "opaque.test"]
     assert len(passed) <= 1  # only the previous test's pass-through, if it ran
+
+
+NOT_HTTP_CLIENT = """
+import socket, sys, time
+port, payload = int(sys.argv[1]), sys.argv[2].encode().decode("unicode_escape").encode("latin-1")
+with socket.create_connection(("10.232.0.2", port), timeout=10) as s:
+    s.sendall(payload)
+    data = b""
+    try:
+        while chunk := s.recv(65536):
+            data += chunk
+    except OSError:
+        pass
+print(repr(data))
+"""
+
+
+@pytest.mark.parametrize(
+    ("port", "payload"),
+    [(443, "SSH-2.0-OpenSSH_9.6\\r\\n"), (80, "PING\\r\\n")],
+    ids=["ssh-banner-to-443", "redis-ping-to-80"],
+)
+def test_bytes_that_are_not_http_in_a_redirected_connection_are_refused_and_audited(
+    world: World, port: int, payload: str
+) -> None:
+    """Was: a redirected connection whose first bytes were not HTTP became mitmproxy's raw TCP
+    layer and was relayed to the original destination, decided by no rule."""
+    before = len(world.proxy.audit_events())
+    done = sandbox_python(world, NOT_HTTP_CLIENT, str(port), payload)
+    assert done.returncode == 0 and done.stdout.strip() == "b''", done
+    deadline = time.monotonic() + 5
+    found: list[dict] = []
+    while not found and time.monotonic() < deadline:
+        found = [e for e in world.proxy.audit_events()[before:] if e["reason"] == "not_http"]
+        time.sleep(0.05)
+    assert [(e["event"], e["claim"], e["host"], e["port"]) for e in found] == [
+        ("tunnel", "sandbox", "10.232.0.2", port)
+    ]
+    jsonschema.validate(found[0], json.loads((ROOT / "docs" / "audit-schema.json").read_text()))
 
 
 def test_zz_upstream_saw_only_the_allowed_requests_with_the_real_secret(world: World) -> None:

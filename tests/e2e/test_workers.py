@@ -205,7 +205,7 @@ def test_a_reload_reaches_every_worker(world: World) -> None:
 def test_the_workers_never_connect_to_their_own_port(world: World) -> None:
     """Every worker knows the shared port as its own, even under a rule that allows everything."""
     world.rules.write_text(
-        "version: 1\npools:\n  p:\n    egress:\n      - host: '*'\n        ports: []\n"
+        "version: 1\npools:\n  p:\n    egress:\n      - host: '*'\n        ports: []\n        scheme: http\n"
         "claims:\n  - id: c\n    pool: p\n    proxy_token: file:token\n"
     )
     assert world.proxy.proc is not None

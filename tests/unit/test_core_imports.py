@@ -9,7 +9,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[2]
 CORE = (
     "proxy.hosts, proxy.rules, proxy.placeholders, proxy.decide, proxy.substitute, "
-    "proxy.secrets, proxy.policy, proxy.audit, proxy.paths, proxy.slots, proxy.spellings"
+    "proxy.secrets, proxy.policy, proxy.audit, proxy.paths, proxy.slots, proxy.spellings, "
+    "proxy.scrub, proxy.base64run"
 )
 
 

@@ -46,6 +46,7 @@ RULES = """\
             intercept: false
           - host: api.test
             ports: [80]
+            scheme: http
           - host: "*.test"
             intercept: false
     claims:

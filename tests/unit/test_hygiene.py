@@ -144,18 +144,3 @@ def test_check_request_line_refuses_malformed_parts(
 
     assert check_request_line(method, scheme, authority, path, True).status == 400
 
-
-def test_the_addon_drops_request_trailers_before_mitmproxy_sends_them() -> None:
-    """HTTP/2 request trailers are set on the flow before the ``request`` hook and sent after it
-    (mitmproxy 12.3): the hook drops them (tests/e2e/test_request_trailers.py sends real ones)."""
-    from mitmproxy import http
-    from mitmproxy.test import tflow
-
-    from addons.hygiene import Hygiene
-
-    flow = tflow.tflow()
-    flow.request.trailers = http.Headers([(b"x-checksum", b"surr_TrailerUnitPlaceholder01")])
-    Hygiene().request(flow)
-    assert flow.request.trailers is None
-    Hygiene().request(flow)  # none: nothing to do
-    assert flow.request.trailers is None

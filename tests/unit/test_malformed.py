@@ -77,18 +77,3 @@ def test_a_trailer_section_past_its_bound_raises() -> None:
     with pytest.raises(Malformed):
         reader(buf)
 
-
-@pytest.mark.parametrize("step", [1, 5, 64])
-def test_a_trailer_section_is_read_and_dropped(step: int) -> None:
-    """Request trailers are never forwarded (addons/hygiene.py): the reader ends the body with an
-    empty trailer section whatever the client sent (mitmproxy 12.3 raised on a non-empty one)."""
-    reader, buf, events = StrictChunkedReader(), ReceiveBuffer(), []
-    data = b"5\r\nhello\r\n0\r\nX-Checksum: abc\r\nAuthorization: Bearer x\r\n\r\n"
-    for pos in range(0, len(data), step):
-        buf += data[pos : pos + step]
-        while (event := reader(buf)) is not None:
-            events.append(event)
-            if isinstance(event, h11.EndOfMessage):
-                break
-    assert isinstance(events[-1], h11.EndOfMessage) and list(events[-1].headers) == []
-    assert b"".join(bytes(e.data) for e in events if isinstance(e, h11.Data)) == b"hello"

@@ -68,7 +68,7 @@ CANONICAL = [
     ("/a;x=1/b;y", "/a/b", "matrix-params"),
     ("/a%3ab", "/a%3Ab", "reserved-escape-upper-cased"),
     ("/caf\u00e9", "/caf%C3%A9", "raw-non-ascii-encoded"),
-    ("/a?x=1#f", "/a", "query-and-fragment-not-part"),
+    ("/a?x=1&y=/../b", "/a", "query-not-part"),
     ("", "/", "empty-is-root"),
     ("/", "/", "root"),
 ]
@@ -105,6 +105,13 @@ AMBIGUOUS = [
     ("/a/%C0%AE", "UTF-8", "overlong-utf8"),
     ("/a/%FF", "UTF-8", "invalid-utf8"),
     ("*", "not an absolute path", "asterisk-form"),
+    ("/oauth/token%3Fx", "encoded question mark", "encoded-question-mark"),
+    ("/oauth/token%3f", "encoded question mark", "encoded-question-mark-lower"),
+    ("/hook/ok%23x", "encoded number sign", "encoded-number-sign"),
+    ("/a#/../b", "'#'", "fragment-hiding-a-dot-segment"),
+    ("/a#", "'#'", "empty-fragment"),
+    ("/a/b#x", "'#'", "fragment"),
+    ("/a?x=1#f", "'#'", "fragment-after-query"),
 ]
 
 

@@ -221,6 +221,8 @@ BAD = [
     ("bad-credential-host-googleapis.yaml", 16, CRED_HOST, "googleapis.com is a public suffix"),
     ("bad-credential-host-mixed-script.yaml", 16, CRED_HOST, "mixes scripts: Cyrillic, Latin"),
     ("bad-credential-host-confusable.yaml", 16, CRED_HOST, "wholly in letters that look Latin"),
+    # hostile review (r1): the widest wildcard of all was accepted beside unsafe_any_host
+    ("bad-credential-host-any.yaml", 16, CRED_HOST, "'*' spans every public suffix"),
     (
         "bad-slot-header.yaml",
         16,

@@ -313,7 +313,8 @@ def test_empty_values_and_ends_pass_with_any_number_of_secrets(secrets_: int) ->
     pairs = [(f"BulkSecret{i:05d}".encode(), f"surr_P{i:05d}".encode()) for i in range(secrets_)]
     s = Scrubber(pairs)
     assert s.scrub(b"") == b""
-    assert s.feed(b"body: BulkSecret00000 and more") == b"body: surr_P00000 and more"
+    # (a read ending in a base64 character would hold that byte back: see test_base64run.py)
+    assert s.feed(b"body: BulkSecret00000 and more\n") == b"body: surr_P00000 and more\n"
     assert s.finish() == b""
     assert s.feed(b"") == b"" and s.finish() == b""
     assert s.scrub(b"Bearer BulkSecret00000") == b"Bearer surr_P00000"

@@ -54,7 +54,7 @@ def test_open_creates_a_versioned_wal_file_with_mode_0600(tmp_path: Path, store:
     assert stat.S_IMODE((tmp_path / f"{FILENAME}-wal").stat().st_mode) == 0o600
     db = _raw(store.path)
     try:
-        assert db.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION == 4
+        assert db.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION == 5
         assert db.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
     finally:
         db.close()
@@ -504,8 +504,9 @@ def test_one_of_a_hundred_concurrent_compare_and_sets_wins(
         (1, ("basic_parts", "headers", "requests_used", "max_requests", "surfaces", "on_misplaced")),
         (2, ("basic_parts", "headers", "requests_used", "max_requests")),
         (3, ("basic_parts", "headers")),
+        (4, ()),
     ],
-    ids=["from-1", "from-2", "from-3"],
+    ids=["from-1", "from-2", "from-3", "from-4"],
 )
 def test_an_older_store_gains_the_budget_columns_and_keeps_its_data(
     tmp_path: Path, ring: KeyRing, version: int, dropped: tuple[str, ...]
@@ -516,6 +517,7 @@ def test_an_older_store_gains_the_budget_columns_and_keeps_its_data(
     db = _raw(tmp_path / FILENAME)  # back to that version's layout
     for column in dropped:
         db.execute(f"ALTER TABLE credentials DROP COLUMN {column}")
+    db.execute("ALTER TABLE claims DROP COLUMN interface")  # schema 5
     db.execute(f"PRAGMA user_version = {version}")
     db.close()
     with Store.open(tmp_path, ring) as s:
@@ -525,6 +527,7 @@ def test_an_older_store_gains_the_budget_columns_and_keeps_its_data(
         assert s.secret("c1", "gh") == (b"v1", 1)
         s.patch_credential("c1", "gh", max_requests=1)
         assert s.spend("c1", "gh") and not s.spend("c1", "gh")
+        assert s.get_claim("c1").interface is None  # type: ignore[union-attr]
     db = _raw(tmp_path / FILENAME)
     try:
         assert db.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION

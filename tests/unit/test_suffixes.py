@@ -45,6 +45,14 @@ def test_which_wildcards_span_owners(suffix: str, says: str | None) -> None:
         ("bücher.de", None),  # Latin with a diacritic: one script
         ("例え.jp", None),  # Han with Hiragana: allowed together (UTS #39 highly restrictive)
         ("пример.рф", None),  # Cyrillic, not every letter a Latin look-alike; the TLD is not judged
+        # hostile review (r1): one script (Latin), every non-ASCII letter an ASCII look-alike
+        ("\u0261oogle.com", "reads as google"),  # LATIN SMALL LETTER SCRIPT G
+        ("\u0251pple.com", "reads as apple"),  # LATIN SMALL LETTER ALPHA
+        ("l\u0131nkedin.com", "reads as linkedin"),  # LATIN SMALL LETTER DOTLESS I
+        ("api.\u0261ithub.com", "reads as github"),
+        ("caf\u00e9.fr", None),  # a diacritic is not an ASCII look-alike
+        ("m\u00fcnchen.de", None),
+        ("\u0131\u015f\u0131k.com.tr", None),  # Turkish: not every non-ASCII letter a look-alike
     ],
 )
 def test_which_idn_labels_are_confusable(host: str, says: str | None) -> None:
@@ -76,7 +84,7 @@ def test_which_names_are_internal(host: str, says: str | None) -> None:
 
 @pytest.mark.parametrize(
     ("pattern", "risky"),
-    [("*.com", True), ("*.on.aws", True), ("аpi.github.com", True), ("*.github.com", False), ("*", False)],
+    [("*.com", True), ("*.on.aws", True), ("аpi.github.com", True), ("*.github.com", False), ("*", True)],
 )
 def test_credential_host_risk(pattern: str, risky: bool) -> None:
     assert (credential_host_risk(HostPattern.parse(pattern)) is not None) is risky
