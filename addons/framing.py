@@ -20,6 +20,9 @@ process, so this holds for every flow whatever the addons did:
   held until its body starts: with a body it is sent ``Transfer-Encoding: chunked`` (mitmproxy
   then frames each read as a chunk), without one it is sent as is. ``Content-Length`` beside
   chunked is dropped (RFC 9112 §6.2: a sender must not send both);
+- toward an HTTP/1 upstream, a request sent chunked (its body changed length) goes as HTTP/1.1
+  even when the client spoke HTTP/1.0: chunked is HTTP/1.1 framing, and a recipient treats it in
+  an HTTP/1.0 message as faulty (RFC 9112 §6.1), reading the body by another length;
 - toward any upstream, the body bytes are counted against a declared ``Content-Length``: a read
   that would go past it, or a body that ends short of it, is never completed: the upstream
   connection is closed (HTTP/1) or the stream reset (HTTP/2), so the upstream never holds a
@@ -110,6 +113,12 @@ def _h1_send(original: Send) -> Send:
         body: _Body | None = getattr(self, _STATE, None)
         if isinstance(event, RequestHeaders):
             req = event.request
+            if _chunked(req) and req.http_version == "HTTP/1.0":
+                # chunked is HTTP/1.1 framing (RFC 9112 §6.1: a recipient treats it in an HTTP/1.0
+                # message as faulty framing); a proxy sends its own version (RFC 9110 §2.5)
+                req = req.copy()
+                req.http_version = "HTTP/1.1"
+                event = RequestHeaders(event.stream_id, req, event.end_stream, event.replay_flow)
             if _chunked(req):
                 req.headers.pop("content-length", None)
             elif _unframed(req) and not event.end_stream:

@@ -21,6 +21,15 @@ first:
   ``PerMessageDeflate`` inflates each frame without a bound (a 64 KiB read of zeros inflates to
   64 MiB), so :func:`install` caps the inflation per message.
 
+The bound on one message does not bound the process: a claim may open hundreds of WebSockets,
+each holding an unfinished message just under it (measured in the r2 review: 12 connections of
+15 MiB grew the proxy by 188 MiB; the default connection limit allows 256, in both directions).
+So the bytes held in unfinished messages by all WebSockets of one process together are bounded
+too (``--websocket-held-bytes``, option ``surrogate_websocket_held_bytes``, default
+:data:`DEFAULT_HELD`, 256 MiB): the WebSocket whose read takes the total past it is ended the same
+way (1009), counted as ``limit="websocket_held"``. It is a bound per worker process (with
+``--workers N`` the node holds at most N times it): the held bytes are the process's own memory.
+
 :func:`install` wraps mitmproxy's and wsproto's methods once per process (the dependency is
 pinned below mitmproxy 12.4); tests/e2e/test_websocket_limits.py fails if they stop bounding.
 """
@@ -30,12 +39,13 @@ from __future__ import annotations
 import functools
 import logging
 import time
+import weakref
 import zlib
 from collections.abc import Callable, Generator
 from typing import Any
 
 import wsproto.events
-from mitmproxy import http
+from mitmproxy import addonmanager, ctx, exceptions, http
 from mitmproxy.proxy import commands, events
 from mitmproxy.proxy.layers import websocket
 from wsproto.connection import ConnectionState
@@ -43,13 +53,15 @@ from wsproto.extensions import PerMessageDeflate
 from wsproto.frame_protocol import CloseReason
 
 from addons import facts
-from proxy.limits import DEFAULT_WEBSOCKET_MESSAGE, Limits
+from proxy.limits import DEFAULT_WEBSOCKET_HELD, DEFAULT_WEBSOCKET_MESSAGE, Limits
 from proxy.state import State
 
 log = logging.getLogger("surrogate")
 
 LIMIT = "surrogate.websocket_limit"  # int: the flow's message bound, set at websocket_start
 TOO_BIG = "surrogate.websocket_too_big"  # "client" | "server": whose message ended it
+HELD_TOO_MUCH = "surrogate.websocket_held"  # set when the process's held bytes ended it
+DEFAULT_HELD = DEFAULT_WEBSOCKET_HELD
 MAX_FRAGMENTS = 65536  # frames of one unfinished message
 TOO_BIG_CODE = 1009  # RFC 6455 §7.4.1
 CLOSE_GRACE = 1.0  # seconds the Close frame has to reach both peers before the connections close
@@ -62,6 +74,12 @@ _INFLATE_REPORT = "_surrogate_inflate_report"  # (flow.metadata, "client" | "ser
 
 Method = Callable[..., Any]
 
+# Bytes each WebSocket layer of this process holds in unfinished messages (both directions), and
+# the bound on their sum (the option, set in configure). Weak: a layer that ends by any path is
+# forgotten with it.
+_held: weakref.WeakKeyDictionary[Any, int] = weakref.WeakKeyDictionary()
+_held_bound = [DEFAULT_HELD]
+
 
 class WebSocketLimit:
     """Per-flow glue: the pool's bound on the flow at its start, the metric at its end, and the
@@ -69,6 +87,21 @@ class WebSocketLimit:
 
     def __init__(self, state: State) -> None:
         self.state = state
+
+    def load(self, loader: addonmanager.Loader) -> None:
+        loader.add_option(
+            "surrogate_websocket_held_bytes",
+            int,
+            DEFAULT_HELD,
+            "Bytes held in unfinished WebSocket messages by this process, all WebSockets together.",
+        )
+
+    def configure(self, updated: set[str]) -> None:
+        if "surrogate_websocket_held_bytes" in updated:
+            bound = ctx.options.surrogate_websocket_held_bytes
+            if bound < 1024:
+                raise exceptions.OptionsError(f"surrogate_websocket_held_bytes {bound} must be at least 1024")
+            _held_bound[0] = bound
 
     def websocket_start(self, flow: http.HTTPFlow) -> None:
         claim = flow.metadata.get(facts.CLAIM)
@@ -86,19 +119,27 @@ class WebSocketLimit:
 
     def websocket_end(self, flow: http.HTTPFlow) -> None:
         if TOO_BIG in flow.metadata:
-            self.state.metrics.limit_refusals.labels("websocket_message").inc()
+            limit = "websocket_held" if HELD_TOO_MUCH in flow.metadata else "websocket_message"
+            self.state.metrics.limit_refusals.labels(limit).inc()
 
 
-def _held(ws: websocket.WebsocketConnection) -> tuple[int, int]:
+def _held_by(ws: websocket.WebsocketConnection) -> tuple[int, int]:
     return sum(map(len, ws.frame_buf)), len(ws.frame_buf)
 
 
 def _close(layer: Any, limit: int) -> Generator[Any, Any, None]:
     flow: http.HTTPFlow = layer.flow
     who = flow.metadata[TOO_BIG]
-    reason = f"message larger than {limit} bytes"
+    _held.pop(layer, None)
+    if HELD_TOO_MUCH in flow.metadata:
+        limit = _held_bound[0]
+        reason = f"unfinished messages on this proxy past {limit} bytes"
+        what = "WebSockets of this process hold more than %d bytes of unfinished messages"
+    else:
+        reason = f"message larger than {limit} bytes"
+        what = "message larger than %d bytes"
     log.warning(
-        "request %s: WebSocket message from the %s larger than %d bytes; closed with 1009",
+        "request %s: WebSocket message from the %s: " + what + "; closed with 1009",
         flow.metadata.get(facts.REQUEST_ID, flow.id),
         who,
         limit,
@@ -154,11 +195,22 @@ def _bounded_relay(original: Method) -> Method:
                 setattr(ext, _INFLATE_REPORT, (self.flow.metadata, who))
         yield from original(self, event)
         if self._handle_event != self.relay_messages:  # closed by a peer meanwhile
+            _held.pop(self, None)
             return
+        total = 0
         for ws, who in sides:
-            size, fragments = _held(ws)
+            size, fragments = _held_by(ws)
+            total += size
             if size > limit or fragments > MAX_FRAGMENTS:
                 self.flow.metadata.setdefault(TOO_BIG, who)
+        if total:
+            _held[self] = total
+            if TOO_BIG not in self.flow.metadata and sum(_held.values()) > _held_bound[0]:
+                self.flow.metadata[HELD_TOO_MUCH] = True
+                bigger = _held_by(self.client_ws)[0] >= _held_by(self.server_ws)[0]
+                self.flow.metadata[TOO_BIG] = "client" if bigger else "server"
+        else:
+            _held.pop(self, None)
         if TOO_BIG in self.flow.metadata:
             yield from _close(self, limit)
 

@@ -21,7 +21,10 @@ The secret is escaped as the body's media type needs (:func:`escape`): JSON stri
 
 Compressed bodies (``Content-Encoding`` gzip, x-gzip, deflate, br, zstd; RFC 9110 §8.4.1) are
 decoded read by read (:func:`decoder`) with a bound on the decoded size (:class:`TooLarge` past
-it) and re-encoded (:func:`encoder`), so the upstream gets the encoding it was sent.
+it) and re-encoded (:func:`encoder`), so the upstream gets the encoding it was sent. Every gzip
+member and zstd frame is decoded (RFC 1952 §2.2, RFC 8878 §3.1), as the upstream's decoder reads
+them all; bytes after the end of a deflate (zlib) stream or a brotli stream are
+:class:`BadEncoding`.
 """
 
 from __future__ import annotations
@@ -173,17 +176,28 @@ def decoder(encoding: str, limit: int = MAX_DECODED) -> Decoder | None:
         return identity
     if encoding in ("gzip", "x-gzip", "deflate"):
         # 32 + MAX_WBITS: a zlib or gzip header, detected (servers read "deflate" as zlib, RFC 9110 §8.4.1.2)
-        z: Any = zlib.decompressobj(32 + zlib.MAX_WBITS)
+        z: list[Any] = [zlib.decompressobj(32 + zlib.MAX_WBITS)]
+        members = encoding != "deflate"
 
         def inflate(b: bytes) -> Iterator[bytes]:
             try:
                 if not b:
-                    yield count(z.flush())
+                    yield count(z[0].flush())
                     return
                 data = b
                 while data:
-                    yield count(z.decompress(data, _PIECE))
-                    data = z.unconsumed_tail
+                    if z[0].eof:
+                        # gzip is a series of members (RFC 1952 §2.2), and the decoders upstream
+                        # (Python's, Go's, Node's) read them all: so are they read here, or a
+                        # placeholder could ride in the second; a zlib stream (RFC 1950) is one
+                        if not members:
+                            raise BadEncoding("bytes after the end of the deflate stream")
+                        data = data.lstrip(b"\0")  # zero padding between members, as Python's
+                        if not data:  # gzip reads it (and proxy/decode.py for responses)
+                            break
+                        z[0] = zlib.decompressobj(16 + zlib.MAX_WBITS)
+                    yield count(z[0].decompress(data, _PIECE))
+                    data = z[0].unconsumed_tail or (z[0].unused_data if z[0].eof else b"")
             except zlib.error as e:
                 raise BadEncoding(str(e)) from None
 

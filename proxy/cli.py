@@ -36,7 +36,7 @@ from proxy import audit, client, counters, hardening, workers
 from proxy.errors import HostError, SurrogateError
 from proxy.explain import main_explain, main_why
 from proxy.hosts import canonical_host
-from proxy.limits import DEFAULT_NODE_HOOK_PROCESSES
+from proxy.limits import DEFAULT_NODE_HOOK_PROCESSES, DEFAULT_WEBSOCKET_HELD
 from proxy.netrules import transparent_rules
 from proxy.policy import Policy, SourceToken
 from proxy.provision import render, sandbox_env
@@ -392,6 +392,14 @@ def _limit_args(p: argparse.ArgumentParser) -> None:
         "a hook request past it gets 503 hook_node_limit (default %(default)s)",
     )
     p.add_argument(
+        "--websocket-held-bytes",
+        type=_positive,
+        default=DEFAULT_WEBSOCKET_HELD,
+        metavar="N",
+        help="bytes of unfinished WebSocket messages one proxy process holds, all WebSockets "
+        "together; the one that takes it past N is closed with 1009 (default %(default)s)",
+    )
+    p.add_argument(
         "--no-http2",
         action="store_true",
         help="speak only HTTP/1.1 to the sandbox (and upstream): no ALPN h2 is offered",
@@ -458,6 +466,7 @@ def _run(args: argparse.Namespace) -> int:
             transparent=args.transparent,
             header_timeout=args.header_timeout,
             hook_processes=args.hook_processes,
+            websocket_held=args.websocket_held_bytes,
             idle_timeout=args.idle_timeout,
             http2=not args.no_http2,
             shared_ports=worker is not None,

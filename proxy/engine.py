@@ -45,7 +45,7 @@ from certs import ca
 from proxy.api import make_app
 from proxy.control import Control
 from proxy.dispatch import LeanMaster, cache_hook_args, drop_debug_typechecks
-from proxy.limits import DEFAULT_NODE_HOOK_PROCESSES
+from proxy.limits import DEFAULT_NODE_HOOK_PROCESSES, DEFAULT_WEBSOCKET_HELD
 from proxy.state import State
 from proxy.workers import SharedListeners
 
@@ -69,6 +69,7 @@ class RunConfig:
     transparent: tuple[str, int] | None = None  # transparent listener (SO_ORIGINAL_DST, Linux)
     header_timeout: int = 60  # seconds to a complete request head (addons/limits.py)
     hook_processes: int = DEFAULT_NODE_HOOK_PROCESSES  # hook commands at once, node-wide (addons/hooks.py)
+    websocket_held: int = DEFAULT_WEBSOCKET_HELD  # unfinished WebSocket bytes per process (wslimit)
     idle_timeout: int = 600  # seconds without a byte either way: mitmproxy's tcp_timeout
     http2: bool = True  # False: HTTP/1.1 only (mitmproxy's http2 option), see docs
     shared_ports: bool = False  # a --workers N worker: listen with SO_REUSEPORT (proxy/workers.py)
@@ -121,6 +122,7 @@ def build_master(config: RunConfig, on_ready: Callable[[], None] | None = None) 
         http2=config.http2,
         surrogate_header_timeout=config.header_timeout,
         surrogate_hook_processes=config.hook_processes,
+        surrogate_websocket_held_bytes=config.websocket_held,
     )
     return master
 

@@ -5,6 +5,14 @@ said otherwise): more than one Host header (RFC 9112 §3.2), a value holding a c
 other than HTAB (RFC 9110 §5.5; this includes a bare CR or LF that would fold or split a line),
 a head over ``MAX_HEAD_BYTES`` or ``MAX_HEADERS`` fields (431, RFC 6585 §5), and TRACE toward a
 host one of the claim's credentials is bound to (it would echo the swapped secret back).
+A ``Transfer-Encoding`` other than ``chunked`` alone (``gzip, chunked``, ``deflate, chunked``,
+``compress, chunked``, which mitmproxy accepts) gets 501 (RFC 9112 §6.1): the body the upstream
+decodes is then not the one the placeholder checks read, and a swap that re-frames the body
+would drop the coding. A header name that is a framing or ``Proxy-*`` header but for ``_`` in
+place of ``-`` (``Content_Length``, ``Transfer_Encoding``, ``Keep_Alive``, ``Proxy_*``) gets
+400: mitmproxy frames the request without it (and identify removes only ``Proxy-*``) and forwards
+it, and a server that reads ``_`` as ``-`` (CGI-style header mapping) would frame the request
+differently.
 
 Dropped before forwarding (RFC 9110 §7.6.1): every header ``Connection`` names, ``Keep-Alive``
 and ``Proxy-Connection``. Kept: ``Connection`` itself and its ``close``/``keep-alive``/``upgrade``
@@ -34,6 +42,8 @@ _TOKEN = re.compile(rb"[!#$%&'*+\-.^_`|~0-9A-Za-z]+")  # RFC 9110 §5.6.2
 _PATH = re.compile(rb"/[\x21-\x7e]*")  # visible ASCII (RFC 9112 §3.2: RFC 3986 characters)
 _AUTHORITY = re.compile(rb"[A-Za-z0-9\-._~%!$&'()*+,;=:\[\]]*")  # RFC 3986 §3.2, no "@"
 _HOP_BY_HOP = frozenset({b"keep-alive", b"proxy-connection"})
+# the framing headers with a "-" in their name: only those have a "_" spelling
+_FRAMING = frozenset({b"content-length", b"transfer-encoding", b"keep-alive"})
 _KEEP = frozenset({b"close", b"keep-alive", b"upgrade", b"te", b"host", b"connection"})
 
 
@@ -57,6 +67,17 @@ def check_head(fields: Sequence[tuple[bytes, bytes]], method: str, credentialed_
         for name, value in fields:
             if _CONTROL.search(value) or _CONTROL.search(name):
                 return Verdict(400, f"control character in header {name[:64].decode('latin-1')!r}")
+    if any(b"_" in n for n in names):
+        for name in names:
+            dashed = name.replace(b"_", b"-")
+            if dashed != name and dashed in _FRAMING:
+                return Verdict(400, f"header {dashed.decode()!r} spelled with '_' for '-'")
+            if dashed != name and dashed.startswith(b"proxy-"):
+                return Verdict(400, "a Proxy-* header spelled with '_' for '-'")
+    if b"transfer-encoding" in names:
+        for name, value in fields:
+            if name.lower() == b"transfer-encoding" and value.strip().lower() != b"chunked":
+                return Verdict(501, "request Transfer-Encoding other than chunked (RFC 9112 §6.1)")
     if method == "TRACE" and credentialed_host:
         return Verdict(405, "TRACE toward a host with credentials is refused (it would echo them)")
     drop = set(_HOP_BY_HOP)

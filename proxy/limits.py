@@ -39,6 +39,7 @@ DEFAULT_NODE_HOOK_PROCESSES = 32  # per node: ``surrogate run --hook-processes``
 # mitmproxy holds a whole message before any hook sees it, so past this the connection is closed
 # with 1009 (RFC 6455 §7.4.1). 16 MiB: above what chat and realtime APIs send in one message.
 DEFAULT_WEBSOCKET_MESSAGE = 16 * 1024 * 1024
+DEFAULT_WEBSOCKET_HELD = 256 * 1024 * 1024  # per process: all WebSockets' unfinished messages together
 MIN_WEBSOCKET_MESSAGE = 1024
 MAX_WEBSOCKET_MESSAGE = 1024 * 1024 * 1024
 

@@ -16,6 +16,7 @@ host, path or anything else the sandbox chooses.
     surrogate_control_requests_total{method, status_class}      control-API calls
     surrogate_limit_refusals_total{limit}                       connections | rate | header_timeout
                                                                 | hook_pool | hook_node | websocket_message
+                                                                | websocket_held
     surrogate_hook_processes                                    hook commands running now
     surrogate_hook_processes_limit{pool}                        their bound: a pool's, "*" the node's
 """

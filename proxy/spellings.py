@@ -4,10 +4,15 @@ Pure (no I/O). :func:`hidden` finds the placeholders of ``registered`` inside ``
 
 - raw, also when followed by more letters or digits (``surr_…xyz``: a receiver can cut the tail);
 - percent-encoded, any byte, either hex case (RFC 3986 §2.1), up to :data:`MAX_LAYERS` layers
-  (``%5F``, ``%255F``);
+  (``%5F``, ``%255F``), also in IIS's ``%u005F`` form;
 - base64 or base64url (RFC 4648 §4, §5), with or without padding, alone or at any alignment inside
-  a longer run (``Basic base64(user:P)``, a JWT segment, ``xyz`` + base64(…)); base64 broken by
-  whitespace is read in Basic credentials only (:mod:`proxy.substitute` decodes those leniently);
+  a longer run (``Basic base64(user:P)``, a JWT segment, ``xyz`` + base64(…)), also broken into
+  lines or words by whitespace (space, tab, CR, LF: MIME's 76-character lines, RFC 2045 §6.8, and
+  the decoders that skip whitespace, as Python's and Node's do), reached raw in a header value or
+  through a decoded layer (``%0A``, ``%20``);
+- UTF-16 or UTF-32 of an ASCII spelling (its NUL bytes dropped), as a decoded layer holds it
+  (``s%00u%00r%00r%00…``, base64 of UTF-16LE); dropping NULs, like joining whitespace, is not
+  one of the :data:`MAX_LAYERS` (it cannot repeat);
 - any nesting of these up to :data:`MAX_LAYERS` decodings (base64 of a percent-encoded value, …).
 
 It serves refusals and the audit, never substitution: a placeholder spelled any way but raw is
@@ -20,10 +25,14 @@ compression, encryption: the list of encodings is open-ended, and an attacker wh
 receiving host gains nothing from a placeholder (it is only worth something through this proxy).
 
 Cost: one regex pass per value for runs of 28 base64 characters or more (the shortest encoding of
-the shortest placeholder, 21 bytes) and a ``%`` search; a value with neither costs two C-level scans.
+the shortest placeholder, 21 bytes), a ``%`` and a NUL search; a value with none of these costs
+four C-level scans (one of them a copy without whitespace).
 A run is decoded at its 4 offsets, and a decoding is read further only when one C-level search
-finds something in it to read (``surr_``, a percent escape, another long run): garbage, which is
-what 3 of the 4 offsets give, stops there.
+finds something in it to read (``surr_``, a percent escape, a NUL, another long run): garbage,
+which is what 3 of the 4 offsets give, stops there. A value with whitespace between base64
+characters is read a second time with its whitespace removed. Other
+separators (``.``, ``,``, ``:``, and ``+`` read as a form-encoded space) are not joined: joining
+every non-base64 byte would make every value one long run, and ``+`` is itself a base64 character.
 """
 
 from __future__ import annotations
@@ -48,6 +57,8 @@ _B64_CHARS = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/_
 # substring search (C speed), where the regex costs ~1.7 us per decoding (measured)
 _CLASS = bytes(0x61 if b in _B64_CHARS else 0x20 for b in range(256))
 _LONG_RUN = b"a" * _MIN_RUN
+_PCT_U = re.compile(rb"%[uU]([0-9A-Fa-f]{4})")
+_WHITESPACE = b" \t\r\n"  # what base64 decoders skip (RFC 2045 §6.8 lines, Python, Node)
 
 
 _SHORTEST = len(_PREFIX) + _MIN_BODY  # 21: no spelling of a placeholder is shorter
@@ -97,16 +108,25 @@ def _scan(value: bytes, layers: int, out: list[bytes]) -> None:
         decoded = unquote_to_bytes(value)
         if decoded != value:
             _scan(decoded, layers - 1, out)
-    _runs(value, layers, out)
+        if b"%u" in value or b"%U" in value:  # IIS's %uXXXX (a UTF-16 code unit), as UTF-8
+            _scan(_PCT_U.sub(lambda m: chr(int(m[1], 16)).encode("utf-8", "replace"), value), layers - 1, out)
+    if b"\x00" in value:  # UTF-16/32 of ASCII: the placeholder's bytes with NULs between them;
+        _scan(value.replace(b"\x00", b""), layers, out)  # no layer spent: it cannot recur
+    done = _runs(value, layers, out)
+    joined = value.translate(None, _WHITESPACE)  # base64 in lines or words, as decoders that
+    if joined != value:  # skip whitespace read it: only the runs the joining made are new
+        _runs(joined, layers, out, done)
 
 
-def _runs(value: bytes, layers: int, out: list[bytes]) -> None:
-    """Decode every long base64/base64url run of ``value`` at each of its 4 character offsets:
-    one of them is the alignment the run was encoded at, whatever preceded it."""
+def _runs(value: bytes, layers: int, out: list[bytes], done: Container[bytes] = ()) -> list[bytes]:
+    """Decode every long base64/base64url run of ``value`` (but those in ``done``) at each of its
+    4 character offsets: one of them is the alignment the run was encoded at, whatever preceded
+    it. Returns the runs decoded."""
     if _LONG_RUN not in value.translate(_CLASS):
-        return
-    for m in _RUN.finditer(value):
-        run = m.group().translate(_URLSAFE)
+        return []
+    runs = [run for run in dict.fromkeys(m.group() for m in _RUN.finditer(value)) if run not in done]
+    for found in runs:
+        run = found.translate(_URLSAFE)
         for k in range(4):
             part = run[k:]
             rem = len(part) % 4
@@ -115,8 +135,14 @@ def _runs(value: bytes, layers: int, out: list[bytes]) -> None:
                 decoded = binascii.a2b_base64(part)
             except binascii.Error:  # pragma: no cover - every character is valid
                 continue
-            if _PREFIX in decoded or b"%" in decoded or _LONG_RUN in decoded.translate(_CLASS):
+            if (
+                _PREFIX in decoded
+                or b"%" in decoded
+                or b"\x00" in decoded
+                or _LONG_RUN in decoded.translate(_CLASS, _WHITESPACE)
+            ):
                 _scan(decoded, layers - 1, out)
+    return runs
 
 
 def _raw(value: bytes, out: list[bytes]) -> None:

@@ -10,6 +10,7 @@ CONNECT tunnel for HTTP/1, the h2 library with its own checks off for HTTP/2.
 
 from __future__ import annotations
 
+import gzip
 import socket
 import ssl
 import time
@@ -244,3 +245,33 @@ def test_a_malformed_chunk_after_good_ones_never_completes_the_request_upstream(
     assert status_line(data) == b"400", data[:300]
     time.sleep(0.3)
     assert world.paths(path) == []  # the upstream records a request only once its body is whole
+
+
+# --- transfer-codings other than chunked (r2 review) --------------------------------------------
+
+# mitmproxy 12.3 accepts these on a request and forwards them: the upstream then decodes a body
+# the placeholder checks never read (they see the coded bytes), and a swap that re-frames the
+# body as chunked drops the coding. Refused (501, RFC 9112 §6.1; a chunked request that is
+# refused has its connection closed rather than its body read: addons/facts.py ``refuse``), and
+# nothing reaches the upstream.
+CODINGS = ["gzip, chunked", "deflate,chunked", "compress, chunked", "GZIP,\tChunked"]
+
+
+@pytest.mark.parametrize("coding", CODINGS)
+def test_a_transfer_coding_other_than_chunked_is_refused_and_nothing_is_forwarded(
+    world: World, coding: str
+) -> None:
+    path = f"/te-coded/{coding.encode().hex()}"
+    port = world.upstream.port
+    body = gzip.compress(b"t=" + world.placeholder.encode())
+    head = (
+        f"POST {path} HTTP/1.1\r\nHost: other.test:{port}\r\nTransfer-Encoding: {coding}\r\n"
+        "Connection: close\r\n\r\n"
+    ).encode()
+    before = world.upstream.connections
+    data = world.tunnel_request(head + b"%x\r\n%s\r\n0\r\n\r\n" % (len(body), body), host="other.test")
+    assert data == b"", data[:300]
+    event = world.proxy.wait_event(path=path)
+    assert (event["decision"], event["reason"]) == ("deny", "bad_request_head"), event
+    assert world.paths("/te-coded/") == []
+    assert world.upstream.connections == before, "the head reached an upstream"

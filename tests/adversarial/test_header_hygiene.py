@@ -44,6 +44,12 @@ BAD_HEADS = [
     (b"X-Bare-Cr: a\rb\r\n", (b"400",), "bare-cr-in-value"),
     (b"".join(b"X-N%d: v\r\n" % i for i in range(250)), (b"431", b"400"), "250-headers"),
     (b"X-Big: " + b"a" * (70 * 1024) + b"\r\n", (b"431", b"400"), "70-KiB-header"),
+    # r2 review: forwarded before, framed by mitmproxy without them; a server that reads '_' as
+    # '-' (CGI-style mapping) would frame, route or authenticate the request differently
+    (b"Content_Length: 5\r\n", (b"400",), "content-length-with-underscore"),
+    (b"Transfer_Encoding: chunked\r\n", (b"400",), "transfer-encoding-with-underscore"),
+    (b"Proxy_Authorization: Basic eDp5\r\n", (b"400",), "proxy-authorization-with-underscore"),
+    (b"X-A: 1\r\nCONNECTION: x\r\nkeep_alive: 1\r\n", (b"400",), "keep-alive-with-underscore"),
 ]
 
 

@@ -10,6 +10,7 @@ import json
 import socket
 import subprocess
 from typing import Any
+from urllib.parse import quote
 
 import pytest
 from harness import World, status_line
@@ -90,6 +91,16 @@ NAMED = [
      "/sm/basic-url", "basic-base64url"),
     (["-H", f"Cookie: s={PH.replace('_', '%5F')}"], "/sm/cookie", "cookie-percent-encoded"),
     (["-H", f"X-Trace: {_b64(PH.encode())}"], "/sm/b64", "base64-in-any-header"),
+    # r2 review: each reached other.test unrefused before
+    (["-H", "X-Trace: " + " ".join(_b64(PH.encode())[i : i + 8] for i in range(0, 40, 8))],
+     "/sm/b64-words", "base64-broken-by-spaces-in-a-header"),
+    ([], "/sm/b64-lines?t=" + "%0D%0A".join(_b64(PH.encode())[i : i + 16] for i in range(0, 40, 16)),
+     "base64-in-lines-in-the-query"),
+    ([], "/sm/utf16?t=" + quote(PH.encode("utf-16-le")), "utf16-percent-encoded-in-the-query"),
+    ([], "/sm/utf16-key?" + quote(PH.encode("utf-16")) + "=1", "utf16-with-bom-as-a-query-key"),
+    (["-H", f"X-Trace: {_b64(PH.encode('utf-16-le'))}"], "/sm/utf16-b64", "base64-of-utf16-in-a-header"),
+    (["-H", f"Cookie: a=1; s={quote(PH.encode('utf-16-be'))}"], "/sm/utf16-cookie", "utf16-in-a-cookie"),
+    ([], "/sm/iis?t=" + PH.replace("_", "%u005F"), "iis-percent-u-in-the-query"),
 ]  # fmt: skip
 
 

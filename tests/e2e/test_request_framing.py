@@ -15,10 +15,13 @@ received and parses them with h11; the HTTP/2 one is hypercorn (tests/asgi_upstr
 
 from __future__ import annotations
 
+import base64
+import contextlib
 import gzip
 import hashlib
 import json
 import secrets
+import socket
 import ssl
 import textwrap
 import zlib
@@ -304,3 +307,80 @@ def test_a_refused_placeholder_in_a_compressed_body_still_closes_the_connection(
     event = env.proxy.wait_event(path=path)
     assert (event["reason"], event["violation_surface"]) == ("placeholder_misplaced", "body")
     assert all(not r.complete for r in env.raw.requests(path))
+
+
+# r2 review: only the first gzip member was decoded (RFC 1952 §2.2 allows a series of them, and
+# the upstream's decoder reads them all): a placeholder in the second passed unchecked, and a
+# swapped body lost everything after the first member.
+def _two_members(first: dict[str, str], second: dict[str, str]) -> bytes:
+    text = json.dumps({**first, **second}).encode()
+    cut = text.index(b'"second"')
+    return gzip.compress(text[:cut]) + gzip.compress(text[cut:])
+
+
+@pytest.mark.parametrize("http2", PROTOCOLS)
+def test_a_refused_placeholder_in_a_second_gzip_member_closes_the_connection(env: Env, http2: bool) -> None:
+    path = f"/members-refused/{int(http2)}"
+    sent = _two_members({"pad": "y" * 1000}, {"second": P_BLK})
+    assert P_BLK.encode() in gzip.decompress(sent)
+    with env.client("blk", http2) as client, pytest.raises(httpx.HTTPError):
+        client.post(
+            env.url("raw.test", path),
+            content=sent,
+            headers={"Content-Type": "application/json", "Content-Encoding": "gzip"},
+        )
+    event = env.proxy.wait_event(path=path)
+    assert (event["reason"], event["violation_surface"]) == ("placeholder_misplaced", "body")
+    assert all(not r.complete for r in env.raw.requests(path))
+
+
+@pytest.mark.parametrize("http2", PROTOCOLS)
+def test_a_placeholder_in_a_second_gzip_member_is_swapped_and_nothing_is_lost(env: Env, http2: bool) -> None:
+    path = f"/members-swapped/{int(http2)}"
+    doc = {"pad": "z" * 1000, "second": P_SVC, "n": path}
+    sent = _two_members({"pad": doc["pad"]}, {"second": P_SVC, "n": path})
+    r = _post(
+        env,
+        "swp",
+        http2,
+        env.url("raw.test", path),
+        content=sent,
+        headers={"Content-Type": "application/json", "Content-Encoding": "gzip"},
+    )
+    assert r.status_code == 200
+    req = _one_clean_request(env, path)
+    assert json.loads(_decode("gzip", req.body)) == {**doc, "second": env.secret}
+
+
+def _raw_tunnel(env: Env, claim: str, host: str) -> ssl.SSLSocket:
+    port = env.raw.port if host == "raw.test" else env.h2.port
+    raw = socket.create_connection(("127.0.0.1", env.proxy.port), timeout=10)
+    auth = base64.b64encode(f"{claim}:{env.token}".encode()).decode()
+    connect = f"CONNECT {host}:{port} HTTP/1.1\r\nHost: {host}:{port}\r\n"
+    raw.sendall(f"{connect}Proxy-Authorization: Basic {auth}\r\n\r\n".encode())
+    assert raw.recv(4096).startswith(b"HTTP/1.1 200")
+    ctx = ssl.create_default_context(cafile=str(env.proxy.ca_pem))
+    ctx.set_alpn_protocols(["http/1.1"])
+    return ctx.wrap_socket(raw, server_hostname=host)
+
+
+def test_an_http10_body_whose_length_changed_goes_upstream_as_http11_chunked(env: Env) -> None:
+    """r2 review: the swap re-frames the body as chunked, and an HTTP/1.0 request went upstream as
+    ``HTTP/1.0`` with ``Transfer-Encoding: chunked``, which RFC 9112 §6.1 has a recipient treat as
+    faulty framing (nginx refuses it; a server that reads the body by its absent length takes
+    the chunks for the next request). A proxy sends its own version (RFC 9110 §2.5)."""
+    path = "/http10/swapped"
+    body = json.dumps({"t": P_SVC, "n": path}).encode()
+    head = f"POST {path} HTTP/1.0\r\nHost: raw.test:{env.raw.port}\r\nContent-Type: application/json\r\n"
+    with _raw_tunnel(env, "swp", "raw.test") as tls:
+        tls.sendall(f"{head}Content-Length: {len(body)}\r\n\r\n".encode() + body)
+        data = b""
+        with contextlib.suppress(ConnectionError, ssl.SSLError, TimeoutError):
+            while chunk := tls.recv(65536):
+                data += chunk
+    env.received.append(data)
+    assert data.startswith(b"HTTP/1.1 200"), data[:200]
+    req = _one_clean_request(env, path)
+    [conn] = env.raw.connections(path)
+    assert bytes(conn.data).startswith(f"POST {path} HTTP/1.1\r\n".encode())
+    assert json.loads(req.body) == {"t": env.secret, "n": path}

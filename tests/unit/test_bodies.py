@@ -165,6 +165,60 @@ def test_gzip_from_the_standard_library_decodes() -> None:
     assert b"".join(dec(gzip.compress(b"hello " + P1))) + b"".join(dec(b"")) == b"hello " + P1
 
 
+def _members(encoding: str) -> bytes:
+    """Three concatenated streams of ``encoding``, P1 in the second."""
+
+    def make(data: bytes) -> bytes:
+        if encoding in ("gzip", "x-gzip"):
+            return gzip.compress(data)
+        if encoding == "deflate":
+            return zlib.compress(data)
+        if encoding == "br":
+            return brotli.compress(data)  # type: ignore[no-any-return]
+        enc = bodies.encoder(encoding)  # one whole stream (frame) per call
+        return enc(data) + enc(b"")
+
+    return make(b"first ") + make(b"second " + P1) + make(b" third")
+
+
+@pytest.mark.parametrize("encoding", ["gzip", "x-gzip", "zstd"])
+@pytest.mark.parametrize("read", [1, 3, 64, 100_000])
+def test_every_member_of_a_multi_member_body_is_decoded(encoding: str, read: int) -> None:
+    """r2 review: only the first gzip member was decoded, so a placeholder in the second went
+    unchecked while the upstream's decoder (Python's, Go's, Node's) read it (RFC 1952 §2.2)."""
+    wire, dec = _members(encoding), bodies.decoder(encoding)
+    assert dec is not None
+    out = b"".join(b"".join(dec(wire[i : i + read])) for i in range(0, len(wire), read)) + b"".join(dec(b""))
+    assert out == b"first second " + P1 + b" third"
+    if encoding != "zstd":
+        assert out == gzip.decompress(wire)
+
+
+def test_zero_padding_between_gzip_members_is_skipped_as_pythons_gzip_does() -> None:
+    wire = gzip.compress(b"a") + b"\0" * 7 + gzip.compress(P1) + b"\0" * 3
+    dec = bodies.decoder("gzip")
+    assert dec is not None
+    out = b"".join(b"".join(dec(wire[i : i + 5])) for i in range(0, len(wire), 5)) + b"".join(dec(b""))
+    assert out == gzip.decompress(wire) == b"a" + P1
+
+
+@pytest.mark.parametrize(
+    ("encoding", "wire"),
+    [
+        pytest.param("deflate", zlib.compress(b"a") + zlib.compress(P1), id="deflate-two-streams"),
+        pytest.param("deflate", zlib.compress(b"a") + P1, id="deflate-trailing-bytes"),
+        pytest.param("gzip", gzip.compress(b"a") + P1, id="gzip-trailing-garbage"),
+        pytest.param("br", _members("br"), id="br-two-streams"),
+    ],
+)
+def test_bytes_after_the_end_of_a_single_stream_are_bad_encoding(encoding: str, wire: bytes) -> None:
+    dec = bodies.decoder(encoding)
+    assert dec is not None
+    with pytest.raises(bodies.BadEncoding):
+        list(dec(wire))
+        list(dec(b""))
+
+
 @pytest.mark.parametrize(
     ("encoding", "bomb"),
     [

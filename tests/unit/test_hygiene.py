@@ -21,6 +21,19 @@ H = list[tuple[bytes, bytes]]
         ([(b"X-Big", b"v" * MAX_HEAD_BYTES)], "GET", False, 431),
         ([(b"Host", b"a.test")], "TRACE", True, 405),
         ([(b"Host", b"a.test")], "TRACE", False, 0),
+        ([(b"Host", b"a.test"), (b"Transfer-Encoding", b"chunked")], "POST", False, 0),
+        ([(b"Host", b"a.test"), (b"transfer-encoding", b" Chunked ")], "POST", False, 0),
+        ([(b"Host", b"a.test"), (b"Transfer-Encoding", b"gzip, chunked")], "POST", False, 501),
+        ([(b"Host", b"a.test"), (b"Transfer-Encoding", b"deflate,chunked")], "POST", False, 501),
+        ([(b"Host", b"a.test"), (b"Transfer-Encoding", b"compress ,\tchunked")], "POST", False, 501),
+        ([(b"Host", b"a.test"), (b"TRANSFER-ENCODING", b"GZIP, CHUNKED")], "POST", False, 501),
+        ([(b"Host", b"a.test"), (b"Transfer-Encoding", b"gzip")], "POST", False, 501),
+        ([(b"Host", b"a.test"), (b"Content_Length", b"5")], "POST", False, 400),
+        ([(b"Host", b"a.test"), (b"transfer_encoding", b"chunked")], "POST", False, 400),
+        ([(b"Host", b"a.test"), (b"HOST_", b"b.test")], "GET", False, 0),
+        ([(b"Host", b"a.test"), (b"Connection", b"x"), (b"Keep_Alive", b"1")], "GET", False, 400),
+        ([(b"Host", b"a.test"), (b"Proxy_Authorization", b"Basic eDp5")], "GET", False, 400),
+        ([(b"Host", b"a.test"), (b"X_Api_Key", b"v"), (b"Upgrade_Insecure_Requests", b"1")], "GET", False, 0),
     ],
     ids=[
         "fine",
@@ -32,6 +45,19 @@ H = list[tuple[bytes, bytes]]
         "head-too-large",
         "trace-to-credentialed-host",
         "trace-elsewhere",
+        "chunked",
+        "chunked-odd-case-and-space",
+        "gzip-then-chunked",
+        "deflate-then-chunked",
+        "compress-then-chunked-with-whitespace",
+        "upper-case-gzip-then-chunked",
+        "gzip-alone",
+        "content-length-with-underscore",
+        "transfer-encoding-with-underscore",
+        "host-with-a-trailing-underscore-is-another-name",
+        "keep-alive-with-underscore",
+        "proxy-authorization-with-underscore",
+        "other-underscore-names-pass",
     ],
 )
 def test_check_head(fields: H, method: str, credentialed: bool, status: int) -> None:
@@ -117,3 +143,4 @@ def test_check_request_line_refuses_malformed_parts(
     from proxy.hygiene import check_request_line
 
     assert check_request_line(method, scheme, authority, path, True).status == 400
+

@@ -76,3 +76,4 @@ def test_a_trailer_section_past_its_bound_raises() -> None:
     buf += b"0\r\nX-T: " + b"a" * MAX_TRAILERS
     with pytest.raises(Malformed):
         reader(buf)
+

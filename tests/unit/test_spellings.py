@@ -2,9 +2,11 @@
 credential is not bound to (issue 13, class 5), and none is swapped toward a bound one.
 
 The named examples first (each passed unrefused before: a header name, Basic credentials in
-base64url, ``%5F`` in a cookie, base64 in any header), then generated spellings: percent-encoding
+base64url, ``%5F`` in a cookie, base64 in any header; then base64 broken by whitespace and UTF-16),
+then generated spellings: percent-encoding
 of any characters in either hex case, base64 and base64url with or without padding at every
-alignment inside a longer value, nested up to three layers, placed in header values (any name, any
+alignment inside a longer value, base64 broken into lines or words by whitespace, UTF-16 and
+UTF-32, nested up to three layers, placed in header values (any name, any
 case), header names, Basic credentials (the user name or the password, as clients send URL
 userinfo), query keys and values, and path segments.
 """
@@ -81,6 +83,30 @@ NAMED = [
 ]
 
 
+def _lines(data: bytes, width: int, sep: bytes) -> bytes:
+    return sep.join(data[i : i + width] for i in range(0, len(data), width))
+
+
+# Each reached other.test unrefused before (r2 review): base64 broken by whitespace outside Basic
+# credentials, and UTF-16 (a NUL between the bytes) under a percent or base64 layer.
+MORE = [
+    ([(b"X-Trace", _lines(_b64(PH.encode()), 8, b" "))], b"/", "base64-in-words-in-a-header"),
+    ([(b"X-Trace", _lines(_b64(PH.encode()), 12, b"\t"))], b"/", "base64-tab-broken-in-a-header"),
+    ([], b"/x?t=" + _lines(_b64(PH.encode()), 16, b"%0A"), "base64-lines-percent-LF-in-the-query"),
+    ([], b"/x?t=" + _lines(_b64(PH.encode()), 16, b"%0D%0A"), "base64-lines-percent-CRLF-in-the-query"),
+    ([], b"/x?t=" + quote(PH.encode("utf-16-le")).encode(), "utf16le-percent-in-the-query"),
+    ([], b"/x?t=" + quote(PH.encode("utf-16")).encode(), "utf16-bom-percent-in-the-query"),
+    ([], b"/x?t=" + quote(PH.encode("utf-16-be")).encode(), "utf16be-percent-in-the-query"),
+    ([], b"/x?t=" + quote(PH.encode("utf-32-le")).encode(), "utf32le-percent-in-the-query"),
+    ([(b"X-Trace", _b64(PH.encode("utf-16-le")))], b"/", "utf16le-base64-in-a-header"),
+    ([(b"Cookie", b"s=" + quote(PH.encode("utf-16-le")).encode() + b"; Path=/")], b"/", "utf16-in-a-cookie"),
+    ([(b"X-Trace", _b64(_lines(_b64(PH.encode()), 8, b"\n")))], b"/", "base64-of-base64-lines"),
+    ([], b"/x?t=" + PH.replace("_", "%u005F").encode(), "iis-percent-u-in-the-query"),
+    ([(b"Cookie", b"s=" + "".join(f"%U{ord(c):04x}" for c in PH).encode())], b"/", "iis-percent-u-all"),
+]
+NAMED += MORE
+
+
 @pytest.mark.parametrize(("fields", "target"), [n[:2] for n in NAMED], ids=[n[2] for n in NAMED])
 def test_the_named_spellings_are_violations_toward_an_unbound_host(
     creds: dict[bytes, Credential], fields: list[tuple[bytes, bytes]], target: bytes
@@ -129,15 +155,38 @@ def _base64(draw: st.DrawFn, value: bytes, urlsafe_only: bool = False) -> bytes:
 
 
 @st.composite
-def spelled(draw: st.DrawFn, token_only: bool = False) -> bytes:
-    """The placeholder through 1..3 layers of percent-encoding or base64; ``token_only``: every
-    layer keeps the result an HTTP token (a header name: percent, and unpadded base64url)."""
+def _utf16(draw: st.DrawFn, value: bytes) -> bytes:
+    """``value`` (as Latin-1 text) in UTF-16 or UTF-32, either byte order, with or without a BOM."""
+    codec = draw(st.sampled_from(["utf-16", "utf-16-le", "utf-16-be", "utf-32-le", "utf-32-be"]))
+    return value.decode("latin-1").encode(codec)
+
+
+@st.composite
+def _broken(draw: st.DrawFn, value: bytes) -> bytes:
+    """Base64 of ``value`` broken into lines or words of a random width by random whitespace."""
+    encoded = draw(_base64(value))
+    width = draw(st.integers(1, 76))
+    sep = draw(st.sampled_from([b" ", b"\t", b"\r\n", b"\n", b"  "]))
+    return sep.join(encoded[i : i + width] for i in range(0, len(encoded), width))
+
+
+@st.composite
+def spelled(draw: st.DrawFn, token_only: bool = False, most: int = spellings.MAX_LAYERS) -> bytes:
+    """The placeholder through 1..3 layers of percent-encoding, base64 (also broken by
+    whitespace) or UTF-16/32; ``token_only``: every layer keeps the result an HTTP token (a
+    header name: percent, and unpadded base64url)."""
     value = PH.encode()
-    for _ in range(draw(st.integers(1, spellings.MAX_LAYERS))):
-        if draw(st.booleans()):
+    layers = ["percent", "base64"] if token_only else ["percent", "base64", "broken", "utf16"]
+    for _ in range(draw(st.integers(1, most))):
+        layer = draw(st.sampled_from(layers))
+        if layer == "percent":
             value = draw(_percent(value))
-        else:
+        elif layer == "base64":
             value = draw(_base64(value, urlsafe_only=token_only))
+        elif layer == "broken":
+            value = draw(_broken(value))
+        else:
+            value = draw(_utf16(value))
     return value
 
 
@@ -169,10 +218,11 @@ def requests(draw: st.DrawFn) -> tuple[list[tuple[bytes, bytes]], bytes, str]:
         urlsafe = draw(st.booleans())
         fields.append((_mixed_case(draw, "Authorization"), scheme + b" " + _b64(userpass, urlsafe=urlsafe)))
     else:
-        part = draw(spelled())
         # a query or a path holds no raw '+', '/' or '=' where they would change its meaning:
-        # clients percent-encode them, so do that to whatever the layers left
-        part = quote(part, safe="%").encode() if draw(st.booleans()) else part
+        # clients percent-encode them, so do that to whatever the layers left (then one layer more)
+        quoted = draw(st.booleans())
+        part = draw(spelled(most=spellings.MAX_LAYERS - 1 if quoted else spellings.MAX_LAYERS))
+        part = quote(part, safe="%").encode() if quoted else part
         if where == "query key":
             target = b"/v1/items?" + part + b"=1&page=2"
         elif where == "query value":
