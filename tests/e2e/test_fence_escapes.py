@@ -1,0 +1,257 @@
+"""Ways out of the printed fence found in review (r3), each tried for real in network namespaces
+(names ``r3-*``, addresses 10.250.0.0/16 and fd00:250::/32; deleted in a finally) with the rules
+``surrogate transparent-rules`` prints, loaded verbatim. No proxy runs here: these are the kernel
+rules alone, and every probe is counted where it would arrive.
+
+1. **Bridged frames between sandboxes.** Sandboxes A and B share a bridge; the host loads the
+   fence for the bridge and each port's anti-spoof rules. Bridged frames meet the host's IP
+   filter (where the fence's FORWARD drop is) only with ``br_netfilter`` and
+   ``bridge-nf-call-iptables=1``; without them A reached B directly — UDP, ICMP, TCP, any
+   ethertype — with no redirect and no audit. The port rules now drop whatever the bridge
+   would forward from the port, and accept only the sandbox's own IPv4, IPv6 and ARP.
+2. **``--source`` alone.** The rules match only the addresses named: a sandbox that adds another
+   address of its subnet (root in its namespace) sends from it past every rule. The form is now
+   refused unless ``--unsafe-source-only`` is given.
+
+    r3-a 10.250.5.2, fd00:250:5::2 ──port r3pa──┐
+                                                ├─ bridge r3br 10.250.5.1, fd00:250:5::1 (r3-h)
+    r3-b 10.250.5.3, fd00:250:5::3 ──port r3pb──┘
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+import pytest
+from _netns import Lab, flush_rules, load_printed, missing, sh
+from harness import ROOT
+
+pytestmark = pytest.mark.e2e
+
+A = ("10.250.5.2", "fd00:250:5::2")
+B = ("10.250.5.3", "fd00:250:5::3")
+
+
+class R3Lab(Lab):
+    def ns(self, role: str) -> str:
+        return f"r3-{role}-{self.tag}"
+
+
+def printed(*args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "proxy", "transparent-rules", "--port", "8081", *args],
+        capture_output=True, text=True, cwd=ROOT, check=check,
+    )  # fmt: skip
+
+
+# B counts what reaches it from A at the earliest hook of its namespace, every family and
+# ethertype (netdev ingress sees frames before any protocol handler)
+COUNT_B = """
+table netdev r3count {{
+  counter from_a {{}}
+  counter odd {{}}
+  chain ingress {{
+    type filter hook ingress device eth0 priority -500; policy accept;
+    ether saddr {mac} counter name "from_a"
+    ether type != {{ ip, arp, ip6 }} counter name "odd"
+  }}
+}}
+"""
+
+# A, root in its namespace: UDP and TCP to B (both families), ping, and raw frames to B's MAC:
+# an unknown ethertype, and a VLAN-tagged IPv4 packet from B's address
+PROBE_A = """
+import socket, struct, sys
+b4, b6, bmac = sys.argv[1], sys.argv[2], bytes.fromhex(sys.argv[3].replace(":", ""))
+for dst, fam in ((b4, socket.AF_INET), (b6, socket.AF_INET6)):
+    s = socket.socket(fam, socket.SOCK_DGRAM)
+    for _ in range(3):
+        s.sendto(b"out-of-band", (dst, 9999))
+    s.close()
+    t = socket.socket(fam, socket.SOCK_STREAM)
+    t.settimeout(1)
+    try:
+        t.connect((dst, 80))
+    except OSError:
+        pass
+    t.close()
+raw = socket.socket(socket.AF_PACKET, socket.SOCK_RAW)
+raw.bind(("eth0", 0))
+me = raw.getsockname()[4]
+ip = bytes.fromhex("45000020000100004011") + b"\\0\\0" + socket.inet_aton(b4) + socket.inet_aton(b4)
+udp = struct.pack("!HHHH", 9, 9999, 12, 0) + b"vlan"
+for frame in (
+    bmac + me + b"\\x88\\xb5" + b"experimental".ljust(46, b"\\0"),
+    bmac + me + b"\\x81\\x00" + b"\\x00\\x05" + b"\\x08\\x00" + ip + udp,
+):
+    for _ in range(3):
+        raw.send(frame)
+"""
+
+
+@dataclass
+class Bridged:
+    lab: R3Lab
+    host: str
+    a: str
+    b: str
+
+    def mac(self, ns: str) -> str:
+        return sh("cat", "/sys/class/net/eth0/address", ns=ns).stdout.strip()
+
+    def counts(self) -> dict[str, int]:
+        out = sh("nft", "list", "counters", "table", "netdev", "r3count", ns=self.b).stdout
+        found: dict[str, int] = {}
+        for name in ("from_a", "odd"):
+            block = out[out.index(f"counter {name}") :]
+            found[name] = int(block.split("packets", 1)[1].split()[0])
+        return found
+
+
+@pytest.fixture(scope="module")
+def bridged() -> Iterator[Bridged]:
+    why = missing("ebtables")
+    if why:
+        pytest.skip(why)
+    lab = R3Lab()
+    try:
+        host, a, b = lab.add("h"), lab.add("a"), lab.add("b")
+        br, pa, pb = f"r3br{lab.tag}", f"r3pa{lab.tag}", f"r3pb{lab.tag}"
+        sh("ip", "link", "add", br, "type", "bridge", ns=host)
+        sh("ip", "link", "set", br, "up", ns=host)
+        for port, ns in ((pa, a), (pb, b)):
+            lab.link(host, port, ns, "eth0")
+            sh("ip", "link", "set", port, "master", br, ns=host)
+        lab.addr(host, br, "10.250.5.1/24", "fd00:250:5::1/64")
+        lab.addr(a, "eth0", f"{A[0]}/24", f"{A[1]}/64")
+        lab.addr(b, "eth0", f"{B[0]}/24", f"{B[1]}/64")
+        for ns in (a, b):
+            lab.route(ns, "default", "via", "10.250.5.1")
+        lab.forwarding(host)
+        yield Bridged(lab, host, a, b)
+    finally:
+        lab.teardown()
+
+
+def _load_bridge_fence(env: Bridged, tool: str) -> None:
+    tag = env.lab.tag
+    load_printed(printed("--interface", f"r3br{tag}").stdout, env.host, tool)
+    for port, own in ((f"r3pa{tag}", A), (f"r3pb{tag}", B)):
+        rules = printed("--bridge-port", port, "--source", f"{own[0]}/32", "--source", f"{own[1]}/128")
+        load_printed(rules.stdout, env.host, tool)
+
+
+BRIDGE_CASES = [(tool, nf) for tool in ("iptables", "nft") for nf in (0, 1)]
+
+
+@pytest.mark.parametrize(
+    ("tool", "br_netfilter"), BRIDGE_CASES, ids=[f"{t}-bridge-nf-call-{n}" for t, n in BRIDGE_CASES]
+)
+def test_a_sandbox_on_a_shared_bridge_reaches_no_other_sandbox(
+    bridged: Bridged, tool: str, br_netfilter: int
+) -> None:
+    """Every printed rule loaded; A sends B UDP, TCP SYNs, pings (both families), an unknown
+    ethertype and a VLAN-tagged IPv4 packet: nothing from A arrives at B, whether or not the
+    host passes bridged frames to its IP filter. Before: with bridge-nf-call-iptables=0, B
+    counted A's UDP, TCP and ICMP in both families."""
+    env = bridged
+    for ns in (env.host, env.a, env.b):
+        flush_rules(ns)
+    sh("sysctl", "-qw", f"net.bridge.bridge-nf-call-iptables={br_netfilter}",
+       f"net.bridge.bridge-nf-call-ip6tables={br_netfilter}", ns=env.host)  # fmt: skip
+    sh("ebtables", "-t", "nat", "-F", ns=env.host, check=False)
+    sh("ebtables", "-t", "filter", "-F", ns=env.host, check=False)
+    _load_bridge_fence(env, tool)
+    sh("nft", "-f", "-", ns=env.b, input=COUNT_B.format(mac=env.mac(env.a)))
+    # B's neighbour entry for A, as if they had talked before the fence (no ARP needed by A)
+    sh("ip", "neigh", "replace", B[0], "lladdr", env.mac(env.b), "dev", "eth0", ns=env.a)
+    sh("ip", "-6", "neigh", "replace", B[1], "lladdr", env.mac(env.b), "dev", "eth0", ns=env.a)
+    sh("python3", "-c", PROBE_A, B[0], B[1], env.mac(env.b), ns=env.a, timeout=30)
+    ping4 = sh("ping", "-c1", "-W1", B[0], ns=env.a, check=False)
+    ping6 = sh("ping", "-6", "-c1", "-W1", B[1], ns=env.a, check=False)
+    time.sleep(0.3)
+    assert (ping4.returncode, ping6.returncode) != (0, 0)
+    assert env.counts() == {"from_a": 0, "odd": 0}
+
+
+def test_the_bridge_fence_still_lets_a_sandbox_reach_the_host(bridged: Bridged) -> None:
+    """The same rules do not cut a sandbox off from the host itself (where the proxy listens):
+    A's own address still reaches the bridge's address (ping answered: the bridge's fence drops
+    ICMP to the host, so TCP to a host listener is what is probed)."""
+    env = bridged
+    for ns in (env.host, env.a, env.b):
+        flush_rules(ns)
+    sh("ebtables", "-t", "nat", "-F", ns=env.host, check=False)
+    sh("ebtables", "-t", "filter", "-F", ns=env.host, check=False)
+    _load_bridge_fence(env, "nft")
+    listener = subprocess.Popen(
+        ["ip", "netns", "exec", env.host, sys.executable, "-c",
+         "import socket; s=socket.create_server(('::', 8081), family=socket.AF_INET6, dualstack_ipv6=True);"
+         "print('ready', flush=True); c, _ = s.accept(); c.sendall(b'hello'); c.close()"],
+        stdout=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    try:
+        assert listener.stdout is not None and listener.stdout.readline().strip() == "ready"
+        dial = "import socket; c=socket.create_connection(('10.250.9.9', 443), timeout=5); print(c.recv(5))"
+        got = sh("python3", "-c", dial, ns=env.a, check=False, timeout=20)
+        assert "hello" in got.stdout, got  # redirected to the host's transparent port
+    finally:
+        listener.kill()
+        listener.wait()
+        if listener.stdout is not None:
+            listener.stdout.close()
+
+
+def test_source_alone_is_refused_and_why(tmp_path: object) -> None:
+    """``--source`` without ``--interface`` is refused (naming --unsafe-source-only); with the
+    flag, the printed rules are loaded and a sandbox that adds another address of its subnet is
+    shown to get UDP out past them — the reason for the refusal."""
+    refused = printed("--source", f"{A[0]}/32", "--source", f"{A[1]}/128", check=False)
+    assert refused.returncode != 0 and "--unsafe-source-only" in refused.stderr, refused
+    why = missing()
+    if why:
+        pytest.skip(why)
+    lab = R3Lab()
+    try:
+        host, sbx, up = lab.add("h"), lab.add("s"), lab.add("u")
+        hs, hu = f"r3hs{lab.tag}", f"r3hu{lab.tag}"
+        lab.link(host, hs, sbx, "eth0")
+        lab.link(host, hu, up, "eth0")
+        lab.addr(host, hs, "10.250.1.1/24")
+        lab.addr(sbx, "eth0", "10.250.1.2/24")
+        lab.addr(host, hu, "10.250.2.1/24")
+        lab.addr(up, "eth0", "10.250.2.2/24")
+        lab.route(sbx, "default", "via", "10.250.1.1")
+        lab.route(up, "default", "via", "10.250.2.1")
+        lab.forwarding(host)
+        count = (
+            "table inet r3count {\n counter c_udp {}\n chain p {\n"
+            "  type filter hook prerouting priority -400; policy accept;\n"
+            '  meta l4proto udp counter name "c_udp"\n }\n}\n'
+        )
+        sh("nft", "-f", "-", ns=up, input=count)
+        rules = printed("--source", "10.250.1.2/32", "--unsafe-source-only").stdout
+        assert "UNSAFE" in rules
+        load_printed(rules, host, "iptables")
+        send = (
+            "import socket,sys; s=socket.socket(socket.AF_INET, socket.SOCK_DGRAM); "
+            "s.bind((sys.argv[1], 0)); s.sendto(b'x', ('10.250.2.2', 53))"
+        )
+        sh("python3", "-c", send, "10.250.1.2", ns=sbx)
+        time.sleep(0.3)
+
+        def udp() -> int:
+            listed = sh("nft", "list", "counter", "inet", "r3count", "c_udp", ns=up).stdout
+            return int(listed.split("packets")[1].split()[0])
+
+        assert udp() == 0  # its own address is fenced
+        lab.addr(sbx, "eth0", "10.250.1.77/24")
+        sh("python3", "-c", send, "10.250.1.77", ns=sbx)
+        time.sleep(0.3)
+        assert udp() == 1  # another address is not: hence the refusal without the flag
+    finally:
+        lab.teardown()
