@@ -38,7 +38,9 @@ Three ways to pick the sandbox's traffic, each printed for iptables + ip6tables 
 bridge: ebtables and an nftables ``bridge`` table accept on that port only IPv4, IPv6 and ARP
 from the sandbox's own addresses and drop every other frame (other sources, other ethertypes,
 VLAN-tagged frames), and mark what it may send with the port's mark (:func:`interface_mark`),
-which the proxy checks against a claim's ``interface``. They also drop every frame the bridge
+which the proxy checks against a claim's ``interface``; the nft rules also drop a neighbour
+advertisement whose target is not one of the sandbox's own IPv6 addresses (ebtables cannot
+match the target: use the nft rules where sandboxes have IPv6). They also drop every frame the bridge
 would forward from that port to another port: bridged frames reach the host's IP filter only
 when ``br_netfilter`` is loaded with ``bridge-nf-call-iptables=1``, so without this a sandbox
 reached its neighbours on the bridge (and anything else bridged there) directly, with no
@@ -314,8 +316,10 @@ def _bridge(port: str, sources: list[Net]) -> str:
         "",
         "# nftables (nft -f FILE)",
         "table bridge surrogate {",
+        *_nd_targets(port, mark, [n for n in sources if n.version == 6]),
         "  chain antispoof {",
         "    type filter hook prerouting priority -200; policy accept;",
+        f'    iifname "{port}" icmpv6 type nd-neighbor-advert jump nd_{mark[2:]}',
         (
             f'    iifname "{port}" ether type ip ip saddr {_set(v4)} meta mark set {mark} accept'
             if v4
@@ -333,3 +337,18 @@ def _bridge(port: str, sources: list[Net]) -> str:
         "",
     ]
     return "\n".join(out)
+
+
+def _nd_targets(port: str, mark: str, own: list[ipaddress.IPv6Network]) -> list[str]:
+    """An nft chain that lets a neighbour advertisement from ``port`` through only when its
+    target (RFC 4861 §4.4, the 16 bytes after type, code, checksum and flags) is one of the
+    sandbox's own IPv6 networks: the source-address check cannot see the target, and an NA
+    from the sandbox's own link-local address naming another sandbox's address as its target
+    moved the host's neighbour entry for that address to this port (review r3). Written as raw
+    payload: nft 1.0.6 has no ``icmpv6 taddr``. ebtables cannot match the target at all."""
+    lines = [f"  chain nd_{mark[2:]} {{"]
+    for n in own:
+        mask, value = int(n.netmask), int(n.network_address)
+        lines.append(f"    @th,64,128 & {mask:#034x} == {value:#034x} return")
+    lines += [f'    iifname "{port}" drop', "  }"]
+    return lines

@@ -165,3 +165,20 @@ def test_a_bridge_port_bridges_nothing_to_another_port() -> None:
     bridge = out[out.index("table bridge surrogate") :]
     forward = bridge[bridge.index("hook forward") :]
     assert 'iifname "sg-a" drop' in forward.splitlines()[1]
+
+
+def test_a_bridge_ports_neighbour_advertisements_name_only_its_own_addresses() -> None:
+    """Review r3: an NA's target is what the host's neighbour table learns; the nft port rules
+    let one through only when the target is in the sandbox's own IPv6 networks (raw payload:
+    the 16 bytes at transport offset 64 bits), checked before the source-address accept."""
+    out = transparent_rules(8081, bridge_port="sg-a", source=["10.0.0.2/32", "fd00:1::/64"])
+    bridge = out[out.index("table bridge surrogate") :]
+    mark = f"{interface_mark('sg-a'):08x}"
+    assert (
+        "    @th,64,128 & 0xffffffffffffffff0000000000000000 == 0xfd000001000000000000000000000000 return\n"
+        '    iifname "sg-a" drop\n'
+    ) in bridge
+    jump = f'iifname "sg-a" icmpv6 type nd-neighbor-advert jump nd_{mark}'
+    assert bridge.index(jump) < bridge.index("ip6 saddr")
+    v4_only = transparent_rules(8081, bridge_port="sg-a", source=["10.0.0.2/32"])
+    assert "return" not in v4_only  # no IPv6 of its own: every advertisement from the port is dropped
