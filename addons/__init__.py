@@ -28,7 +28,8 @@ Each addon handles one concern and talks to the others only through ``flow.metad
 7. metrics    — Prometheus counters from the same facts
 
 then only the mitmproxy addons interception needs: proxyserver (listeners, loop check),
-next_layer (protocol detection; runs after policy's opaque-tunnel choice), tlsconfig (our CA,
+next_layer (protocol detection; runs after policy's opaque-tunnel choice; never raw TCP or DNS:
+addons/protocols.py), tlsconfig (our CA,
 upstream verification), errorcheck (exit non-zero on a startup error).
 """
 
@@ -36,7 +37,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from mitmproxy.addons import errorcheck, next_layer, proxyserver, tlsconfig
+from mitmproxy.addons import errorcheck, proxyserver, tlsconfig
 
 from addons.audit import Audit
 from addons.fence import Fence
@@ -48,6 +49,7 @@ from addons.limits import Limiter
 from addons.metrics import Metrics
 from addons.oauth import OAuthCapture
 from addons.policy import Policy
+from addons.protocols import NextLayer
 from addons.resolve import Resolve
 from addons.scrub import Scrub
 from addons.stream import Stream
@@ -86,7 +88,7 @@ def chain(state: State) -> list[Any]:
         Audit(),
         Metrics(state),
         proxyserver.Proxyserver(),
-        next_layer.NextLayer(),
+        NextLayer(),  # mitmproxy's detection; what is not HTTP or TLS is read as HTTP (protocols.py)
         TlsConfig(),
         errorcheck.ErrorCheck(repeat_errors_on_stderr=True),
     ]

@@ -25,10 +25,12 @@ import sys
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
+from pathlib import Path
 
 import pytest
-from _netns import Lab, flush_rules, load_printed, missing, sh
-from harness import ROOT
+from _netns import Lab, NsProxy, flush_rules, load_printed, missing, sh
+from harness import ROOT, free_port
+from servers import TestCA
 
 pytestmark = pytest.mark.e2e
 
@@ -309,3 +311,140 @@ def test_a_sandbox_cannot_take_anothers_ipv6_address_in_the_hosts_neighbour_tabl
     sh("python3", "-c", SPOOF_NA, B[1], mac_a, ns=env.a)
     time.sleep(0.3)
     assert mac_a not in entry() and mac_b in entry(), entry()
+
+
+# --- 3. bytes that are not HTTP, through the transparent port ----------------------------------
+#
+#     r3-s 10.250.11.2 ──veth── 10.250.11.1  r3-h (surrogate --transparent, the printed
+#                                10.250.12.1 ──veth── r3-u 10.250.12.2   --interface rules)
+#
+# mitmproxy's protocol detection relays what does not look like HTTP as raw TCP (``rawtcp``,
+# on by default) and a connection to port 53 as DNS, to the connection's original destination,
+# with no HTTP hook: no policy decision, no claim, no audit. Only the special-address check of
+# resolve stood in the way, so 10.250.12.2 is pinned with --resolve here to stand for any
+# address that passes it (a public one).
+
+RAW_UPSTREAM = """
+import socket, sys, threading
+path = sys.argv[1]
+def serve(port):
+    s = socket.create_server(("10.250.12.2", port))
+    while True:
+        c, _ = s.accept()
+        with open(path, "a") as f:
+            f.write(f"accepted {port}\\n")
+        c.sendall(b"relayed-by-the-proxy\\n")
+        c.close()
+for port in (2222, 53, 8443):
+    threading.Thread(target=serve, args=(port,), daemon=True).start()
+print("ready", flush=True)
+sys.stdin.read()
+"""
+
+# the sandbox: an SSH greeting, a DNS query over TCP (RFC 7766: two length bytes first), and
+# non-HTTP bytes inside TLS (SNI a name the pool allows, no ALPN)
+RAW_CLIENT = """
+import socket, ssl, struct, sys
+out = []
+query = bytes.fromhex("abcd01000001000000000000") + b"\\x06secret\\x07example\\x00\\x00\\x01\\x00\\x01"
+for port, data in ((2222, b"SSH-2.0-escape\\r\\n"), (53, struct.pack("!H", len(query)) + query)):
+    try:
+        c = socket.create_connection(("10.250.12.2", port), timeout=5)
+        c.sendall(data)
+        out.append(c.recv(100))
+    except OSError as e:
+        out.append(repr(e).encode())
+ctx = ssl.create_default_context(cafile=sys.argv[1])
+try:
+    raw = socket.create_connection(("10.250.12.2", 8443), timeout=5)
+    t = ctx.wrap_socket(raw, server_hostname="api.test")
+    t.sendall(b"\\x00\\x01binary-not-http")
+    out.append(t.recv(100))
+except OSError as e:
+    out.append(repr(e).encode())
+print(out)
+"""
+
+
+@dataclass
+class Routed:
+    lab: R3Lab
+    host: str
+    sbx: str
+    up: str
+    proxy: NsProxy
+    accepted: Path
+    ca: Path
+
+
+@pytest.fixture(scope="module")
+def routed(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Routed]:
+    why = missing()
+    if why:
+        pytest.skip(why)
+    tmp = tmp_path_factory.mktemp("raw")
+    (tmp / "token").write_text("unused-in-transparent-mode")
+    (tmp / "rules.yaml").write_text(
+        "version: 1\n"
+        "pools:\n  p:\n    egress:\n      - host: api.test\n        ports: [8443]\n"
+        "claims:\n  - id: sandbox\n    pool: p\n    proxy_token: file:token\n"
+        "    sources: [10.250.11.2/32]\n"
+    )
+    ca = TestCA(tmp)
+    accepted = tmp / "accepted"
+    accepted.write_text("")
+    lab = R3Lab()
+    upstream = proxy = None
+    try:
+        host, sbx, up = lab.add("h"), lab.add("s"), lab.add("u")
+        hs, hu = f"r3hs{lab.tag}", f"r3hu{lab.tag}"
+        lab.link(host, hs, sbx, "eth0")
+        lab.link(host, hu, up, "eth0")
+        lab.addr(host, hs, "10.250.11.1/24")
+        lab.addr(sbx, "eth0", "10.250.11.2/24")
+        lab.addr(host, hu, "10.250.12.1/24")
+        lab.addr(up, "eth0", "10.250.12.2/24")
+        lab.route(sbx, "default", "via", "10.250.11.1")
+        lab.route(up, "default", "via", "10.250.12.1")
+        lab.forwarding(host)
+        upstream = subprocess.Popen(
+            ["ip", "netns", "exec", up, sys.executable, "-c", RAW_UPSTREAM, str(accepted)],
+            stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
+        )  # fmt: skip
+        assert upstream.stdout is not None and upstream.stdout.readline().strip() == "ready"
+        tport = free_port()
+        proxy = NsProxy(
+            host, tmp / "rules.yaml", tmp, upstream_ca=ca.ca_pem,
+            resolve={"10.250.12.2": "10.250.12.2", "api.test": "10.250.12.2"},
+        )  # fmt: skip
+        proxy.args += ["--transparent", f"0.0.0.0:{tport}"]
+        proxy.start()
+        rules = subprocess.run(
+            [sys.executable, "-m", "proxy", "transparent-rules", "--port", str(tport), "--interface", hs],
+            capture_output=True, text=True, cwd=ROOT, check=True,
+        ).stdout  # fmt: skip
+        load_printed(rules, host, "iptables")
+        yield Routed(lab, host, sbx, up, proxy, accepted, proxy.ca_pem)
+    finally:
+        if proxy is not None:
+            proxy.stop()
+        if upstream is not None:
+            if upstream.stdin:
+                upstream.stdin.close()
+            upstream.kill()
+            upstream.wait(timeout=30)
+            if upstream.stdout:
+                upstream.stdout.close()
+        lab.teardown()
+
+
+def test_bytes_that_are_not_http_are_never_relayed_from_a_transparent_connection(routed: Routed) -> None:
+    """An SSH greeting to port 2222, a DNS query over TCP to port 53, and non-HTTP bytes inside
+    an intercepted TLS connection to an allowed name: none reaches the upstream, none is
+    answered with the upstream's bytes. Before: all three were relayed (raw TCP and DNS layers)
+    without a decision or an audit event."""
+    done = sh("python3", "-c", RAW_CLIENT, str(routed.ca), ns=routed.sbx, check=False, timeout=60)
+    assert done.returncode == 0, done
+    time.sleep(0.3)
+    assert routed.accepted.read_text() == "", (routed.accepted.read_text(), done.stdout)
+    assert "relayed-by-the-proxy" not in done.stdout, done.stdout
