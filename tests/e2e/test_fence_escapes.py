@@ -333,9 +333,13 @@ def serve(port):
         c, _ = s.accept()
         with open(path, "a") as f:
             f.write(f"accepted {port}\\n")
+        if port == 9443:  # a pass-through upstream: keeps the connection open
+            hold = lambda c=c: (c.recv(65536), __import__("time").sleep(30))
+            threading.Thread(target=hold, daemon=True).start()
+            continue
         c.sendall(b"relayed-by-the-proxy\\n")
         c.close()
-for port in (2222, 53, 8443):
+for port in (2222, 53, 8443, 9443):
     threading.Thread(target=serve, args=(port,), daemon=True).start()
 print("ready", flush=True)
 sys.stdin.read()
@@ -386,7 +390,9 @@ def routed(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Routed]:
     (tmp / "token").write_text("unused-in-transparent-mode")
     (tmp / "rules.yaml").write_text(
         "version: 1\n"
-        "pools:\n  p:\n    egress:\n      - host: api.test\n        ports: [8443]\n"
+        "pools:\n  p:\n    limits: {connections: 2}\n"
+        "    egress:\n      - host: api.test\n        ports: [8443]\n"
+        "      - host: opaque.test\n        ports: [9443]\n        intercept: false\n"
         "claims:\n  - id: sandbox\n    pool: p\n    proxy_token: file:token\n"
         "    sources: [10.250.11.2/32]\n"
     )
@@ -415,7 +421,7 @@ def routed(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Routed]:
         tport = free_port()
         proxy = NsProxy(
             host, tmp / "rules.yaml", tmp, upstream_ca=ca.ca_pem,
-            resolve={"10.250.12.2": "10.250.12.2", "api.test": "10.250.12.2"},
+            resolve={n: "10.250.12.2" for n in ("10.250.12.2", "api.test", "opaque.test")},
         )  # fmt: skip
         proxy.args += ["--transparent", f"0.0.0.0:{tport}"]
         proxy.start()
@@ -448,3 +454,37 @@ def test_bytes_that_are_not_http_are_never_relayed_from_a_transparent_connection
     time.sleep(0.3)
     assert routed.accepted.read_text() == "", (routed.accepted.read_text(), done.stdout)
     assert "relayed-by-the-proxy" not in done.stdout, done.stdout
+
+
+# the sandbox: five TLS connections to an opaque rule's host at once, each held open after its
+# ClientHello (the pass-through upstream never answers)
+PASS_THROUGH = """
+import socket, ssl, time
+held = []
+for _ in range(5):
+    raw = socket.create_connection(("10.250.12.2", 9443), timeout=5)
+    incoming, outgoing = ssl.MemoryBIO(), ssl.MemoryBIO()
+    tls = ssl.create_default_context().wrap_bio(incoming, outgoing, server_hostname="opaque.test")
+    try:
+        tls.do_handshake()
+    except ssl.SSLWantReadError:
+        pass
+    raw.sendall(outgoing.read())  # the ClientHello
+    held.append(raw)
+    time.sleep(0.3)
+time.sleep(1.5)
+"""
+
+
+def test_a_claims_connection_limit_counts_its_pass_through_connections(routed: Routed) -> None:
+    """The pool allows 2 connections per claim. Five transparent TLS connections to an opaque
+    rule's host, held open: only 2 are passed through to the upstream, the others are refused
+    (and audited). Before: pass-through connections were never counted (the limit is checked at
+    a CONNECT or a first request, which a pass-through never has) and all five went out."""
+    before = routed.accepted.read_text().count("accepted 9443")
+    done = sh("python3", "-c", PASS_THROUGH, ns=routed.sbx, check=False, timeout=60)
+    assert done.returncode == 0, done
+    time.sleep(0.3)
+    assert routed.accepted.read_text().count("accepted 9443") - before == 2
+    refused = [e for e in routed.proxy.audit_events() if e.get("reason") == "too_many_connections"]
+    assert len(refused) == 3 and {e["host"] for e in refused} == {"opaque.test"}, refused
