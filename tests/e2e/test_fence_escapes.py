@@ -488,3 +488,94 @@ def test_a_claims_connection_limit_counts_its_pass_through_connections(routed: R
     assert routed.accepted.read_text().count("accepted 9443") - before == 2
     refused = [e for e in routed.proxy.audit_events() if e.get("reason") == "too_many_connections"]
     assert len(refused) == 3 and {e["host"] for e in refused} == {"opaque.test"}, refused
+
+
+# --- 4. every other way out of a routed veth, with the printed --interface rules ---------------
+#
+#     r3-s 10.250.21.2, fd00:250:21::2 ──veth── r3-h (forwarding, the rules) ──veth── r3-u
+#                                                                 10.250.22.2, fd00:250:22::2
+#
+# The sandbox is root in its namespace: raw sockets of any protocol, IPv6 extension headers,
+# IP options, fragments, TCP packets no connection tracking accepts. None of these was a way out
+# in review (the rules drop whatever they do not redirect); this table keeps it so.
+
+ODD_PACKETS = """
+import socket, struct
+U4, U6 = "10.250.22.2", "fd00:250:22::2"
+def udp6(opt, value):
+    s = socket.socket(socket.AF_INET6, socket.SOCK_DGRAM)
+    s.setsockopt(socket.IPPROTO_IPV6, opt, value)
+    s.sendto(b"ext-header", (U6, 443))
+    s.close()
+pad = bytes([0, 0, 1, 4, 0, 0, 0, 0])  # next header, length, PadN of 4 (RFC 8200 §4.2)
+udp6(socket.IPV6_DSTOPTS, pad)
+udp6(socket.IPV6_HOPOPTS, pad)
+udp6(socket.IPV6_RTHDRDSTOPTS, pad)
+s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+s.setsockopt(socket.IPPROTO_IP, socket.IP_OPTIONS, bytes([7, 7, 4, 0, 0, 0, 0, 0]))  # record route
+s.sendto(b"ip-options", (U4, 53))
+s.close()
+for fam, dst in ((socket.AF_INET, U4), (socket.AF_INET6, U6)):
+    s = socket.socket(fam, socket.SOCK_DGRAM)
+    s.sendto(b"f" * 4000, (dst, 53))  # fragments
+    s.close()
+    for proto in (132, 33, 47, 253, 17, 1 if fam == socket.AF_INET else 58):  # SCTP DCCP GRE exp UDP ICMP
+        r = socket.socket(fam, socket.SOCK_RAW, proto)
+        r.sendto(b"\\x08\\x00" + b"r" * 30, (dst, 0))
+        r.close()
+    t = socket.socket(fam, socket.SOCK_RAW, socket.IPPROTO_TCP)
+    for flags in (0x02, 0x01, 0x29, 0x00, 0x03):  # SYN, FIN, FIN|PSH|URG, none, SYN|FIN
+        t.sendto(struct.pack("!HHIIBBHHH", 40000, 22, 1, 0, 5 << 4, flags, 1024, 0, 0), (dst, 0))
+    t.close()
+"""
+
+COUNT_UP = """
+table inet r3count {
+  counter c_sbx {}
+  chain p {
+    type filter hook prerouting priority -500; policy accept;
+    ip saddr 10.250.21.0/24 counter name "c_sbx"
+    ip6 saddr fd00:250:21::/64 counter name "c_sbx"
+  }
+}
+"""
+
+
+@pytest.mark.parametrize("tool", ["iptables", "nft"])
+def test_no_odd_packet_leaves_a_fenced_veth(tool: str) -> None:
+    why = missing()
+    if why:
+        pytest.skip(why)
+    lab = R3Lab()
+    try:
+        host, sbx, up = lab.add("h"), lab.add("s"), lab.add("u")
+        hs, hu = f"r3hs{lab.tag}", f"r3hu{lab.tag}"
+        lab.link(host, hs, sbx, "eth0")
+        lab.link(host, hu, up, "eth0")
+        lab.addr(host, hs, "10.250.21.1/24", "fd00:250:21::1/64")
+        lab.addr(sbx, "eth0", "10.250.21.2/24", "fd00:250:21::2/64")
+        lab.addr(host, hu, "10.250.22.1/24", "fd00:250:22::1/64")
+        lab.addr(up, "eth0", "10.250.22.2/24", "fd00:250:22::2/64")
+        for ns, v4, v6 in ((sbx, "10.250.21.1", "fd00:250:21::1"), (up, "10.250.22.1", "fd00:250:22::1")):
+            lab.route(ns, "default", "via", v4)
+            lab.route(ns, "default", "via", v6)
+        lab.forwarding(host)
+        sh("nft", "-f", "-", ns=up, input=COUNT_UP)
+
+        def count() -> int:
+            listed = sh("nft", "list", "counter", "inet", "r3count", "c_sbx", ns=up).stdout
+            return int(listed.split("packets")[1].split()[0])
+
+        for dst in ("10.250.22.2", "fd00:250:22::2"):  # neighbours resolved, so no probe waits
+            sh("ping", "-c2", "-i0.2", "-W2", dst, ns=sbx, check=False)
+        primed = count()
+        sh("python3", "-c", ODD_PACKETS, ns=sbx, timeout=30)
+        time.sleep(0.3)
+        unfenced = count()
+        assert unfenced - primed >= 30, unfenced - primed  # without the rules the probes arrive
+        load_printed(printed("--interface", hs).stdout, host, tool)
+        sh("python3", "-c", ODD_PACKETS, ns=sbx, timeout=30)
+        time.sleep(0.3)
+        assert count() == unfenced
+    finally:
+        lab.teardown()
