@@ -18,6 +18,7 @@ from mitmproxy import connection, http, tls
 from mitmproxy.proxy import server_hooks
 
 from addons import facts
+from addons.limits import REFUSED_CONNECTIONS, REFUSED_RATE
 from proxy import audit as a
 from proxy.decide import Action, Decision, Reason
 
@@ -88,6 +89,10 @@ def _passthrough_event(client: connection.Client, p: facts.Passthrough, error: s
     if error is not None:
         reason = Reason.SPECIAL_ADDRESS if error.startswith("refused: special") else Reason.UPSTREAM_ERROR
         decision = Decision(Action.ERROR, reason, error, p.decision.rule, status=502)
+        limited = ((REFUSED_CONNECTIONS, Reason.TOO_MANY_CONNECTIONS), (REFUSED_RATE, Reason.RATE_LIMITED))
+        for prefix, limit in limited:
+            if error.startswith(prefix):  # addons/limits.py: a pass-through over its claim's limits
+                decision = Decision(Action.DENY, limit, error, p.decision.rule, status=429)
     peer = client.peername
     return {
         a.REQUEST_ID: client.id,

@@ -209,6 +209,11 @@ def _parser() -> argparse.ArgumentParser:
     tr.add_argument(
         "--no-ipv6", action="store_true", help="the proxy has no IPv6 transparent listener: drop all IPv6"
     )
+    tr.add_argument(
+        "--unsafe-source-only",
+        action="store_true",
+        help="allow --source without --interface (a sandbox that changes its address escapes it)",
+    )
 
     keys = sub.add_parser("keys", help="the store's encryption keys")
     keys_sub = keys.add_subparsers(dest="keys_command", required=True)
@@ -312,6 +317,7 @@ def main(argv: list[str] | None = None) -> int:
                     ipv6=not args.no_ipv6,
                     resolvers=args.resolver,
                     bridge_port=args.bridge_port,
+                    unsafe_source_only=args.unsafe_source_only,
                 )
             )
             return 0

@@ -25,15 +25,27 @@ Three ways to pick the sandbox's traffic, each printed for iptables + ip6tables 
   with ``interface:`` can check where its connections arrived.
 - ``sources``: everything from those networks; one family's rules per network given. A family
   without a source cannot be fenced by address (its IPv6 is not matched): prefer ``interface``.
+  Refused unless ``unsafe_source_only`` (``--unsafe-source-only``): a sandbox that can change its
+  source address (root in its own network namespace: ``ip addr add``) is matched by none of these
+  rules and goes out unfenced, unredirected and unaudited (found in review, r3: tests/e2e/
+  test_fence_escapes.py). Use it only where the sandbox cannot pick its address.
 - ``uid``: processes of that user on this host; OUTPUT, which also sees the proxy's own
   connections, so the proxy's user (``proxy_uid``) is excluded — without that exclusion the
   proxy's upstream connections would be redirected back into it (a loop, which the proxy
   refuses once).
 
 ``bridge_port`` (with ``sources``) prints the per-port anti-spoof rules for sandboxes that share a
-bridge: ebtables and an nftables ``bridge`` table drop IPv4, IPv6 and ARP frames arriving on that
-port from any address other than the sandbox's own, and mark what it may send with the port's
-mark (:func:`interface_mark`), which the proxy checks against a claim's ``interface``.
+bridge: ebtables and an nftables ``bridge`` table accept on that port only IPv4, IPv6 and ARP
+from the sandbox's own addresses and drop every other frame (other sources, other ethertypes,
+VLAN-tagged frames), and mark what it may send with the port's mark (:func:`interface_mark`),
+which the proxy checks against a claim's ``interface``; the nft rules also drop a neighbour
+advertisement whose target is not one of the sandbox's own IPv6 addresses (ebtables cannot
+match the target: use the nft rules where sandboxes have IPv6). They also drop every frame the bridge
+would forward from that port to another port: bridged frames reach the host's IP filter only
+when ``br_netfilter`` is loaded with ``bridge-nf-call-iptables=1``, so without this a sandbox
+reached its neighbours on the bridge (and anything else bridged there) directly, with no
+redirect and no audit (found in review, r3). The sandbox reaches the host alone, where the
+bridge's own fence (``--interface BRIDGE``) applies.
 
 Filter rules are inserted at the top of their chains (``-I CHAIN N``), so an earlier ACCEPT of the
 host's own firewall cannot open the fence; in nftables a drop in any table is final. The nat
@@ -87,11 +99,13 @@ def transparent_rules(
     ipv6: bool = True,
     resolvers: Sequence[str] = (),
     bridge_port: str | None = None,
+    unsafe_source_only: bool = False,
 ) -> str:
     """Shell-ready iptables/ip6tables commands and an ``nft -f`` file; raises ValueError naming
     the bad argument. ``source`` is one CIDR or several (at most one form among ``interface``,
     ``source`` and ``uid``; ``source`` may join ``interface`` or ``bridge_port`` as the
-    anti-spoof networks)."""
+    anti-spoof networks). ``source`` alone is refused without ``unsafe_source_only`` (see the
+    module docstring)."""
     if not 0 < port < 65536:
         raise ValueError(f"port {port} is outside 1..65535")
     sources = _networks([source] if isinstance(source, str) else list(source or ()))
@@ -102,6 +116,12 @@ def transparent_rules(
         return _bridge(_iface(bridge_port), sources)
     if sum(x is not None for x in (interface, uid)) + (bool(sources) and interface is None) != 1:
         raise ValueError("give exactly one of --interface, --source or --uid")
+    if sources and interface is None and uid is None and not unsafe_source_only:
+        raise ValueError(
+            "--source alone fences only those addresses: a sandbox that changes its address goes "
+            "around it; give --interface IF (with --source as its anti-spoof networks), or "
+            "--unsafe-source-only where the sandbox cannot change its address"
+        )
     if interface is not None:
         name = _iface(interface)
         form = _Form("prerouting", f"-i {name}", f'iifname "{name}"', (4, 6))
@@ -123,6 +143,7 @@ def transparent_rules(
     out = ["# surrogate fence: the sandbox's TCP goes to the proxy, everything else is dropped"]
     if form.hook == "prerouting" and interface is None:
         out.append("# (--source: only the families named are matched; prefer --interface)")
+        out.append("# UNSAFE: a sandbox that changes its source address is matched by none of these rules")
     for version in (4, 6):
         out += _iptables(form, version, port, ipv6, dns, sources if interface is None else [])
     spoof = _antispoof_ipt(form, sources) if interface is not None and sources else []
@@ -286,14 +307,19 @@ def _bridge(port: str, sources: list[Net]) -> str:
         out.append(f"ebtables -t nat -A PREROUTING -i {port} -p ARP --arp-ip-src {n} -j ACCEPT")
     for n6 in v6:
         out.append(f"ebtables -t nat -A PREROUTING -i {port} -p IPv6 --ip6-src {n6} {marked}")
-    for proto in ("IPv4", "ARP", "IPv6"):
-        out.append(f"ebtables -t nat -A PREROUTING -i {port} -p {proto} -j DROP")
+    out += [
+        f"ebtables -t nat -A PREROUTING -i {port} -j DROP",  # any other frame: deny by default
+        "# nothing is bridged from this port to another: the sandbox reaches the host alone",
+        f"ebtables -t filter -A FORWARD -i {port} -j DROP",
+    ]
     out += [
         "",
         "# nftables (nft -f FILE)",
         "table bridge surrogate {",
+        *_nd_targets(port, mark, [n for n in sources if n.version == 6]),
         "  chain antispoof {",
         "    type filter hook prerouting priority -200; policy accept;",
+        f'    iifname "{port}" icmpv6 type nd-neighbor-advert jump nd_{mark[2:]}',
         (
             f'    iifname "{port}" ether type ip ip saddr {_set(v4)} meta mark set {mark} accept'
             if v4
@@ -301,9 +327,28 @@ def _bridge(port: str, sources: list[Net]) -> str:
         ),
         *([f'    iifname "{port}" ether type arp arp saddr ip {_set(v4)} accept'] if v4 else []),
         f'    iifname "{port}" ether type ip6 ip6 saddr {_set(v6)} meta mark set {mark} accept',
-        f'    iifname "{port}" ether type {{ ip, arp, ip6 }} drop',
+        f'    iifname "{port}" drop',
+        "  }",
+        "  chain isolate {",
+        "    type filter hook forward priority -200; policy accept;",
+        f'    iifname "{port}" drop',
         "  }",
         "}",
         "",
     ]
     return "\n".join(out)
+
+
+def _nd_targets(port: str, mark: str, own: list[ipaddress.IPv6Network]) -> list[str]:
+    """An nft chain that lets a neighbour advertisement from ``port`` through only when its
+    target (RFC 4861 §4.4, the 16 bytes after type, code, checksum and flags) is one of the
+    sandbox's own IPv6 networks: the source-address check cannot see the target, and an NA
+    from the sandbox's own link-local address naming another sandbox's address as its target
+    moved the host's neighbour entry for that address to this port (review r3). Written as raw
+    payload: nft 1.0.6 has no ``icmpv6 taddr``. ebtables cannot match the target at all."""
+    lines = [f"  chain nd_{mark[2:]} {{"]
+    for n in own:
+        mask, value = int(n.netmask), int(n.network_address)
+        lines.append(f"    @th,64,128 & {mask:#034x} == {value:#034x} return")
+    lines += [f'    iifname "{port}" drop', "  }"]
+    return lines

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import socket
 
+import pytest
 from harness import World, status_line
 
 
@@ -99,3 +100,26 @@ def test_a_fragment_in_the_request_target_is_refused_where_paths_decide(world: W
         data = world.tunnel_request(head.encode())
         assert status_line(data) == b"400" and b"ambiguous_path" in data, (target, data[:200])
     assert (world.upstream.connections, len(world.upstream.requests)) == (before, sent)
+
+
+NOT_HTTP = {
+    "ssh-greeting": b"SSH-2.0-OpenSSH_9.2\r\n",
+    "binary": b"\x00\x01\x02\x03 not a request\n",
+    "no-space": b"HELLO\r\n\r\n",
+    "dns-over-tcp": b"\x00\x1d\xab\xcd\x01\x00\x00\x01\x00\x00\x00\x00\x00\x00"
+    b"\x06secret\x07example\x00\x00\x01\x00\x01",
+}
+
+
+@pytest.mark.parametrize("data", NOT_HTTP.values(), ids=list(NOT_HTTP))
+def test_bytes_that_are_not_http_are_never_relayed_inside_an_intercepted_tunnel(
+    world: World, data: bytes
+) -> None:
+    """Review r3: mitmproxy's detection relayed non-HTTP bytes as raw TCP to the tunnel's host
+    (api.test: GET /v1 only), past every method and path rule, unaudited. They are read as HTTP
+    now: a 400 or a closed connection (mitmproxy's answer to a request line it cannot read), and
+    no upstream connection (addons/tunnel.py)."""
+    before = world.upstream.connections
+    answer = world.tunnel_request(data, read_timeout=5)
+    assert answer == b"" or answer.startswith(b"HTTP/1.1 400"), answer[:200]
+    assert world.upstream.connections == before

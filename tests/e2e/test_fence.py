@@ -280,7 +280,7 @@ def fence(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Fence]:
 def printed(fence: Fence, form: str, *extra: str) -> str:
     args = {
         "interface": ["--interface", fence.host_if],
-        "source": ["--source", "10.241.0.2/32", "--source", "fd00:241::2/128"],
+        "source": ["--source", "10.241.0.2/32", "--source", "fd00:241::2/128", "--unsafe-source-only"],
         "uid": ["--uid", str(SANDBOX_UID), "--proxy-uid", "0"],
     }[form]
     return subprocess.run(
@@ -444,8 +444,9 @@ VARIANTS = {
         "fd00:241:9::/64",
         "--resolver",
         "fd00:241:9::53",
+        "--unsafe-source-only",
     ],
-    "source-v4-no-ipv6": ["--source", "10.241.9.0/24", "--no-ipv6"],
+    "source-v4-no-ipv6": ["--source", "10.241.9.0/24", "--no-ipv6", "--unsafe-source-only"],
     "uid": ["--uid", "4242", "--proxy-uid", "4243", "--resolver", "127.0.0.53", "--resolver", "::1"],
     "uid-no-ipv6": ["--uid", "4242", "--proxy-uid", "4243", "--no-ipv6"],
     "bridge-port": ["--bridge-port", "sg-any1", "--source", "10.241.9.2/32", "--source", "fd00:241:9::2/128"],

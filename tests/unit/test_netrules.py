@@ -18,7 +18,11 @@ def test_interface_rules() -> None:
 
 FORMS = {
     "interface": ({"interface": "veth-sbx"}, "-i veth-sbx", 'iifname "veth-sbx"'),
-    "source": ({"source": ["10.0.0.7/32", "fd00::7/128"]}, "-s 10.0.0.7/32", "ip saddr 10.0.0.7/32"),
+    "source": (
+        {"source": ["10.0.0.7/32", "fd00::7/128"], "unsafe_source_only": True},
+        "-s 10.0.0.7/32",
+        "ip saddr 10.0.0.7/32",
+    ),
     "uid": ({"uid": 1001, "proxy_uid": 999}, "--uid-owner 1001", "meta skuid 1001"),
 }
 
@@ -81,8 +85,8 @@ def test_bridge_port_rules_drop_other_sources_and_mark_the_port() -> None:
     assert (
         f"ebtables -t nat -A PREROUTING -i sg-a -p IPv4 --ip-src 10.0.0.2/32 -j mark --mark-set {mark}" in out
     )
-    assert "ebtables -t nat -A PREROUTING -i sg-a -p ARP -j DROP" in out
-    assert 'iifname "sg-a" ether type { ip, arp, ip6 } drop' in out
+    assert "ebtables -t nat -A PREROUTING -i sg-a -j DROP" in out  # every other frame, any ethertype
+    assert 'iifname "sg-a" drop' in out
     assert "sysctl -w net.ipv4.tcp_fwmark_accept=1" in out
 
 
@@ -94,11 +98,12 @@ def test_interface_marks_are_stable_and_distinct() -> None:
 
 
 def test_source_form_says_which_family_is_not_fenced() -> None:
-    out = transparent_rules(1, source="10.0.0.7/24")
+    out = transparent_rules(1, source="10.0.0.7/24", unsafe_source_only=True)
     assert "iptables -t nat -A PREROUTING -s 10.0.0.0/24 -p tcp" in out
     assert "IPv6: no --source of this family was given; its traffic is NOT fenced" in out
-    assert "ip6tables -t nat -A PREROUTING -s fd00::/64" in transparent_rules(1, source="fd00::1/64")
-    assert "ip6 saddr fd00::/64" in transparent_rules(1, source="fd00::1/64")
+    v6 = transparent_rules(1, source="fd00::1/64", unsafe_source_only=True)
+    assert "ip6tables -t nat -A PREROUTING -s fd00::/64" in v6
+    assert "ip6 saddr fd00::/64" in v6
 
 
 @pytest.mark.parametrize(
@@ -113,6 +118,8 @@ def test_source_form_says_which_family_is_not_fenced() -> None:
         ({"interface": "a", "resolvers": ["dns.example"]}, "not an IP address"),
         ({"bridge_port": "a"}, "needs --source"),
         ({"bridge_port": "a", "interface": "b", "source": "10.0.0.1"}, "only --source"),
+        ({"source": "10.0.0.7/32"}, "--unsafe-source-only"),
+        ({"source": ["10.0.0.7/32", "fd00::7/128"]}, "--unsafe-source-only"),
     ],
     ids=[
         "uid-without-proxy-uid",
@@ -124,6 +131,8 @@ def test_source_form_says_which_family_is_not_fenced() -> None:
         "bad-resolver",
         "bridge-no-source",
         "bridge-and-interface",
+        "source-alone-v4",
+        "source-alone-both",
     ],
 )
 def test_bad_arguments_are_refused(kwargs: dict, says: str) -> None:
@@ -138,3 +147,38 @@ def test_the_interface_form_marks_what_arrives_there_unless_a_port_marked_it() -
     assert f"ip6tables -t mangle -A PREROUTING -i veth0 -m mark --mark 0 -j MARK --set-mark {mark}" in out
     assert f'iifname "veth0" meta mark 0 meta mark set {mark}' in out
     assert "sysctl -w net.ipv4.tcp_fwmark_accept=1" in out
+
+
+def test_source_alone_is_marked_unsafe_when_asked_for() -> None:
+    """Review r3: the --source form matches only the addresses named, so a sandbox that takes
+    another address is not fenced at all (tests/e2e/test_fence_escapes.py); it is printed only on
+    request, and says so."""
+    out = transparent_rules(1, source="10.0.0.7/32", unsafe_source_only=True)
+    assert "UNSAFE: a sandbox that changes its source address is matched by none of these rules" in out
+
+
+def test_a_bridge_port_bridges_nothing_to_another_port() -> None:
+    """Review r3: without br_netfilter, bridged frames never meet the host's IP fence; the port's
+    own rules drop every frame forwarded from it (ebtables FORWARD, an nft bridge forward hook)."""
+    out = transparent_rules(8081, bridge_port="sg-a", source=["10.0.0.2/32", "fd00::2/128"])
+    assert "ebtables -t filter -A FORWARD -i sg-a -j DROP" in out
+    bridge = out[out.index("table bridge surrogate") :]
+    forward = bridge[bridge.index("hook forward") :]
+    assert 'iifname "sg-a" drop' in forward.splitlines()[1]
+
+
+def test_a_bridge_ports_neighbour_advertisements_name_only_its_own_addresses() -> None:
+    """Review r3: an NA's target is what the host's neighbour table learns; the nft port rules
+    let one through only when the target is in the sandbox's own IPv6 networks (raw payload:
+    the 16 bytes at transport offset 64 bits), checked before the source-address accept."""
+    out = transparent_rules(8081, bridge_port="sg-a", source=["10.0.0.2/32", "fd00:1::/64"])
+    bridge = out[out.index("table bridge surrogate") :]
+    mark = f"{interface_mark('sg-a'):08x}"
+    assert (
+        "    @th,64,128 & 0xffffffffffffffff0000000000000000 == 0xfd000001000000000000000000000000 return\n"
+        '    iifname "sg-a" drop\n'
+    ) in bridge
+    jump = f'iifname "sg-a" icmpv6 type nd-neighbor-advert jump nd_{mark}'
+    assert bridge.index(jump) < bridge.index("ip6 saddr")
+    v4_only = transparent_rules(8081, bridge_port="sg-a", source=["10.0.0.2/32"])
+    assert "return" not in v4_only  # no IPv6 of its own: every advertisement from the port is dropped
