@@ -10,6 +10,8 @@ everywhere else (the explicit proxy's own first layer, opaque tunnels, which pol
 chosen, UDP) and, for an intercepted context, allows only:
 
 - TLS, once (the tunnel's TLS, which surrogate terminates; TLS inside that TLS is refused);
+  a first read of only one or two bytes of a TLS record header (``16``, ``16 03``: a ClientHello
+  split over reads) waits for more, as mitmproxy reads fewer than three bytes as not TLS;
 - HTTP: an HTTP ALPN was negotiated, or the first line is an HTTP/1 request line
   (``method SP target SP HTTP/x.y``, RFC 9112 §3); until that line ends (at most
   :data:`FIRST_LINE_LIMIT` bytes), the decision waits for more bytes. A connection that sends
@@ -50,6 +52,7 @@ from proxy.state import State
 
 FIRST_LINE_LIMIT = 64 * 1024  # bytes to wait for the end of an HTTP/1 request line
 _REQUEST_LINE = re.compile(rb"[!#$%&'*+.^_`|~0-9A-Za-z-]+ [\x21-\x7e\x80-\xff]+ HTTP/[0-9]\.[0-9]\r?\n")
+_TLS_START = b"\x16\x03"  # a TLS handshake record's content type and major version
 _LINE_SO_FAR = re.compile(rb"[!#$%&'*+.^_`|~0-9A-Za-z-]*( [\x21-\x7e\x80-\xff]*( [HTP/0-9.]*\r?)?)?")
 
 
@@ -106,8 +109,11 @@ class NextLayer(next_layer.NextLayer):
             return super()._next_layer(context, data_client, data_server)
         if context.client.alpn in HTTP_ALPNS:
             return layers.HttpLayer(context, HTTPMode.transparent)
-        if starts_like_tls_record(data_client) and not context.client.tls:
-            return super()._next_layer(context, data_client, data_server)  # the tunnel's TLS
+        if not context.client.tls:
+            if starts_like_tls_record(data_client):
+                return super()._next_layer(context, data_client, data_server)  # the tunnel's TLS
+            if data_client and _TLS_START.startswith(data_client):
+                raise next_layer.NeedsMoreData  # a ClientHello's first byte or two, split off
         verdict = looks_like_http(data_client) if data_client else None
         if verdict is None:
             raise next_layer.NeedsMoreData

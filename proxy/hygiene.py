@@ -18,7 +18,12 @@ Dropped before forwarding (RFC 9110 §7.6.1): every header ``Connection`` names,
 and ``Proxy-Connection``. Kept: ``Connection`` itself and its ``close``/``keep-alive``/``upgrade``
 tokens (mitmproxy reads them from the same request to manage the client's connection), and
 ``TE`` (``te: trailers`` is required by gRPC over HTTP/2). ``Proxy-*`` headers are dropped by
-identify.
+identify. An ``Upgrade`` other than ``websocket`` (``h2c``, ``TLS/1.2``, anything) is dropped too,
+with ``HTTP2-Settings``: an intermediary forwards an upgrade only to a protocol it implements
+(RFC 9110 §7.8), and past a ``101`` to any other protocol mitmproxy would relay raw bytes, so
+that response is refused (addons/tunnel.py) and a client that offered ``h2c`` (``curl --http2
+http://…``) got a closed connection from an upstream that accepts it. Without the header the
+upstream answers in HTTP/1.1, as RFC 9113 §3.1 has an upgrade that is not taken answered.
 
 The request line (:func:`check_request_line`, 400): the method must be a token (RFC 9110 §9.1,
 §5.6.2), the target a path (``/…``, or ``*`` for OPTIONS: the origin and asterisk forms of RFC
@@ -82,8 +87,11 @@ def check_head(fields: Sequence[tuple[bytes, bytes]], method: str, credentialed_
         return Verdict(405, "TRACE toward a host with credentials is refused (it would echo them)")
     drop = set(_HOP_BY_HOP)
     for name, value in fields:
-        if name.lower() == b"connection":
+        lower = name.lower()
+        if lower == b"connection":
             drop.update(t.strip().lower() for t in value.split(b",") if t.strip().lower() not in _KEEP)
+        elif lower == b"upgrade" and value.strip().lower() != b"websocket":
+            drop.update((b"upgrade", b"http2-settings"))
     return Verdict(0, drop=frozenset(d for d in drop if d in names))
 
 

@@ -173,6 +173,8 @@ class _Handler(BaseHTTPRequestHandler):
             return self._echo()
         if path.endswith("/upgrade-raw"):
             return self._upgrade_raw()
+        if path.endswith("/upgrade-asked") and self.headers.get("Upgrade"):
+            return self._upgrade_raw(self.headers["Upgrade"])  # as an h2c server does; else a 200
         if self.command == "POST" and _routed(path) in TOKEN_PATHS:
             return self._token()
         received = sum(len(c) for c in self._body())
@@ -234,12 +236,12 @@ class _Handler(BaseHTTPRequestHandler):
 
     # -- endpoints ---------------------------------------------------------------------------
 
-    def _upgrade_raw(self) -> None:
+    def _upgrade_raw(self, protocol: str = "raw-echo") -> None:
         """A hostile upstream: 101 to a protocol that is not WebSocket, then the Authorization it
         received as raw bytes (a proxy relaying the upgraded bytes would leak it unscrubbed)."""
         self._record(0)
         self.send_response(101)
-        self.send_header("Upgrade", "raw-echo")
+        self.send_header("Upgrade", protocol)
         self.send_header("Connection", "Upgrade")
         self.end_headers()
         self.wfile.write(b"raw: " + (self.headers.get("Authorization") or "").encode() + b"\n")

@@ -346,6 +346,52 @@ def test_a_request_line_split_over_reads_is_still_http(world: World) -> None:
     assert world.paths("/v1/split-line") == ["/v1/split-line"]
 
 
+@pytest.mark.parametrize("split", [1, 2], ids=["first-byte", "first-two-bytes"])
+def test_a_client_hello_split_over_reads_is_still_tls(world: World, split: int) -> None:
+    """Was (review r5): CONNECT api.test, then a ClientHello whose first one or two bytes came
+    in a read of their own: mitmproxy reads fewer than three bytes as not TLS, so the tunnel was
+    closed as not_http. The decision now waits for the record header."""
+    port = world.upstream.port
+    with socket.create_connection(("127.0.0.1", world.proxy.port), timeout=10) as raw:
+        raw.sendall(
+            f"CONNECT api.test:{port} HTTP/1.1\r\nHost: api.test:{port}\r\n"
+            f"Proxy-Authorization: {world.proxy_auth()}\r\n\r\n".encode()
+        )
+        assert raw.recv(4096).startswith(b"HTTP/1.1 200")
+        incoming, outgoing = ssl.MemoryBIO(), ssl.MemoryBIO()
+        ctx = ssl.create_default_context(cafile=str(world.proxy.ca_pem))
+        tls = ctx.wrap_bio(incoming, outgoing, server_hostname="api.test")
+        hello_sent = False
+        while True:
+            try:
+                tls.do_handshake()
+                break
+            except ssl.SSLWantReadError:
+                data = outgoing.read()
+                if not hello_sent:
+                    raw.sendall(data[:split])
+                    threading.Event().wait(0.3)
+                    data, hello_sent = data[split:], True
+                raw.sendall(data)
+                got = raw.recv(65536)
+                assert got, "the proxy closed the tunnel during the handshake"
+                incoming.write(got)
+        head = f"GET /v1/split-hello-{split} HTTP/1.1\r\nHost: api.test:{port}\r\nConnection: close\r\n\r\n"
+        tls.write(head.encode())
+        raw.sendall(outgoing.read())
+        data = b""
+        while got := raw.recv(65536):
+            incoming.write(got)
+            try:
+                while chunk := tls.read(65536):
+                    data += chunk
+            except (ssl.SSLWantReadError, ssl.SSLZeroReturnError):
+                pass
+    world.received.append(data)
+    assert status_line(data) == b"200", data[:200]
+    assert _sessions_of(world, f"/v1/split-hello-{split}") == ["api.test"]
+
+
 def test_a_short_non_http_start_is_not_relayed_while_waiting(world: World) -> None:
     """Two bytes are not enough to decide: nothing is relayed while waiting, and the rest of a
     Redis PING is refused."""
@@ -411,6 +457,27 @@ def test_an_upgrade_to_a_protocol_that_is_not_websocket_is_refused(world: World)
     assert b"101" not in data.split(b"\r\n", 1)[0] and world.secret.encode() not in data, data[:200]
     event = world.proxy.wait_event(path="/v1/upgrade-raw")
     assert (event["reason"], event["status"]) == ("not_http", None)
+
+
+@pytest.mark.parametrize(
+    "protocol", ["h2c", "TLS/1.2", "raw-echo", "websocket, h2c"], ids=["h2c", "tls", "other", "list"]
+)
+def test_an_upgrade_to_another_protocol_is_never_offered_upstream(world: World, protocol: str) -> None:
+    """Was (review r5): ``Upgrade: h2c`` (``curl --http2 http://…``) and any other protocol were
+    forwarded; an upstream that takes the upgrade answered 101, which tunnel.py refuses, so the
+    request got a closed connection instead of its answer. Now the Upgrade (and HTTP2-Settings)
+    is dropped and the upstream answers in HTTP/1.1."""
+    port = world.upstream.port
+    path = f"/v1/upgrade-asked-{protocol.split('/')[0].split(',')[0]}"
+    head = (
+        f"GET {path} HTTP/1.1\r\nHost: api.test:{port}\r\nConnection: Upgrade, HTTP2-Settings, close\r\n"
+        f"Upgrade: {protocol}\r\nHTTP2-Settings: AAMAAABkAARAAAAAAAIAAAAA\r\n"
+        f"Authorization: Bearer {world.placeholder}\r\n\r\n"
+    ).encode()
+    data = world.tunnel_request(head, host="api.test")
+    assert status_line(data) == b"200" and world.secret.encode() not in data, data[:200]
+    [got] = [r for r in world.upstream.requests if r.path == path]
+    assert not [k for k, _ in got.headers if k.lower() in ("upgrade", "http2-settings")], got.headers
 
 
 def test_plain_http_requests_for_two_names_on_one_address_get_two_connections(

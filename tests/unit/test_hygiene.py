@@ -81,6 +81,20 @@ def test_websocket_upgrade_keeps_connection_and_upgrade() -> None:
     assert check_head(fields, "GET", False).drop == frozenset()
 
 
+@pytest.mark.parametrize(
+    "protocol", [b"h2c", b"TLS/1.2", b"raw-echo", b"websocket, h2c", b"h2c, websocket", b""]
+)
+def test_an_upgrade_to_another_protocol_than_websocket_is_dropped(protocol: bytes) -> None:
+    """Review r5: only a WebSocket upgrade is offered upstream (RFC 9110 §7.8)."""
+    fields = [
+        (b"Host", b"a"),
+        (b"Connection", b"Upgrade, HTTP2-Settings"),
+        (b"Upgrade", protocol),
+        (b"HTTP2-Settings", b"AAMAAABkAARAAAAAAAIAAAAA"),
+    ]
+    assert check_head(fields, "GET", False).drop == {b"upgrade", b"http2-settings"}
+
+
 # --- the request line / HTTP/2 pseudo-header fields (issue 20) --------------------------------
 
 # every byte that may not stand in a request line: controls, space, DEL, and each non-ASCII byte
