@@ -30,6 +30,12 @@ A store claim's tunnel belongs to the claim as it was when its CONNECT authentic
 version and creation time, :meth:`proxy.registry.Registry.generation`): a token rotated while
 the CONNECT was being answered, or the id deleted and created again for another tenant within
 one poll, is another claim, refused on the next request and closed by the poll.
+
+A client connection that sends its requests without a CONNECT (absolute-form ``http://`` or
+``https://``, each request authenticated on its own) is watched the same way (review r5): it
+belongs to the claim and token of its latest authenticated request, and the poll closes it once
+those no longer hold, so that a response still streaming (SSE, a long download, a WebSocket)
+ends with its claim, as inside a tunnel; before, only the next request was refused.
 """
 
 from __future__ import annotations
@@ -93,6 +99,8 @@ class Identify:
     def __init__(self, state: State) -> None:
         self.state = state
         self.tunnels: dict[str, _Tunnel] = {}
+        # client id -> the claim and token of its latest request sent without a CONNECT
+        self.direct: dict[str, _Tunnel] = {}
         # client id -> the token of its CONNECT and the store claim's generation, until connected
         self._tokens: dict[str, tuple[str, tuple[int, float] | None]] = {}
         # client id -> (source address, its claim when the transparent connection opened)
@@ -118,7 +126,8 @@ class Identify:
     def _refresh(self) -> None:
         revoked = self.state.registry.refresh()
         if revoked:
-            self._close({c for c, t in self.tunnels.items() if t.claim_id in revoked})
+            watched = [*self.tunnels.items(), *self.direct.items()]
+            self._close({c for c, t in watched if t.claim_id in revoked})
 
     def _revoked_tunnels(self) -> set[str]:
         """Client ids of tunnels that may no longer carry requests (:func:`_still_valid`; each
@@ -126,7 +135,7 @@ class Identify:
         checked: dict[tuple[str, str, tuple[int, float] | None], bool] = {}
         out = set()
         registry = self.state.registry
-        for client_id, tunnel in list(self.tunnels.items()):
+        for client_id, tunnel in [*self.tunnels.items(), *self.direct.items()]:
             key = (tunnel.claim_id, tunnel.token, tunnel.generation)
             if key not in checked:
                 claim = registry.claim(tunnel.claim_id)
@@ -166,6 +175,7 @@ class Identify:
         for handler in list(server.connections.values()):
             if handler.client.id in client_ids:
                 self.tunnels.pop(handler.client.id, None)
+                self.direct.pop(handler.client.id, None)
                 self.sources.pop(handler.client.id, None)
                 handler.close_connection(handler.client)
 
@@ -174,8 +184,11 @@ class Identify:
         claim = self.state.registry.claim(creds[0]) if creds else None
         if creds is None or claim is None or not claim.proxy_token.matches(creds[1]):
             return None
+        generation = self.state.registry.generation(claim.id)
         if flow.request.method == "CONNECT":
-            self._tokens[flow.client_conn.id] = (creds[1], self.state.registry.generation(claim.id))
+            self._tokens[flow.client_conn.id] = (creds[1], generation)
+        else:  # a request without a tunnel: its connection is watched until the next one
+            self.direct[flow.client_conn.id] = _Tunnel(claim.id, ("", 0), creds[1], claim.origin, generation)
         return claim
 
     def _refuse_auth(self, flow: http.HTTPFlow) -> None:
@@ -258,6 +271,7 @@ class Identify:
 
     def client_disconnected(self, client: connection.Client) -> None:
         self.tunnels.pop(client.id, None)
+        self.direct.pop(client.id, None)
         self.sources.pop(client.id, None)
         self._tokens.pop(client.id, None)
 

@@ -5,7 +5,9 @@ claims' tunnels are when their token is rotated."""
 
 from __future__ import annotations
 
+import base64
 import os
+import socket
 import ssl
 import textwrap
 import time
@@ -222,3 +224,55 @@ def test_every_multiplexed_http2_stream_of_a_revoked_tunnel_is_refused(tmp_path:
     finally:
         proxy.stop()
         upstream.stop()
+
+
+# -- hostile review (r5): requests sent without a CONNECT --------------------------------------
+
+
+def _stream_without_connect(setup: Setup, token: str) -> socket.socket:
+    """An absolute-form ``GET https://api.test/sse`` on the explicit listener (no CONNECT): the
+    response's head and first event have arrived, the rest waits for ``sse_release``."""
+    port = setup.upstream.port
+    auth = base64.b64encode(f"c:{token}".encode()).decode()
+    sock = socket.create_connection(("127.0.0.1", setup.proxy.port), timeout=10)
+    sock.sendall(
+        f"GET https://api.test:{port}/sse HTTP/1.1\r\nHost: api.test:{port}\r\n"
+        f"Proxy-Authorization: Basic {auth}\r\n\r\n".encode()
+    )
+    data = b""
+    while b"data: one" not in data:
+        chunk = sock.recv(65536)
+        assert chunk, data
+        data += chunk
+    assert data.startswith(b"HTTP/1.1 200"), data[:100]
+    return sock
+
+
+@pytest.mark.parametrize("change", ["token-file-rewritten", "claim-reloaded-away"])
+def test_a_stream_sent_without_connect_ends_when_its_claim_is_revoked(setup: Setup, change: str) -> None:
+    """Was: an absolute-form request's streaming response (SSE here; a download or a WebSocket
+    alike) went on after its claim's token was rotated or the claim removed, while a tunnel's
+    is closed by the poll: only the next request on the connection was refused."""
+    setup.upstream.sse_release.clear()
+    sock = _stream_without_connect(setup, "old-token-0001")
+    try:
+        if change == "token-file-rewritten":
+            _replace(setup.tmp / "token", "new-token-0000002")
+        else:
+            _replace(setup.rules, _rules(setup.upstream.port, "token", with_claim=False))
+            assert wait_reload(setup.proxy, 1)[0]["outcome"] == "applied"
+        sock.settimeout(3)
+        rest = b""
+        try:
+            while chunk := sock.recv(65536):  # the proxy closes it: recv returns b""
+                rest += chunk
+        except TimeoutError:
+            setup.upstream.sse_release.set()
+            pytest.fail("the revoked claim's stream was still open 3 s after the revocation")
+        except ConnectionError:
+            pass
+        setup.upstream.sse_release.set()
+        assert b"data: two" not in rest
+    finally:
+        setup.upstream.sse_release.set()
+        sock.close()
