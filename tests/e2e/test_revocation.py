@@ -229,14 +229,14 @@ def test_every_multiplexed_http2_stream_of_a_revoked_tunnel_is_refused(tmp_path:
 # -- hostile review (r5): requests sent without a CONNECT --------------------------------------
 
 
-def _stream_without_connect(setup: Setup, token: str) -> socket.socket:
+def _stream_without_connect(proxy: ProxyProcess, upstream: Upstream, claim: str, token: str) -> socket.socket:
     """An absolute-form ``GET https://api.test/sse`` on the explicit listener (no CONNECT): the
     response's head and first event have arrived, the rest waits for ``sse_release``."""
-    port = setup.upstream.port
-    auth = base64.b64encode(f"c:{token}".encode()).decode()
-    sock = socket.create_connection(("127.0.0.1", setup.proxy.port), timeout=10)
+    upstream.sse_release.clear()
+    auth = base64.b64encode(f"{claim}:{token}".encode()).decode()
+    sock = socket.create_connection(("127.0.0.1", proxy.port), timeout=10)
     sock.sendall(
-        f"GET https://api.test:{port}/sse HTTP/1.1\r\nHost: api.test:{port}\r\n"
+        f"GET https://api.test:{upstream.port}/sse HTTP/1.1\r\nHost: api.test:{upstream.port}\r\n"
         f"Proxy-Authorization: Basic {auth}\r\n\r\n".encode()
     )
     data = b""
@@ -248,31 +248,53 @@ def _stream_without_connect(setup: Setup, token: str) -> socket.socket:
     return sock
 
 
+def _ends_unfinished(sock: socket.socket, upstream: Upstream) -> None:
+    """The proxy closes ``sock`` within 3 s, before the stream's second event."""
+    sock.settimeout(3)
+    rest = b""
+    try:
+        while chunk := sock.recv(65536):  # the proxy closes it: recv returns b""
+            rest += chunk
+    except TimeoutError:
+        pytest.fail("the revoked claim's stream was still open 3 s after the revocation")
+    except ConnectionError:
+        pass
+    finally:
+        upstream.sse_release.set()
+        sock.close()
+    assert b"data: two" not in rest
+
+
 @pytest.mark.parametrize("change", ["token-file-rewritten", "claim-reloaded-away"])
 def test_a_stream_sent_without_connect_ends_when_its_claim_is_revoked(setup: Setup, change: str) -> None:
     """Was: an absolute-form request's streaming response (SSE here; a download or a WebSocket
     alike) went on after its claim's token was rotated or the claim removed, while a tunnel's
     is closed by the poll: only the next request on the connection was refused."""
-    setup.upstream.sse_release.clear()
-    sock = _stream_without_connect(setup, "old-token-0001")
+    sock = _stream_without_connect(setup.proxy, setup.upstream, "c", "old-token-0001")
+    if change == "token-file-rewritten":
+        _replace(setup.tmp / "token", "new-token-0000002")
+    else:
+        _replace(setup.rules, _rules(setup.upstream.port, "token", with_claim=False))
+        assert wait_reload(setup.proxy, 1)[0]["outcome"] == "applied"
+    _ends_unfinished(sock, setup.upstream)
+
+
+def test_a_stream_sent_without_connect_ends_when_its_store_claim_is_deleted(tmp_path: Path) -> None:
+    """The same for a control-API claim deleted while its absolute-form stream runs."""
+    from test_control import World
+
+    world = World(tmp_path)
     try:
-        if change == "token-file-rewritten":
-            _replace(setup.tmp / "token", "new-token-0000002")
-        else:
-            _replace(setup.rules, _rules(setup.upstream.port, "token", with_claim=False))
-            assert wait_reload(setup.proxy, 1)[0]["outcome"] == "applied"
-        sock.settimeout(3)
-        rest = b""
-        try:
-            while chunk := sock.recv(65536):  # the proxy closes it: recv returns b""
-                rest += chunk
-        except TimeoutError:
-            setup.upstream.sse_release.set()
-            pytest.fail("the revoked claim's stream was still open 3 s after the revocation")
-        except ConnectionError:
-            pass
-        setup.upstream.sse_release.set()
-        assert b"data: two" not in rest
+        world.proxy.start()
+        deadline = time.monotonic() + 10
+        while not world.socket.exists() and time.monotonic() < deadline:
+            time.sleep(0.05)
+        with world.api() as api:
+            token = api.post("/v1/claims", json={"id": "sd", "pool": "p"}).json()["proxy_token"]
+            sock = _stream_without_connect(world.proxy, world.upstream, "sd", token)
+            assert api.delete("/v1/claims/sd").status_code == 204
+        _ends_unfinished(sock, world.upstream)
     finally:
-        setup.upstream.sse_release.set()
-        sock.close()
+        world.upstream.sse_release.set()
+        world.proxy.stop()
+        world.upstream.stop()
