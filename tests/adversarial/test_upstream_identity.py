@@ -11,6 +11,7 @@ addons/policy.py (the request target's authority must be the tunnel's).
 
 from __future__ import annotations
 
+import contextlib
 import http.client
 import json
 import socket
@@ -390,6 +391,32 @@ def test_a_client_hello_split_over_reads_is_still_tls(world: World, split: int) 
     world.received.append(data)
     assert status_line(data) == b"200", data[:200]
     assert _sessions_of(world, f"/v1/split-hello-{split}") == ["api.test"]
+
+
+def _client_hello(name: str) -> bytes:
+    """The bytes of a real TLS ClientHello for ``name``."""
+    incoming, outgoing = ssl.MemoryBIO(), ssl.MemoryBIO()
+    tls = ssl.create_default_context().wrap_bio(incoming, outgoing, server_hostname=name)
+    with contextlib.suppress(ssl.SSLWantReadError):
+        tls.do_handshake()
+    return outgoing.read()
+
+
+@pytest.mark.parametrize("split", [0, 1, 2], ids=["whole", "first-byte-apart", "two-bytes-apart"])
+def test_tls_inside_the_tunnels_tls_is_refused_and_audited(world: World, split: int) -> None:
+    """Review r5 (held): a second ClientHello inside the intercepted TLS, whole or split over
+    reads, is never relayed (mitmproxy would take it for the start of TLS to pass on)."""
+    before_conns, before_events = world.upstream.connections, len(world.proxy.audit_events())
+    hello = _client_hello("other.test")
+    data = _tunnel_raw(world, [hello[:split], hello[split:]] if split else [hello], tls=True)
+    assert data == b""
+    deadline, found = time.monotonic() + 5, []
+    while not found and time.monotonic() < deadline:
+        found = [e for e in world.proxy.audit_events()[before_events:] if e["reason"] == "not_http"]
+        time.sleep(0.05)
+    assert [(e["event"], e["host"]) for e in found] == [("tunnel", "api.test")], found
+    assert split or "TLS inside the tunnel's TLS" in found[0]["message"]
+    assert world.upstream.connections == before_conns
 
 
 def test_a_short_non_http_start_is_not_relayed_while_waiting(world: World) -> None:
