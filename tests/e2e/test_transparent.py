@@ -694,6 +694,52 @@ def test_bytes_that_are_not_http_in_a_redirected_connection_are_refused_and_audi
     jsonschema.validate(found[0], json.loads((ROOT / "docs" / "audit-schema.json").read_text()))
 
 
+SPLIT_HELLO_CLIENT = """
+import os, socket, ssl, sys, time
+split = int(sys.argv[1])
+raw = socket.create_connection(("10.232.0.2", 443), timeout=10)
+tls = ssl.create_default_context(cafile=os.environ["CA"]).wrap_bio(
+    incoming := ssl.MemoryBIO(), outgoing := ssl.MemoryBIO(), server_hostname="api.test")
+first = True
+while True:
+    try:
+        tls.do_handshake()
+        break
+    except ssl.SSLWantReadError:
+        data = outgoing.read()
+        if first:
+            raw.sendall(data[:split])
+            time.sleep(0.3)
+            data, first = data[split:], False
+        raw.sendall(data)
+        got = raw.recv(65536)
+        if not got:
+            sys.exit("closed during the handshake")
+        incoming.write(got)
+tls.write(b"GET /t/split-hello-%d HTTP/1.1\\r\\nHost: api.test\\r\\nConnection: close\\r\\n\\r\\n" % split)
+raw.sendall(outgoing.read())
+data = b""
+while got := raw.recv(65536):
+    incoming.write(got)
+    try:
+        while chunk := tls.read(65536):
+            data += chunk
+    except (ssl.SSLWantReadError, ssl.SSLZeroReturnError):
+        pass
+print(data.split(b"\\r\\n", 1)[0].decode())
+"""
+
+
+@pytest.mark.parametrize("split", [1, 2], ids=["first-byte", "first-two-bytes"])
+def test_a_client_hello_split_over_reads_in_a_redirected_connection_is_still_tls(
+    world: World, split: int
+) -> None:
+    """Was (review r5): a redirected connection whose ClientHello's first one or two bytes came
+    in a read of their own was closed as not_http (mitmproxy needs three bytes to see TLS)."""
+    done = sandbox_python(world, SPLIT_HELLO_CLIENT, str(split))
+    assert done.returncode == 0 and done.stdout.strip() == "HTTP/1.1 200 OK", done
+
+
 def test_zz_upstream_saw_only_the_allowed_requests_with_the_real_secret(world: World) -> None:
     """Runs last in this module: stops the upstream to read what it recorded."""
     assert world.upstream.stdin is not None
@@ -708,6 +754,8 @@ def test_zz_upstream_saw_only_the_allowed_requests_with_the_real_secret(world: W
         "/t/transparent-requests",
         "/t/transparent-httpx",
         "/t/opaque",
+        "/t/split-hello-1",
+        "/t/split-hello-2",
     ]
     expected += ["/t/transparent-node", "/t/transparent-fetch"] if shutil.which("node") else []
     assert sorted(p for p in paths if not p.startswith("/git/")) == sorted(expected)
@@ -722,7 +770,7 @@ def test_zz_upstream_saw_only_the_allowed_requests_with_the_real_secret(world: W
     assert auth == [f"Bearer {world.secret}"]
     # deny, unknown source, mismatch and cleartext made no upstream connection at all
     # the allowed requests (git's several among them) and nothing for the refused ones
-    assert seen[-1]["connections"] <= 20
+    assert seen[-1]["connections"] <= 22  # 20, and the two split-ClientHello requests
     for text in world.received:
         assert world.secret not in text
     # the WebSocket, package index and MCP servers saw only the real secret
