@@ -43,6 +43,7 @@ from proxy.decide import Decision, Reason, deny
 
 REQUEST_ID = "surrogate.request_id"
 CLAIM = "surrogate.claim"
+CLAIM_SWITCH = "surrogate.claim_switch"  # identify: the claim an explicit connection already serves
 AUTHORITY = "surrogate.authority"
 HOST = "surrogate.host"
 ORIGINAL_DST = "surrogate.original_dst"

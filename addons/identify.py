@@ -185,6 +185,12 @@ class Identify:
         if creds is None or claim is None or not claim.proxy_token.matches(creds[1]):
             return None
         generation = self.state.registry.generation(claim.id)
+        earlier = self.direct.get(flow.client_conn.id)
+        if earlier is not None and (earlier.claim_id, earlier.origin) != (claim.id, claim.origin):
+            # One client connection serves one claim: its pinned addresses and its upstream
+            # connections were checked for the first one (review r5).
+            flow.metadata[facts.CLAIM_SWITCH] = earlier.claim_id
+            return None
         if flow.request.method == "CONNECT":
             self._tokens[flow.client_conn.id] = (creds[1], generation)
         else:  # a request without a tunnel: its connection is watched until the next one
@@ -192,6 +198,13 @@ class Identify:
         return claim
 
     def _refuse_auth(self, flow: http.HTTPFlow) -> None:
+        if (earlier := flow.metadata.get(facts.CLAIM_SWITCH)) is not None:
+            message = (
+                f"this connection already carries requests of claim {earlier!r}: one connection "
+                "serves one claim, open a new connection for another"
+            )
+            facts.refuse(flow, deny(Reason.PROXY_AUTH_REQUIRED, message, status=407))
+            return
         facts.refuse(
             flow,
             deny(

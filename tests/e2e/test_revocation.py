@@ -298,3 +298,51 @@ def test_a_stream_sent_without_connect_ends_when_its_store_claim_is_deleted(tmp_
         world.upstream.sse_release.set()
         world.proxy.stop()
         world.upstream.stop()
+
+
+def test_one_connection_without_connect_serves_one_claim(tmp_path: Path) -> None:
+    """Review r5: absolute-form requests of two claims on one client connection shared its pinned
+    addresses and upstream connections, checked for the first claim only. The second claim's
+    request is refused (407, naming why) and reaches no upstream; a connection of its own works."""
+    from test_control import World
+
+    world = World(tmp_path)
+    try:
+        world.proxy.start()
+        deadline = time.monotonic() + 10
+        while not world.socket.exists() and time.monotonic() < deadline:
+            time.sleep(0.05)
+        with world.api() as api:
+            made = {c: api.post("/v1/claims", json={"id": c, "pool": "p"}) for c in "ab"}
+            tokens = {c: r.json()["proxy_token"] for c, r in made.items()}
+
+        def request(sock: socket.socket, claim: str, path: str) -> bytes:
+            auth = base64.b64encode(f"{claim}:{tokens[claim]}".encode()).decode()
+            sock.sendall(
+                f"GET https://api.test:{world.upstream.port}{path} HTTP/1.1\r\n"
+                f"Host: api.test:{world.upstream.port}\r\nProxy-Authorization: Basic {auth}\r\n\r\n".encode()
+            )
+            head = b""
+            while b"\r\n\r\n" not in head:
+                chunk = sock.recv(65536)
+                assert chunk, head
+                head += chunk
+            length = int(next(
+                (v for k, v in (line.split(b": ", 1) for line in head.split(b"\r\n")[1:] if b": " in line)
+                 if k.lower() == b"content-length"), b"0"))  # fmt: skip
+            body = head.split(b"\r\n\r\n", 1)[1]
+            while len(body) < length:
+                body += sock.recv(65536)
+            return head + body
+
+        with socket.create_connection(("127.0.0.1", world.proxy.port), timeout=10) as sock:
+            assert request(sock, "a", "/switch/a").startswith(b"HTTP/1.1 200")
+            refused = request(sock, "b", "/switch/b")
+            assert refused.startswith(b"HTTP/1.1 407") and b"one connection serves one claim" in refused
+        with socket.create_connection(("127.0.0.1", world.proxy.port), timeout=10) as sock:
+            assert request(sock, "b", "/switch/b-own").startswith(b"HTTP/1.1 200")
+        paths = [r.path for r in world.upstream.requests if r.path.startswith("/switch")]
+        assert paths == ["/switch/a", "/switch/b-own"]
+    finally:
+        world.proxy.stop()
+        world.upstream.stop()
