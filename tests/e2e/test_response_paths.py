@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import gzip
 import json
 import re
 import secrets
@@ -20,13 +21,16 @@ import subprocess
 import textwrap
 import threading
 import time
+import zlib
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 from urllib.parse import quote, quote_plus
 
+import brotli
 import canary
+import h11
 import pytest
 import wsproto
 from harness import ProxyProcess, free_port
@@ -203,6 +207,67 @@ def _bodies(s: str) -> dict[str, bytes]:
     }
 
 
+def _chunk(data: bytes) -> bytes:
+    return b"%x\r\n%s\r\n" % (len(data), data)
+
+
+def _hostile(s: str) -> dict[str, bytes]:
+    """Raw answers of a hostile upstream (review r4): ``s`` in odd corners of HTTP/1 framing."""
+    b = s.encode()
+    text = b"HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\n"
+    gz = gzip.compress(b"gz:" + b + b"\n")
+    return {
+        # a transfer coding other than chunked (RFC 9112 §7): mitmproxy reads the chunks and keeps
+        # the gzip coding on the body; it is not a Content-Encoding
+        "/te-gzip": text + b"Transfer-Encoding: gzip, chunked\r\n\r\n" + _chunk(gz) + b"0\r\n\r\n",
+        "/te-deflate": text
+        + b"Transfer-Encoding: deflate, chunked\r\n\r\n"
+        + _chunk(zlib.compress(b"df:" + b + b"\n"))
+        + b"0\r\n\r\n",
+        "/fold": text + b"X-Fold: start\r\n " + b + b"\r\nContent-Length: 3\r\n\r\nok\n",
+        "/chunk-ext": text + b"Transfer-Encoding: chunked\r\n\r\n6;ext=" + b + b"\r\nhello\n\r\n0\r\n\r\n",
+        "/long-header": text + b"X-Long: " + b"a" * 30000 + b + b"\r\nContent-Length: 3\r\n\r\nok\n",
+        "/redirect": b"HTTP/1.1 302 Found\r\nLocation: https://api.test/cb?code=" + b
+        + b"\r\nSet-Cookie: a=" + b + b"; Path=/\r\nSet-Cookie: " + b + b"=1\r\nContent-Length: 0\r\n\r\n",
+        "/early-flood": b"HTTP/1.1 103 Early Hints\r\nLink: </" + b + b">; rel=preload\r\n\r\n" * 200
+        + text + b"Content-Length: 6\r\n\r\nfinal\n",
+        "/ce-nested": text + b"Content-Encoding: gzip, gzip\r\nContent-Length: %d\r\n\r\n%s"
+        % (len(gzip.compress(gz)), gzip.compress(gz)),
+        "/ce-twice": text + b"Content-Encoding: gzip\r\nContent-Encoding: gzip\r\nContent-Length: %d\r\n\r\n%s"
+        % (len(gzip.compress(gz)), gzip.compress(gz)),
+        "/ce-br": text + b"Content-Encoding: br\r\nContent-Length: %d\r\n\r\n%s"
+        % (len(brotli.compress(b"br:" + b)), brotli.compress(b"br:" + b)),
+        "/multipart": b"HTTP/1.1 200 OK\r\nContent-Type: multipart/mixed; boundary=XX\r\nContent-Length: %d\r\n\r\n%s"
+        % (len(mp := b"--XX\r\nContent-Type: text/plain\r\n\r\n" + b + b"\r\n--XX\r\nContent-Type: application/octet-stream\r\n"
+               b"Content-Transfer-Encoding: base64\r\n\r\n" + base64.b64encode(b) + b"\r\n--XX--\r\n"), mp),
+        "/head-te": b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\nX-Echo: " + b + b"\r\n\r\n",
+    }
+
+
+def _decoded_bodies(data: bytes) -> bytes:
+    """Every response body in ``data`` (client-received HTTP/1 bytes after the tunnel's TLS),
+    de-chunked by h11 and then undone of any gzip/deflate/br coding, whatever the headers say."""
+    conn = h11.Connection(h11.CLIENT)
+    conn.send(h11.Request(method="GET", target="/", headers=[("Host", "api.test")]))
+    conn.receive_data(data)
+    body = b""
+    try:
+        while (event := conn.next_event()) not in (h11.NEED_DATA, h11.PAUSED):
+            if isinstance(event, h11.Data):
+                body += bytes(event.data)
+            if isinstance(event, h11.EndOfMessage):
+                break
+    except h11.RemoteProtocolError:
+        pass
+    out = [body]
+    for undo in (lambda d: zlib.decompressobj(47).decompress(d), zlib.decompress, brotli.decompress):
+        try:
+            out.append(undo(body))
+        except Exception:  # noqa: BLE001  # not in that coding
+            pass
+    return b"\n".join(out)
+
+
 def _reflected(value: str) -> list[bytes]:
     """``value`` in every spelling the scrubber claims (proxy/scrub.py): raw, percent (upper and
     lower hex), form-encoded, JSON (per character, surrogate pairs beyond the BMP), base64 alone
@@ -292,6 +357,7 @@ def world(tmp_path_factory: pytest.TempPathFactory) -> Iterator[World]:
     ca = TestCA(tmp)
     raw = RawUpstream(ca, ["api.test"]).start()
     raw.responses.update(_bodies(secret))
+    raw.responses.update(_hostile(secret))
     raw.responses["/unicode"] = _unicode_body(uni)
     raw.responses["/reflect-all"] = _reflect_all
     raw.responses["/upload"] = b"HTTP/1.1 200 OK\r\nContent-Length: 4\r\n\r\ngot\n"
@@ -548,3 +614,36 @@ def test_an_http10_client_gets_a_scrubbed_body_without_chunked_framing(world: Wo
     head, _, body = out.partition(b"\r\n\r\n")[2].partition(b"\r\n\r\n")
     assert b"transfer-encoding" not in head.lower() and b"content-length" not in head.lower(), head
     assert body.count(PH_UNI.encode()) == 8 and body.endswith(b"\n")
+
+
+# -- review r4: a hostile upstream in odd corners of HTTP/1 --------------------------------------
+
+
+@pytest.mark.parametrize(
+    "path",
+    ["/te-gzip", "/te-deflate", "/fold", "/chunk-ext", "/long-header", "/redirect", "/early-flood",
+     "/ce-nested", "/ce-twice", "/ce-br", "/multipart"],
+)  # fmt: skip
+def test_a_hostile_upstream_gets_no_trace_of_the_secret_to_the_sandbox(world: World, path: str) -> None:
+    """The raw bytes the client gets through its tunnel, and its body undone of any chunked,
+    gzip, deflate or br coding (a sandbox can decode what its client did not), hold no form of
+    the secret."""
+    data = world.tunnel(
+        f"GET {path} HTTP/1.1\r\nHost: api.test\r\nAccept-Encoding: gzip, br\r\nConnection: close\r\n\r\n".encode()
+    )
+    world.received.append(_decoded_bodies(data))
+    assert canary.find(data + _decoded_bodies(data), [world.secret]) == [], data[:300]
+
+
+@pytest.mark.parametrize("path", ["/te-gzip", "/te-deflate"])
+def test_a_body_with_a_transfer_coding_other_than_chunked_is_refused_and_audited(world: World, path: str) -> None:
+    """RFC 9112 §7: ``Transfer-Encoding: gzip, chunked``. mitmproxy undoes the chunks only; the
+    body, still gzip, would reach the sandbox unscanned: the connection is closed instead."""
+    data = world.tunnel(f"GET {path} HTTP/1.1\r\nHost: api.test\r\nConnection: close\r\n\r\n".encode())
+    assert b"\x1f\x8b" not in data and b"0\r\n\r\n" not in data, data[:300]
+    deadline = time.monotonic() + 30
+    while not (events := [e for e in world.proxy.audit_events() if e.get("path") == path]):
+        assert time.monotonic() < deadline, world.proxy.audit_events()
+        time.sleep(0.05)
+    assert all(e["reason"] == "unscannable_response" for e in events), events
+    assert all("Transfer-Encoding" in e["message"] for e in events), events
