@@ -8,9 +8,9 @@ tail that could start a secret is held back, so an SSE event is not delayed to t
 Requests of such claims ask for ``Accept-Encoding: identity``; a body that is compressed anyway
 is decoded on the fly within bounds (gzip, deflate, br, zstd: :mod:`proxy.decode`) and sent
 decoded. A body that cannot be scanned (no decoder for its coding, corrupt, or past a
-decompression bound), or that carries a transfer coding other than chunked
-(``Transfer-Encoding: gzip, chunked``: mitmproxy passes its body still coded), is not passed:
-the connection is closed and the audit event says ``unscannable_response`` with the reason. A scrubbed body changes length, so
+decompression bound) is not passed: the connection is closed and the audit event says
+``unscannable_response`` with the reason (so is a body under a transfer coding other than
+chunked: :mod:`addons.hygiene`, before token capture reads it). A scrubbed body changes length, so
 ``Content-Length`` is dropped (HTTP/1.1 clients get chunked framing, HTTP/1.0 clients a body
 that ends with the connection), except on a response that
 has no body (HEAD, 1xx, 204, 304), whose framing is left alone. The reason phrase and header
@@ -155,9 +155,6 @@ class Scrub:
         if decode is None:
             _unscannable(flow, f"no decoder for Content-Encoding {encoding[:40]!r}")
             return
-        if coded := _transfer_coded(fields):
-            _unscannable(flow, f"Transfer-Encoding {coded[:40]!r} (a coding other than chunked)")
-            return
         # One pass over the raw fields (the Headers mapping API decodes every name per call): the
         # values scrubbed; the length dropped (scrubbing changes it) and the coding too when the
         # body is sent decoded; HTTP/1.1 clients get chunked framing, HTTP/1.0 ones none (RFC
@@ -239,15 +236,6 @@ def _bodiless(method: str, status: int) -> bool:
     """Whether a response has no body whatever its headers say (RFC 9112 §6.3: a response to
     HEAD, a 1xx, 204 or 304)."""
     return method.upper() == "HEAD" or 100 <= status < 200 or status in (204, 304)
-
-
-def _transfer_coded(fields: tuple[tuple[bytes, bytes], ...]) -> str:
-    """The Transfer-Encoding value when it names a coding other than ``chunked`` (RFC 9112 §7:
-    ``gzip, chunked``, ``deflate``), else "". mitmproxy undoes only the chunked framing and
-    passes such a body still coded, which the scrubber cannot read: it is refused."""
-    te = (facts.header(fields, b"transfer-encoding") or "").lower()
-    codings = [c.strip() for c in te.split(",")]
-    return te if any(c not in ("", "chunked", "identity") for c in codings) else ""
 
 
 def _scrub_fields(headers: http.Headers, scrubber: Scrubber) -> None:
