@@ -236,8 +236,9 @@ def _hostile(s: str) -> dict[str, bytes]:
         "/long-header": text + b"X-Long: " + b"a" * 30000 + b + b"\r\nContent-Length: 3\r\n\r\nok\n",
         "/redirect": b"HTTP/1.1 302 Found\r\nLocation: https://api.test/cb?code=" + b + b"\r\n"
         b"Set-Cookie: a=" + b + b"; Path=/\r\nSet-Cookie: " + b + b"=1\r\nContent-Length: 0\r\n\r\n",
-        "/early-flood": b"HTTP/1.1 103 Early Hints\r\nLink: </" + b + b">; rel=preload\r\n\r\n" * 200
-        + text + b"Content-Length: 6\r\n\r\nfinal\n",
+        "/early-flood": (b"HTTP/1.1 103 Early Hints\r\nLink: </" + b + b">; rel=preload\r\n\r\n") * 200
+        + text
+        + b"Content-Length: 6\r\n\r\nfinal\n",
         "/ce-nested": text + b"Content-Encoding: gzip, gzip\r\nContent-Length: %d\r\n\r\n%s"
         % (len(gzip.compress(gz)), gzip.compress(gz)),
         "/ce-twice": text + b"Content-Encoding: gzip\r\nContent-Encoding: gzip\r\n"
@@ -652,3 +653,14 @@ def test_a_body_with_a_transfer_coding_other_than_chunked_is_refused_and_audited
         time.sleep(0.05)
     assert all(e["reason"] == "unscannable_response" for e in events), events
     assert all("Transfer-Encoding" in e["message"] for e in events), events
+
+
+@pytest.mark.parametrize("proto", ["--http1.1", "--http2"])
+def test_a_flood_of_early_hints_is_not_taken_for_the_final_response(world: World, proto: str) -> None:
+    """200 ``103`` heads in one read, then the final ``200``: the client gets the ``200``, and
+    its connection stays usable for a second request."""
+    done = world.twice(proto, [], world.raw_url("/early-flood"), world.raw_url("/ok"))
+    out = done.stdout.decode()
+    assert done.returncode == 0, done.stderr.decode()
+    assert " 103" not in out, out[:500]
+    assert "final\n\ncode=200 connects=1" in out and out.rstrip().endswith("ok\n\ncode=200 connects=0"), out
