@@ -109,6 +109,13 @@ class WsReflect:
                 await ws.ping(f"ping {token}".encode())
                 await ws.close(4000, f"bye {token}")
                 return
+            if message == "fragments":  # one message in many frames, the secret split across them
+                token = auth.removeprefix("Bearer ")
+                await ws.send(["text:" + token[:5], token[5:17], token[17:] + ":end"])
+                await ws.send([b"bin:" + token[:9].encode(), token[9:].encode(), b":end"])
+                await ws.send([base64.b64encode(f"xy{token}z".encode()).decode()[:11],
+                               base64.b64encode(f"xy{token}z".encode()).decode()[11:]])  # fmt: skip
+                continue
             await ws.send(lines.decode("utf-8", "replace"))
             await ws.send(b"\x00\x01binary:" + lines)
 
@@ -664,3 +671,55 @@ def test_a_flood_of_early_hints_is_not_taken_for_the_final_response(world: World
     assert done.returncode == 0, done.stderr.decode()
     assert " 103" not in out, out[:500]
     assert "final\n\ncode=200 connects=1" in out and out.rstrip().endswith("ok\n\ncode=200 connects=0"), out
+
+
+HOSTILE = ["/fold", "/chunk-ext", "/long-header", "/redirect", "/early-flood", "/ce-nested", "/ce-twice",
+           "/ce-br", "/multipart", "/te-gzip", "/te-deflate"]  # fmt: skip
+
+
+@pytest.mark.parametrize("path", HOSTILE)
+def test_a_hostile_upstream_gets_no_trace_of_the_secret_to_an_http2_client(world: World, path: str) -> None:
+    """The same answers toward an HTTP/2 client (curl, which leaves the body as it came)."""
+    done = world.curl("--http2", "-D", "-", world.raw_url(path))
+    body = done.stdout.partition(b"\r\n\r\n")[2]
+    undone = [body]
+    for undo in (lambda d: zlib.decompressobj(47).decompress(d), zlib.decompress, brotli.decompress):
+        with contextlib.suppress(Exception):  # not in that coding
+            undone.append(undo(body.partition(b"\r\n\r\n")[2]))
+    world.received += undone
+    assert canary.find(done.stdout + done.stderr + b"\n".join(undone), [world.secret]) == [], done.stdout[:300]
+
+
+@pytest.mark.parametrize("proto", ["--http1.1", "--http2"])
+def test_a_head_response_framed_as_chunked_leaves_the_connection_usable(world: World, proto: str) -> None:
+    """HEAD, answered with ``Transfer-Encoding: chunked`` and no body (RFC 9112 §6.3): the next
+    request on the connection gets its own answer, and the head is scrubbed."""
+    done = world.twice(proto, ["-I"], world.raw_url("/head-te"), world.raw_url("/ok"))
+    out = done.stdout.decode()
+    assert done.returncode == 0, done.stderr.decode()
+    assert b"HTTP/0.9" not in done.stderr
+    assert "code=200 connects=1" in out and out.rstrip().endswith("ok\n\ncode=200 connects=0"), out
+    assert canary.find(done.stdout, [world.secret]) == []
+    assert f"x-echo: {PH.lower()}" in out.lower()
+
+
+def test_a_websocket_message_in_many_frames_is_scrubbed_whole(world: World) -> None:
+    """The upstream splits each message over several frames (FIN on the last), the secret across
+    frame boundaries, raw and inside base64; permessage-deflate as the client offers it."""
+    ctx = ssl.create_default_context(cafile=world.proxy.ca_pem)
+    with connect(
+        f"wss://api.test:{world.ws.port}/ws",
+        proxy=world.proxy.url("c", "tok"),
+        ssl=ctx,
+        additional_headers={"Authorization": f"Bearer {PH}"},
+        open_timeout=10,
+    ) as ws:
+        ws.send("fragments")
+        got = [ws.recv(timeout=10) for _ in range(3)]
+        extensions = ws.protocol.extensions
+    data = [g.encode() if isinstance(g, str) else g for g in got]
+    world.received += data
+    assert extensions, "permessage-deflate was not negotiated"
+    assert canary.find(b"\n".join(data), [world.secret]) == []
+    assert data[0] == f"text:{PH}:end".encode() and data[1] == f"bin:{PH}:end".encode()
+    assert PH.encode() in base64.b64decode(data[2])
