@@ -261,6 +261,19 @@ def _hostile(s: str) -> dict[str, bytes]:
     }
 
 
+def _dribble(s: str) -> list[bytes]:
+    """An SSE stream that writes the secret one byte per chunk (each its own write), raw, then in
+    JSON escapes and base64 split the same way, each event ending in a blank line."""
+    b = s.encode()
+    head = b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nTransfer-Encoding: chunked\r\n\r\n"
+    events = [b"data: " + b + b"\n\n", b'data: {"t": "' + json.dumps(s)[1:-1].encode() + b'"}\n\n',
+              b"data: " + base64.b64encode(b"xy" + b + b"z") + b"\n\n"]  # fmt: skip
+    pieces = [head]
+    for event in events:
+        pieces += [_chunk(event[i : i + 1]) for i in range(len(event))]
+    return [*pieces, _chunk(b"data: tail\n\n"), b"0\r\n\r\n"]
+
+
 def _decoded_bodies(data: bytes) -> bytes:
     """Every response body in ``data`` (client-received HTTP/1 bytes after the tunnel's TLS),
     de-chunked by h11 and then undone of any gzip/deflate/br coding, whatever the headers say."""
@@ -373,6 +386,7 @@ def world(tmp_path_factory: pytest.TempPathFactory) -> Iterator[World]:
     raw = RawUpstream(ca, ["api.test"]).start()
     raw.responses.update(_bodies(secret))
     raw.responses.update(_hostile(secret))
+    raw.responses["/dribble"] = _dribble(secret)
     raw.responses["/unicode"] = _unicode_body(uni)
     raw.responses["/reflect-all"] = _reflect_all
     raw.responses["/upload"] = b"HTTP/1.1 200 OK\r\nContent-Length: 4\r\n\r\ngot\n"
@@ -744,3 +758,13 @@ def test_bytes_after_a_bodiless_answer_reach_neither_the_next_answer_nor_the_log
     assert canary.find(done.stdout + done.stderr, [world.secret]) == []
     assert canary.find(world.proxy.stderr_path.read_bytes(), [world.secret]) == []
     assert canary.find(world.proxy.audit_path.read_bytes(), [world.secret]) == []
+
+
+def test_an_sse_stream_that_writes_the_secret_one_byte_per_read_is_scrubbed(world: World) -> None:
+    """Each byte of the secret (raw, JSON-escaped, inside base64) comes in its own chunk and read."""
+    done = world.curl("-N", "--http1.1", world.raw_url("/dribble"))
+    assert done.returncode == 0, done.stderr.decode()
+    assert canary.find(done.stdout, [world.secret]) == []
+    events = done.stdout.split(b"\n\n")
+    assert events[0] == b"data: " + PH.encode() and events[1] == b'data: {"t": "' + PH.encode() + b'"}', events
+    assert PH.encode() in base64.b64decode(events[2].removeprefix(b"data: ")) and events[3] == b"data: tail"
