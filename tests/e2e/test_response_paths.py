@@ -257,6 +257,7 @@ def _hostile(s: str) -> dict[str, bytes]:
         # bytes after a bodiless answer: the upstream connection is out of step (a body after a 304)
         "/304-body": b"HTTP/1.1 304 Not Modified\r\nContent-Length: 45\r\n\r\nleft " + b + b" over\n",
         "/204-body": b"HTTP/1.1 204 No Content\r\n\r\nleft " + b + b" over\n",
+        "/head-body": b"HTTP/1.1 200 OK\r\nContent-Length: 45\r\n\r\nleft " + b + b" over\n",
         "/head-te": b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\nX-Echo: " + b + b"\r\n\r\n",
     }
 
@@ -743,7 +744,7 @@ def test_a_websocket_message_in_many_frames_is_scrubbed_whole(world: World) -> N
     assert PH.encode() in base64.b64decode(data[2])
 
 
-@pytest.mark.parametrize("path", ["/304-body", "/204-body"])
+@pytest.mark.parametrize("path", ["/304-body", "/204-body", "/head-body"])
 @pytest.mark.parametrize("proto", ["--http1.1", "--http2"])
 def test_bytes_after_a_bodiless_answer_reach_neither_the_next_answer_nor_the_log(
     world: World, path: str, proto: str
@@ -751,7 +752,8 @@ def test_bytes_after_a_bodiless_answer_reach_neither_the_next_answer_nor_the_log
     """The upstream sends a body after a 304 (or 204), holding the secret: the second request on
     the client's connection gets its own answer, and the stray bytes (which mitmproxy quotes in
     its log and error messages) are in no byte the client gets or the proxy writes."""
-    done = world.twice(proto, [], world.raw_url(path), world.raw_url("/ok"))
+    first = ["-I"] if path == "/head-body" else []
+    done = world.twice(proto, first, world.raw_url(path), world.raw_url("/ok"))
     out = done.stdout.decode()
     assert re.search(r"ok\n\ncode=200 connects=[01]$", out.rstrip()), out
     time.sleep(0.5)
