@@ -84,7 +84,7 @@ def chain(state: State) -> list[Any]:
         Forgery(),
         Hooks(state),
         Substitute(state),
-        ScrubMessages(),
+        ScrubMessages(state),
         Stream(),
         Framing(),
         OAuthCapture(state),

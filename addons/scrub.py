@@ -49,6 +49,7 @@ from proxy.live import live_values
 from proxy.policy import Claim
 from proxy.registry import StoreValue
 from proxy.scrub import Compiled, Scrubber, compile_pairs, escapes_matter
+from proxy.state import State
 
 
 def _pairs(claim: Claim, now: float) -> list[tuple[bytes, bytes]]:
@@ -258,8 +259,21 @@ def _scrub_head(response: http.Response, scrubber: Scrubber) -> None:
 
 
 _CONTROL_PAYLOAD = 125  # bytes: a control frame's payload at most (RFC 6455 §5.5)
-# client connection id -> the claim whose WebSocket it carries (set in websocket_start)
-_WS_CLAIMS: dict[str, Claim] = {}
+# client connection id -> the claim whose WebSocket it carries, and the state to read it again
+# from (set in websocket_start)
+_WS_CLAIMS: dict[str, tuple[Claim, State | None]] = {}
+
+
+def _claims_now(claim: Claim, state: State | None) -> list[Claim]:
+    """The claim a WebSocket was opened with and, when the registry holds another object for its
+    id now (a store credential added or its value replaced: the registry rebuilds the claim),
+    that one first. A WebSocket outlives the request that decided it; a value replaced while it
+    is open may reach the upstream on another connection and come back on this one (review r4).
+    Both are scrubbed with: replacing any secret by its placeholder is never worse than passing it."""
+    fresh = state.registry.claim(claim.id) if state is not None else None
+    return [claim] if fresh is None or fresh is claim else [fresh, claim]
+
+
 _CONTROL_PAIRS = _PairCache()
 _MARK = "_surrogate_scrub_control"
 
@@ -284,11 +298,12 @@ def _install_control_scrub() -> None:
         return
 
     def send2(self: Any, event: Any) -> Any:
-        claim = _WS_CLAIMS.get(self.conn.id)
-        if claim is not None and not isinstance(event, wsproto.events.Message):
+        entry = _WS_CLAIMS.get(self.conn.id)
+        if entry is not None and not isinstance(event, wsproto.events.Message):
             try:
-                pairs, compiled = _CONTROL_PAIRS.get(claim, time.time())
-                event = _scrub_control(event, Scrubber(pairs, compiled=compiled))
+                for claim in _claims_now(*entry):
+                    pairs, compiled = _CONTROL_PAIRS.get(claim, time.time())
+                    event = _scrub_control(event, Scrubber(pairs, compiled=compiled))
             except Exception as e:  # fail closed: a payload we cannot check is not sent
                 facts.log.error(
                     "scrub of a WebSocket control frame failed with %s; emptied", type(e).__name__
@@ -312,16 +327,18 @@ class ScrubMessages:
     valid UTF-8: a placeholder is ASCII. Escaped forms are sought in binary messages too (they
     often carry JSON or form-encoded text). Ping, pong and close frames have no hook: their
     payloads and close reasons are scrubbed where mitmproxy writes them to the sandbox
-    (:func:`_install_control_scrub`)."""
+    (:func:`_install_control_scrub`). Both use the claim as it is now as well as the one the
+    WebSocket was opened with (:func:`_claims_now`)."""
 
-    def __init__(self) -> None:
+    def __init__(self, state: State | None = None) -> None:
         self.pairs = _PairCache()
+        self.state = state  # to read the claim as it is now (_claims_now)
         _install_control_scrub()
 
     def websocket_start(self, flow: http.HTTPFlow) -> None:
         claim = flow.metadata.get(facts.CLAIM)
         if claim is not None and claim.credentials:
-            _WS_CLAIMS[flow.client_conn.id] = claim
+            _WS_CLAIMS[flow.client_conn.id] = (claim, self.state)
 
     def websocket_end(self, flow: http.HTTPFlow) -> None:
         _WS_CLAIMS.pop(flow.client_conn.id, None)
@@ -337,8 +354,11 @@ class ScrubMessages:
         if message.from_client:
             return
         try:
-            pairs, compiled = self.pairs.get(claim, time.time())
-            message.content = Scrubber(pairs, compiled=compiled).scrub(message.content)
+            content = message.content
+            for current in _claims_now(claim, self.state):
+                pairs, compiled = self.pairs.get(current, time.time())
+                content = Scrubber(pairs, compiled=compiled).scrub(content)
+            message.content = content
         except Exception as e:  # fail closed: a message we cannot check is not passed
             facts.log.error("scrub.websocket_message failed with %s; connection closed", type(e).__name__)
             message.drop()

@@ -32,6 +32,7 @@ from urllib.parse import quote, quote_plus
 import brotli
 import canary
 import h11
+import httpx
 import pytest
 import wsproto
 from harness import ProxyProcess, free_port
@@ -109,6 +110,9 @@ class WsReflect:
                 await ws.ping(f"ping {token}".encode())
                 await ws.close(4000, f"bye {token}")
                 return
+            if message == "auths":  # what the last two connections sent (a broadcast)
+                await ws.send("\n".join(self.auth[-2:]))
+                continue
             if message == "fragments":  # one message in many frames, the secret split across them
                 token = auth.removeprefix("Bearer ")
                 await ws.send(["text:" + token[:5], token[5:17], token[17:] + ":end"])
@@ -768,5 +772,44 @@ def test_an_sse_stream_that_writes_the_secret_one_byte_per_read_is_scrubbed(worl
     assert done.returncode == 0, done.stderr.decode()
     assert canary.find(done.stdout, [world.secret]) == []
     events = done.stdout.split(b"\n\n")
-    assert events[0] == b"data: " + PH.encode() and events[1] == b'data: {"t": "' + PH.encode() + b'"}', events
+    assert events[0] == b"data: " + PH.encode(), events
+    assert events[1] == b'data: {"t": "' + PH.encode() + b'"}', events
     assert PH.encode() in base64.b64decode(events[2].removeprefix(b"data: ")) and events[3] == b"data: tail"
+
+
+def test_a_value_rotated_while_a_websocket_is_open_is_scrubbed_on_it(world: World) -> None:
+    """A store credential's value is replaced while a WebSocket of its claim is open; the new
+    value reaches the upstream on another connection, and the upstream broadcasts it on the old
+    one: it comes back as the placeholder there too (the claim is read as it is now)."""
+    old, new = canary.make("wsrot"), canary.make("wsrot")
+    api = httpx.Client(
+        transport=httpx.HTTPTransport(uds=str(world.proxy.state_dir / "control.sock")), base_url="http://control"
+    )
+    with api:
+        token = api.post("/v1/claims", json={"id": "wsrot", "pool": "p"}).json()["proxy_token"]
+        r = api.put("/v1/claims/wsrot/credentials/k", json={"hosts": ["api.test"], "value": old})
+        assert r.status_code == 201, r.text
+        placeholder = r.json()["placeholder"]
+        ctx = ssl.create_default_context(cafile=world.proxy.ca_pem)
+
+        def open_ws() -> Any:
+            return connect(
+                f"wss://api.test:{world.ws.port}/ws",
+                proxy=world.proxy.url("wsrot", token),
+                ssl=ctx,
+                additional_headers={"Authorization": f"Bearer {placeholder}"},
+                open_timeout=10,
+            )
+
+        with open_ws() as first:
+            r = api.put("/v1/claims/wsrot/credentials/k", json={"hosts": ["api.test"], "value": new})
+            assert r.status_code in (200, 201), r.text
+            with open_ws():
+                pass
+            assert world.ws.auth[-1] == f"Bearer {new}"  # the upstream got the new value
+            first.send("auths")
+            got = first.recv(timeout=10)
+    data = got.encode() if isinstance(got, str) else got
+    world.received.append(data)
+    assert canary.find(data, [old, new]) == []
+    assert data.count(placeholder.encode()) >= 2
