@@ -88,7 +88,7 @@ def chain(state: State) -> list[Any]:
         Stream(),
         Framing(),
         OAuthCapture(state),
-        Scrub(),
+        Scrub(state),
         Resolve(state),
         Audit(),
         Metrics(state),

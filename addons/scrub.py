@@ -113,9 +113,40 @@ def _unscannable(flow: http.HTTPFlow, why: str) -> None:
         flow.kill()
 
 
+class _Body:
+    """A body's scrubber, and one more for each newer object of the same claim the registry
+    holds while the body streams (a credential replaced or added: a long SSE stream outlives the
+    request that decided it). Each later scrubber reads what the earlier ones let out."""
+
+    def __init__(self, first: Scrubber, claim: Claim, state: State | None, cache: _PairCache, binary: bool):
+        self.chain, self.seen = [first], [claim]
+        self.claim, self.state, self.cache, self.binary = claim, state, cache, binary
+
+    def _refresh(self) -> None:
+        fresh = self.state.registry.claim(self.claim.id) if self.state is not None else None
+        if fresh is not None and all(fresh is not c for c in self.seen):
+            self.seen.append(fresh)
+            pairs, compiled = self.cache.get(fresh, time.time())
+            binary = compiled.binary if self.binary and compiled.binary is not None else compiled
+            self.chain.append(Scrubber(pairs, compiled=binary))
+
+    def feed(self, data: bytes) -> bytes:
+        self._refresh()
+        for scrubber in self.chain:
+            data = scrubber.feed(data) if data else b""
+        return data
+
+    def finish(self) -> bytes:
+        out = b""
+        for scrubber in self.chain:
+            out = (scrubber.feed(out) if out else b"") + scrubber.finish()
+        return out
+
+
 class Scrub:
-    def __init__(self) -> None:
+    def __init__(self, state: State | None = None) -> None:
         self.pairs = _PairCache()
+        self.state = state  # to read the claim as it is now while a body streams (_Body)
 
     @facts.fail_closed
     def requestheaders(self, flow: http.HTTPFlow) -> None:
@@ -149,9 +180,11 @@ class Scrub:
         fields = response.headers.fields
         encoding = (facts.header(fields, b"content-encoding") or "").strip().lower()
         # a binary body is searched for plain spellings only (escapes_matter says why)
-        body_scrubber = scrubber
-        if compiled.binary is not None and not escapes_matter(facts.header(fields, b"content-type") or ""):
-            body_scrubber = Scrubber(pairs, compiled=compiled.binary)
+        binary = compiled.binary is not None and not escapes_matter(
+            facts.header(fields, b"content-type") or ""
+        )
+        first = Scrubber(pairs, compiled=compiled.binary) if binary and compiled.binary else scrubber
+        body_scrubber = _Body(first, claim, self.state, self.pairs, binary)
         decode = decoder(encoding)
         if decode is None:
             _unscannable(flow, f"no decoder for Content-Encoding {encoding[:40]!r}")

@@ -4,7 +4,8 @@ header name). Stdlib sockets and ssl; the request head is read up to its blank l
 by its framing (Content-Length, or chunked to the last chunk and its trailer section), each
 request recorded raw. Responses are looked up by request path: ``responses[path]`` is the bytes
 to write, a list of pieces written one by one (10 ms apart: each its own read, as far as TCP
-lets it), or a callable that gets the raw request and returns them. Connections are kept alive.
+lets it; a callable piece is called for its bytes when its turn comes), or a callable that
+gets the raw request and returns them. Connections are kept alive.
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ from collections.abc import Callable
 
 from servers import TestCA
 
-Answer = bytes | list[bytes] | Callable[[bytes], bytes]
+Answer = bytes | list[bytes | Callable[[], bytes]] | Callable[[bytes], bytes]
 
 
 class RawUpstream:
@@ -86,7 +87,7 @@ class RawUpstream:
                 )
                 if isinstance(answer, list):
                     for piece in answer:
-                        conn.sendall(piece)
+                        conn.sendall(piece() if callable(piece) else piece)
                         time.sleep(0.01)
                     continue
                 conn.sendall(answer(request) if callable(answer) else answer)

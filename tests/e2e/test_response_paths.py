@@ -813,3 +813,44 @@ def test_a_value_rotated_while_a_websocket_is_open_is_scrubbed_on_it(world: Worl
     world.received.append(data)
     assert canary.find(data, [old, new]) == []
     assert data.count(placeholder.encode()) >= 2
+
+
+def test_a_value_rotated_while_an_sse_stream_is_open_is_scrubbed_in_it(world: World) -> None:
+    """A store credential's value is replaced while a response of its claim streams; the new
+    value reaches the upstream on another connection and comes back in the open stream: as the
+    placeholder (the claim is read as it is now, each read)."""
+    old, new = canary.make("sserot"), canary.make("sserot")
+
+    def after_note() -> bytes:  # the stream's next event: what /note got, once it got it
+        deadline = time.monotonic() + 15
+        while not (notes := [r for r in world.raw.requests if r.startswith(b"GET /note")]):
+            if time.monotonic() > deadline:
+                return b"0\r\n\r\n"
+            time.sleep(0.05)
+        lines = [line.split(b": ", 1) for line in notes[-1].split(b"\r\n")[1:] if b": " in line]
+        auth = next(v for n, v in lines if n.lower() == b"authorization")
+        return _chunk(b"data: " + auth + b"\n\n") + _chunk(b"data: tail\n\n") + b"0\r\n\r\n"
+
+    head = b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nTransfer-Encoding: chunked\r\n\r\n"
+    world.raw.responses["/sse-rot"] = [head, _chunk(b"data: one\n\n"), after_note]
+    world.raw.responses["/note"] = b"HTTP/1.1 200 OK\r\nContent-Length: 3\r\n\r\nok\n"
+    api = httpx.Client(
+        transport=httpx.HTTPTransport(uds=str(world.proxy.state_dir / "control.sock")), base_url="http://control"
+    )
+    with api:
+        token = api.post("/v1/claims", json={"id": "sserot", "pool": "p"}).json()["proxy_token"]
+        r = api.put("/v1/claims/sserot/credentials/k", json={"hosts": ["api.test"], "value": old})
+        assert r.status_code == 201, r.text
+        placeholder = r.json()["placeholder"]
+        curl = ["curl", "-sS", "-N", "--max-time", "20", "-x", world.proxy.url("sserot", token), "--cacert",
+                str(world.proxy.ca_pem), "-H", f"Authorization: Bearer {placeholder}"]  # fmt: skip
+        with subprocess.Popen([*curl, world.raw_url("/sse-rot")], stdout=subprocess.PIPE) as stream:
+            assert stream.stdout is not None
+            assert stream.stdout.readline() == b"data: one\n"  # the stream is open
+            r = api.put("/v1/claims/sserot/credentials/k", json={"hosts": ["api.test"], "value": new})
+            assert r.status_code in (200, 201), r.text
+            subprocess.run([*curl, world.raw_url("/note")], capture_output=True, timeout=30, check=True)
+            out = stream.stdout.read()
+    world.received.append(out)
+    assert canary.find(out, [old, new]) == []
+    assert f"data: Bearer {placeholder}".encode() in out and out.endswith(b"data: tail\n\n"), out
