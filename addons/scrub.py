@@ -241,8 +241,9 @@ class Scrub:
         if response is None or not response.trailers or claim is None or not claim.credentials:
             return
         try:
-            pairs, compiled = self.pairs.get(claim, time.time())
-            _scrub_fields(response.trailers, Scrubber(pairs, compiled=compiled))
+            for current in _claims_now(claim, self.state):  # the stream may have outlived it
+                pairs, compiled = self.pairs.get(current, time.time())
+                _scrub_fields(response.trailers, Scrubber(pairs, compiled=compiled))
         except Exception as e:  # fail closed: trailers we cannot check are not sent
             facts.log.error("scrub.response failed with %s; trailers dropped", type(e).__name__)
             response.trailers = None
@@ -253,10 +254,14 @@ class Scrub:
             return
         try:
             message = flow.error.msg.encode("utf-8", "surrogateescape")
-            pairs, compiled = self.pairs.get(claim, time.time())
-            quoted = Scrubber(pairs, compiled=compiled).scrub(message) != message or any(
-                repr(secret)[2:-1].encode() in message for secret, _ in pairs
-            )
+            quoted = False
+            for current in _claims_now(claim, self.state):
+                pairs, compiled = self.pairs.get(current, time.time())
+                quoted = (
+                    quoted
+                    or Scrubber(pairs, compiled=compiled).scrub(message) != message
+                    or any(repr(secret)[2:-1].encode() in message for secret, _ in pairs)
+                )
         except Exception as e:  # fail closed: an error we cannot check is withheld
             facts.log.error("scrub.error failed with %s; error message withheld", type(e).__name__)
             quoted = True
