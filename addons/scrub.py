@@ -114,19 +114,21 @@ def _unscannable(flow: http.HTTPFlow, why: str) -> None:
 
 
 class _Body:
-    """A body's scrubber, and one more for each newer object of the same claim the registry
-    holds while the body streams (a credential replaced or added: a long SSE stream outlives the
-    request that decided it). Each later scrubber reads what the earlier ones let out."""
+    """A body's scrubber, and one more for each new set of values of its claim while the body
+    streams (a credential replaced or added: the registry builds a new claim object; a ``file:``
+    value re-read under the same one): a long SSE stream outlives the request that decided it.
+    Each later scrubber reads what the earlier ones let out."""
 
-    def __init__(self, first: Scrubber, claim: Claim, state: State | None, cache: _PairCache, binary: bool):
-        self.chain, self.seen = [first], [claim]
+    def __init__(self, first: Scrubber, pairs: Pairs, claim: Claim, state: State | None, cache: _PairCache,
+                 binary: bool):  # fmt: skip
+        self.chain, self.seen = [first], [pairs]
         self.claim, self.state, self.cache, self.binary = claim, state, cache, binary
 
     def _refresh(self) -> None:
         fresh = self.state.registry.claim(self.claim.id) if self.state is not None else None
-        if fresh is not None and all(fresh is not c for c in self.seen):
-            self.seen.append(fresh)
-            pairs, compiled = self.cache.get(fresh, time.time())
+        pairs, compiled = self.cache.get(fresh or self.claim, time.time())
+        if all(pairs is not p and pairs != p for p in self.seen):  # equal: the cache was rebuilt
+            self.seen.append(pairs)
             binary = compiled.binary if self.binary and compiled.binary is not None else compiled
             self.chain.append(Scrubber(pairs, compiled=binary))
 
@@ -184,7 +186,7 @@ class Scrub:
             facts.header(fields, b"content-type") or ""
         )
         first = Scrubber(pairs, compiled=compiled.binary) if binary and compiled.binary else scrubber
-        body_scrubber = _Body(first, claim, self.state, self.pairs, binary)
+        body_scrubber = _Body(first, pairs, claim, self.state, self.pairs, binary)
         decode = decoder(encoding)
         if decode is None:
             _unscannable(flow, f"no decoder for Content-Encoding {encoding[:40]!r}")

@@ -815,11 +815,8 @@ def test_a_value_rotated_while_a_websocket_is_open_is_scrubbed_on_it(world: Worl
     assert data.count(placeholder.encode()) >= 2
 
 
-def test_a_value_rotated_while_an_sse_stream_is_open_is_scrubbed_in_it(world: World) -> None:
-    """A store credential's value is replaced while a response of its claim streams; the new
-    value reaches the upstream on another connection and comes back in the open stream: as the
-    placeholder (the claim is read as it is now, each read)."""
-    old, new = canary.make("sserot"), canary.make("sserot")
+def _after_note(world: World) -> Any:
+    """The SSE stream's next event: the Authorization /note got, once it got it."""
 
     def after_note() -> bytes:  # the stream's next event: what /note got, once it got it
         deadline = time.monotonic() + 15
@@ -832,8 +829,18 @@ def test_a_value_rotated_while_an_sse_stream_is_open_is_scrubbed_in_it(world: Wo
         return _chunk(b"data: " + auth + b"\n\n") + _chunk(b"data: tail\n\n") + b"0\r\n\r\n"
 
     head = b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nTransfer-Encoding: chunked\r\n\r\n"
+    world.raw.requests[:] = [r for r in world.raw.requests if not r.startswith(b"GET /note")]
     world.raw.responses["/sse-rot"] = [head, _chunk(b"data: one\n\n"), after_note]
     world.raw.responses["/note"] = b"HTTP/1.1 200 OK\r\nContent-Length: 3\r\n\r\nok\n"
+    return after_note
+
+
+def test_a_value_rotated_while_an_sse_stream_is_open_is_scrubbed_in_it(world: World) -> None:
+    """A store credential's value is replaced while a response of its claim streams; the new
+    value reaches the upstream on another connection and comes back in the open stream: as the
+    placeholder (the claim is read as it is now, each read)."""
+    old, new = canary.make("sserot"), canary.make("sserot")
+    _after_note(world)
     api = httpx.Client(
         transport=httpx.HTTPTransport(uds=str(world.proxy.state_dir / "control.sock")), base_url="http://control"
     )
@@ -854,3 +861,28 @@ def test_a_value_rotated_while_an_sse_stream_is_open_is_scrubbed_in_it(world: Wo
     world.received.append(out)
     assert canary.find(out, [old, new]) == []
     assert f"data: Bearer {placeholder}".encode() in out and out.endswith(b"data: tail\n\n"), out
+
+
+def test_a_file_value_rotated_while_an_sse_stream_is_open_is_scrubbed_in_it(world: World) -> None:
+    """The same for a rules-file credential (``file:``, re-read on change under the same claim
+    object). Runs last: it rotates the module's secret, and puts it back."""
+    _after_note(world)
+    new = canary.make("filerot")
+    secret_file = world.proxy.rules.parent / "secret"
+    curl = ["curl", "-sS", "-N", "--max-time", "20", "-x", world.proxy.url("c", "tok"), "--cacert",
+            str(world.proxy.ca_pem), "-H", f"Authorization: Bearer {PH}"]  # fmt: skip
+    try:
+        with subprocess.Popen([*curl, world.raw_url("/sse-rot")], stdout=subprocess.PIPE) as stream:
+            assert stream.stdout is not None
+            assert stream.stdout.readline() == b"data: one\n"
+            canary.source(secret_file, new)
+            time.sleep(1.5)
+            subprocess.run([*curl, world.raw_url("/note")], capture_output=True, timeout=30, check=True)
+            out = stream.stdout.read()
+    finally:
+        canary.source(secret_file, world.secret)
+    world.received.append(out)
+    note = [r for r in world.raw.requests if r.startswith(b"GET /note")][-1]
+    assert new.encode() in note  # the upstream got the new value
+    assert canary.find(out, [new, world.secret]) == []
+    assert f"data: Bearer {PH}".encode() in out and out.endswith(b"data: tail\n\n"), out
