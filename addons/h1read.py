@@ -31,7 +31,6 @@ from mitmproxy.proxy import events
 from mitmproxy.proxy.layers.http import _http1
 
 _MARK = "_surrogate_h1read"
-_MAX_INFORMATIONAL = 64  # 1xx heads dropped per read at most (each is discarded: memory stays flat)
 
 StateMethod = Callable[[Any, events.Event], Generator[Any, Any, None]]
 
@@ -77,7 +76,10 @@ def _is_informational(lines: list[bytearray]) -> bool:
 def _skipping_informational(original: StateMethod) -> StateMethod:
     def read_headers(self: Any, event: events.Event) -> Generator[Any, Any, None]:
         if isinstance(event, events.DataReceived) and self.request is not None:
-            for _ in range(_MAX_INFORMATIONAL):
+            # every complete 1xx head of the read, however many (each is discarded: memory stays
+            # flat, and the read bounds their number): a cap here (64) left the next one to
+            # mitmproxy, which took it for the final response (review r4)
+            while True:
                 # h11's buffer finds the blank line incrementally: an unfinished head is not
                 # searched again from its start on every read
                 lines = self.buf.maybe_extract_lines()

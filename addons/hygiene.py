@@ -5,6 +5,12 @@ an HTTP/1 request line when the upstream speaks HTTP/1 (issue 20).
 
 Runs after identify (it needs the claim, to know whether TRACE would meet a credential) and
 before policy. The rules are in :mod:`proxy.hygiene`.
+
+Responses (review r4): toward a claim that holds credentials, a response whose body carries a
+transfer coding other than chunked (``Transfer-Encoding: gzip, chunked``, RFC 9112 §7) is not
+passed: mitmproxy forwards that body still coded, so neither token capture (addons/oauth.py)
+nor the scrubber would read what the sandbox decodes. The connection is closed and the audit
+event says ``unscannable_response``. This hook runs before both of them (the chain's order).
 """
 
 from __future__ import annotations
@@ -15,7 +21,7 @@ from addons import facts
 from proxy.decide import Reason, deny
 from proxy.errors import HostError
 from proxy.hosts import split_authority
-from proxy.hygiene import check_head, check_request_line
+from proxy.hygiene import check_head, check_request_line, transfer_coded
 
 
 class Hygiene:
@@ -46,3 +52,23 @@ class Hygiene:
             return
         if verdict.drop:
             req.headers.fields = tuple((n, v) for n, v in req.headers.fields if n.lower() not in verdict.drop)
+
+    @facts.fail_closed
+    def responseheaders(self, flow: http.HTTPFlow) -> None:
+        response, claim = flow.response, flow.metadata.get(facts.CLAIM)
+        if response is None or claim is None or not claim.credentials:
+            return
+        status = response.status_code
+        if flow.request.method.upper() == "HEAD" or 100 <= status < 200 or status in (204, 304):
+            return  # no body (RFC 9112 §6.3), nothing coded to read
+        coded = transfer_coded(response.headers.fields)
+        if not coded:
+            return
+        why = f"Transfer-Encoding {coded[:40]!r} (a coding other than chunked)"
+        facts.log.warning("response %s cannot be scanned for secrets: %s; connection closed",
+                          flow.metadata.get(facts.REQUEST_ID, flow.id), why)  # fmt: skip
+        flow.metadata[facts.DECISION] = deny(
+            Reason.UNSCANNABLE_RESPONSE, f"response body cannot be scanned for secrets: {why}", status=502
+        )
+        if flow.killable:
+            flow.kill()

@@ -9,7 +9,8 @@ Requests of such claims ask for ``Accept-Encoding: identity``; a body that is co
 is decoded on the fly within bounds (gzip, deflate, br, zstd: :mod:`proxy.decode`) and sent
 decoded. A body that cannot be scanned (no decoder for its coding, corrupt, or past a
 decompression bound) is not passed: the connection is closed and the audit event says
-``unscannable_response`` with the reason. A scrubbed body changes length, so
+``unscannable_response`` with the reason (so is a body under a transfer coding other than
+chunked: :mod:`addons.hygiene`, before token capture reads it). A scrubbed body changes length, so
 ``Content-Length`` is dropped (HTTP/1.1 clients get chunked framing, HTTP/1.0 clients a body
 that ends with the connection), except on a response that
 has no body (HEAD, 1xx, 204, 304), whose framing is left alone. The reason phrase and header
@@ -48,6 +49,7 @@ from proxy.live import live_values
 from proxy.policy import Claim
 from proxy.registry import StoreValue
 from proxy.scrub import Compiled, Scrubber, compile_pairs, escapes_matter
+from proxy.state import State
 
 
 def _pairs(claim: Claim, now: float) -> list[tuple[bytes, bytes]]:
@@ -111,9 +113,42 @@ def _unscannable(flow: http.HTTPFlow, why: str) -> None:
         flow.kill()
 
 
+class _Body:
+    """A body's scrubber, and one more for each new set of values of its claim while the body
+    streams (a credential replaced or added: the registry builds a new claim object; a ``file:``
+    value re-read under the same one): a long SSE stream outlives the request that decided it.
+    Each later scrubber reads what the earlier ones let out."""
+
+    def __init__(self, first: Scrubber, pairs: Pairs, claim: Claim, state: State | None, cache: _PairCache,
+                 binary: bool):  # fmt: skip
+        self.chain, self.seen = [first], [pairs]
+        self.claim, self.state, self.cache, self.binary = claim, state, cache, binary
+
+    def _refresh(self) -> None:
+        fresh = self.state.registry.claim(self.claim.id) if self.state is not None else None
+        pairs, compiled = self.cache.get(fresh or self.claim, time.time())
+        if all(pairs is not p and pairs != p for p in self.seen):  # equal: the cache was rebuilt
+            self.seen.append(pairs)
+            binary = compiled.binary if self.binary and compiled.binary is not None else compiled
+            self.chain.append(Scrubber(pairs, compiled=binary))
+
+    def feed(self, data: bytes) -> bytes:
+        self._refresh()
+        for scrubber in self.chain:
+            data = scrubber.feed(data) if data else b""
+        return data
+
+    def finish(self) -> bytes:
+        out = b""
+        for scrubber in self.chain:
+            out = (scrubber.feed(out) if out else b"") + scrubber.finish()
+        return out
+
+
 class Scrub:
-    def __init__(self) -> None:
+    def __init__(self, state: State | None = None) -> None:
         self.pairs = _PairCache()
+        self.state = state  # to read the claim as it is now while a body streams (_Body)
 
     @facts.fail_closed
     def requestheaders(self, flow: http.HTTPFlow) -> None:
@@ -147,9 +182,11 @@ class Scrub:
         fields = response.headers.fields
         encoding = (facts.header(fields, b"content-encoding") or "").strip().lower()
         # a binary body is searched for plain spellings only (escapes_matter says why)
-        body_scrubber = scrubber
-        if compiled.binary is not None and not escapes_matter(facts.header(fields, b"content-type") or ""):
-            body_scrubber = Scrubber(pairs, compiled=compiled.binary)
+        binary = compiled.binary is not None and not escapes_matter(
+            facts.header(fields, b"content-type") or ""
+        )
+        first = Scrubber(pairs, compiled=compiled.binary) if binary and compiled.binary else scrubber
+        body_scrubber = _Body(first, pairs, claim, self.state, self.pairs, binary)
         decode = decoder(encoding)
         if decode is None:
             _unscannable(flow, f"no decoder for Content-Encoding {encoding[:40]!r}")
@@ -206,8 +243,9 @@ class Scrub:
         if response is None or not response.trailers or claim is None or not claim.credentials:
             return
         try:
-            pairs, compiled = self.pairs.get(claim, time.time())
-            _scrub_fields(response.trailers, Scrubber(pairs, compiled=compiled))
+            for current in _claims_now(claim, self.state):  # the stream may have outlived it
+                pairs, compiled = self.pairs.get(current, time.time())
+                _scrub_fields(response.trailers, Scrubber(pairs, compiled=compiled))
         except Exception as e:  # fail closed: trailers we cannot check are not sent
             facts.log.error("scrub.response failed with %s; trailers dropped", type(e).__name__)
             response.trailers = None
@@ -218,10 +256,14 @@ class Scrub:
             return
         try:
             message = flow.error.msg.encode("utf-8", "surrogateescape")
-            pairs, compiled = self.pairs.get(claim, time.time())
-            quoted = Scrubber(pairs, compiled=compiled).scrub(message) != message or any(
-                repr(secret)[2:-1].encode() in message for secret, _ in pairs
-            )
+            quoted = False
+            for current in _claims_now(claim, self.state):
+                pairs, compiled = self.pairs.get(current, time.time())
+                quoted = (
+                    quoted
+                    or Scrubber(pairs, compiled=compiled).scrub(message) != message
+                    or any(repr(secret)[2:-1].encode() in message for secret, _ in pairs)
+                )
         except Exception as e:  # fail closed: an error we cannot check is withheld
             facts.log.error("scrub.error failed with %s; error message withheld", type(e).__name__)
             quoted = True
@@ -257,8 +299,21 @@ def _scrub_head(response: http.Response, scrubber: Scrubber) -> None:
 
 
 _CONTROL_PAYLOAD = 125  # bytes: a control frame's payload at most (RFC 6455 §5.5)
-# client connection id -> the claim whose WebSocket it carries (set in websocket_start)
-_WS_CLAIMS: dict[str, Claim] = {}
+# client connection id -> the claim whose WebSocket it carries, and the state to read it again
+# from (set in websocket_start)
+_WS_CLAIMS: dict[str, tuple[Claim, State | None]] = {}
+
+
+def _claims_now(claim: Claim, state: State | None) -> list[Claim]:
+    """The claim a WebSocket was opened with and, when the registry holds another object for its
+    id now (a store credential added or its value replaced: the registry rebuilds the claim),
+    that one first. A WebSocket outlives the request that decided it; a value replaced while it
+    is open may reach the upstream on another connection and come back on this one (review r4).
+    Both are scrubbed with: replacing any secret by its placeholder is never worse than passing it."""
+    fresh = state.registry.claim(claim.id) if state is not None else None
+    return [claim] if fresh is None or fresh is claim else [fresh, claim]
+
+
 _CONTROL_PAIRS = _PairCache()
 _MARK = "_surrogate_scrub_control"
 
@@ -283,11 +338,12 @@ def _install_control_scrub() -> None:
         return
 
     def send2(self: Any, event: Any) -> Any:
-        claim = _WS_CLAIMS.get(self.conn.id)
-        if claim is not None and not isinstance(event, wsproto.events.Message):
+        entry = _WS_CLAIMS.get(self.conn.id)
+        if entry is not None and not isinstance(event, wsproto.events.Message):
             try:
-                pairs, compiled = _CONTROL_PAIRS.get(claim, time.time())
-                event = _scrub_control(event, Scrubber(pairs, compiled=compiled))
+                for claim in _claims_now(*entry):
+                    pairs, compiled = _CONTROL_PAIRS.get(claim, time.time())
+                    event = _scrub_control(event, Scrubber(pairs, compiled=compiled))
             except Exception as e:  # fail closed: a payload we cannot check is not sent
                 facts.log.error(
                     "scrub of a WebSocket control frame failed with %s; emptied", type(e).__name__
@@ -311,16 +367,18 @@ class ScrubMessages:
     valid UTF-8: a placeholder is ASCII. Escaped forms are sought in binary messages too (they
     often carry JSON or form-encoded text). Ping, pong and close frames have no hook: their
     payloads and close reasons are scrubbed where mitmproxy writes them to the sandbox
-    (:func:`_install_control_scrub`)."""
+    (:func:`_install_control_scrub`). Both use the claim as it is now as well as the one the
+    WebSocket was opened with (:func:`_claims_now`)."""
 
-    def __init__(self) -> None:
+    def __init__(self, state: State | None = None) -> None:
         self.pairs = _PairCache()
+        self.state = state  # to read the claim as it is now (_claims_now)
         _install_control_scrub()
 
     def websocket_start(self, flow: http.HTTPFlow) -> None:
         claim = flow.metadata.get(facts.CLAIM)
         if claim is not None and claim.credentials:
-            _WS_CLAIMS[flow.client_conn.id] = claim
+            _WS_CLAIMS[flow.client_conn.id] = (claim, self.state)
 
     def websocket_end(self, flow: http.HTTPFlow) -> None:
         _WS_CLAIMS.pop(flow.client_conn.id, None)
@@ -336,8 +394,11 @@ class ScrubMessages:
         if message.from_client:
             return
         try:
-            pairs, compiled = self.pairs.get(claim, time.time())
-            message.content = Scrubber(pairs, compiled=compiled).scrub(message.content)
+            content = message.content
+            for current in _claims_now(claim, self.state):
+                pairs, compiled = self.pairs.get(current, time.time())
+                content = Scrubber(pairs, compiled=compiled).scrub(content)
+            message.content = content
         except Exception as e:  # fail closed: a message we cannot check is not passed
             facts.log.error("scrub.websocket_message failed with %s; connection closed", type(e).__name__)
             message.drop()

@@ -112,3 +112,13 @@ def check_request_line(method: bytes, scheme: bytes, authority: bytes, path: byt
     if not (_PATH.fullmatch(path) or (path == b"*" and method == b"OPTIONS")):
         return Verdict(400, f"request {names[3]} is not a path of visible ASCII characters (RFC 9112 §3.2)")
     return Verdict(0)
+
+
+def transfer_coded(fields: Sequence[tuple[bytes, bytes]]) -> str:
+    """A response's Transfer-Encoding when it names a coding other than ``chunked`` (RFC 9112
+    §7: ``gzip, chunked``, ``deflate``), else "". mitmproxy undoes only the chunked framing of
+    such a body and passes it still coded: nothing that reads it (the scrubber, token capture)
+    sees what the client will decode."""
+    values = [v for n, v in fields if n.lower() == b"transfer-encoding"]
+    te = b", ".join(values).decode("latin-1").lower()
+    return te if any(c.strip() not in ("", "chunked", "identity") for c in te.split(",")) else ""

@@ -33,8 +33,9 @@ Forms caught, for a secret S and its placeholder P:
 
 Not caught (documented limits): double encoding (``%2541``), HTML character references
 (``&#x41;``), base64 with line breaks inside S's slice (MIME, PEM), base64 of an escaped S,
-other encodings (hex, base32, compression inside the body), and S split by anything the forms
-above do not produce.
+other encodings (hex, base32, compression inside the body, a body in UTF-16 or UTF-32,
+JavaScript's or C's ``\\xNN``, quoted-printable with a soft line break inside S), S with its case
+changed (upper- or lower-cased), and S split by anything the forms above do not produce.
 
 How: every form above is one plain spelling (S, or a base64 slice of S) with some characters
 escaped, so a claim's secrets compile to one alternation of plain spellings, longest first

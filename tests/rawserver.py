@@ -3,7 +3,9 @@ would never produce (trailers, 1xx before the final response, a secret in a reas
 header name). Stdlib sockets and ssl; the request head is read up to its blank line and the body
 by its framing (Content-Length, or chunked to the last chunk and its trailer section), each
 request recorded raw. Responses are looked up by request path: ``responses[path]`` is the bytes
-to write, or a callable that gets the raw request and returns them. Connections are kept alive.
+to write, a list of pieces written one by one (10 ms apart: each its own read, as far as TCP
+lets it; a callable piece is called for its bytes when its turn comes), or a callable that
+gets the raw request and returns them. Connections are kept alive.
 """
 
 from __future__ import annotations
@@ -12,11 +14,12 @@ import contextlib
 import socket
 import ssl
 import threading
+import time
 from collections.abc import Callable
 
 from servers import TestCA
 
-Answer = bytes | Callable[[bytes], bytes]
+Answer = bytes | list[bytes | Callable[[], bytes]] | Callable[[bytes], bytes]
 
 
 class RawUpstream:
@@ -82,6 +85,11 @@ class RawUpstream:
                 answer = self.responses.get(
                     target.split("?", 1)[0], b"HTTP/1.1 404 Not Found\r\nContent-Length: 0\r\n\r\n"
                 )
+                if isinstance(answer, list):
+                    for piece in answer:
+                        conn.sendall(piece() if callable(piece) else piece)
+                        time.sleep(0.01)
+                    continue
                 conn.sendall(answer(request) if callable(answer) else answer)
         except OSError:
             pass

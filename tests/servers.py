@@ -334,6 +334,14 @@ class _Handler(BaseHTTPRequestHandler):
             if not up.oauth_gzip:
                 return self._json(doc, status=status)
             body = gzip.compress(json.dumps(doc).encode())
+            if up.oauth_gzip == "transfer":  # a transfer coding under chunked (RFC 9112 §7)
+                self.send_response(status)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Transfer-Encoding", "gzip, chunked")
+                self.end_headers()
+                self._chunk(body)
+                self._chunk(b"")
+                return None
             self.send_response(status)
             for name, value in (("Content-Type", "application/json"), ("Content-Encoding", "gzip")):
                 self.send_header(name, value)
@@ -493,7 +501,7 @@ class Upstream:
         self.oauth_issued: list[dict[str, str]] = []  # tokens handed out
         # (issued tokens, refresh token presented) -> (status, JSON answer); None: the RFC 6749 one
         self.oauth_reply: Callable[[dict[str, str], str], tuple[int, object]] | None = None
-        self.oauth_gzip = False  # oauth_reply's answer gzip-encoded
+        self.oauth_gzip: bool | str = False  # oauth_reply's answer gzip-encoded ("transfer": as TE)
         self.port = 0
         self._tmpdir = tmpdir
         self._ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)

@@ -140,6 +140,15 @@ MALFORMED = [
     pytest.param(b"HTTP/1.1 %s OK\r\nContent-Length: 0\r\n\r\n", id="invalid-status"),
     pytest.param(b"%s\r\n\r\n", id="garbage-status-line"),
     pytest.param(b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n%s\r\n", id="invalid-chunk-size"),
+    # review r4: the head cut off by the close ("unexpected server response: b'...'"), a folded
+    # line with nothing to continue, a Content-Length list that disagrees, a 1xx head malformed
+    pytest.param(b"HTTP/1.1 200 OK\r\nX-Cut: %s", id="head-cut-by-close"),
+    pytest.param(b"HTTP/1.1 200 OK\r\n %s\r\nContent-Length: 0\r\n\r\n", id="fold-without-field"),
+    pytest.param(b"HTTP/1.1 200 OK\r\nContent-Length: 1, %s\r\n\r\n", id="content-length-list"),
+    pytest.param(b"HTTP/1.1 103 Early\r\nX-Bad\x01%s: 1\r\n\r\nHTTP/1.1 200 OK\r\n\r\n", id="bad-1xx-head"),
+    pytest.param(
+        b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n5\r\nhello\r\n%s\r\n", id="bad-second-chunk"
+    ),
 ]
 
 

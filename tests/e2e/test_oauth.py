@@ -5,6 +5,7 @@ versions (which the next request uses)."""
 
 from __future__ import annotations
 
+import zlib
 from collections.abc import Iterator
 
 import httpx
@@ -400,3 +401,48 @@ def test_an_answer_without_tokens_to_a_presented_refresh_token_passes(world: Wor
         )
     world.canaries += list(world.upstream.oauth_issued[-1].values())
     assert (r.status_code, r.json()) == (200, {"revoked": True})
+
+
+# -- hostile review (r4): a transfer coding hides the tokens from capture ----------------------
+
+
+@pytest.mark.parametrize(
+    ("path", "status"),
+    [("/oauth/token", 200), ("/oauth/token", 400), ("/oauth/v1/token", 200), ("/oauth/v1/token", 400)],
+    ids=["endpoint-grant", "endpoint-error-with-tokens", "alias-grant", "alias-error-with-tokens"],
+)
+def test_tokens_under_a_transfer_coding_never_reach_the_sandbox(
+    world: World, reply: None, path: str, status: int
+) -> None:
+    """Was: the answer came as ``Transfer-Encoding: gzip, chunked`` (RFC 9112 §7). mitmproxy
+    passed the body still gzip; capture could not parse it and let an error answer, or the
+    answer at another token URL, through as "not a token response", with the TE rewritten to
+    plain chunked: the sandbox gunzipped fresh real tokens no scrubber knows. Now refused."""
+    claim = f"oa-te-{path.count('/')}-{status}"
+    token, refresh_ph, _ = _oauth_claim(world, claim)
+    world.upstream.oauth_gzip = "transfer"
+    world.upstream.oauth_reply = lambda issued, _presented: (status, {**issued, "token_type": "Bearer"})
+    got = b""
+    try:
+        with world.client(claim, token) as client:
+            form = {"grant_type": "refresh_token", "refresh_token": refresh_ph}
+            r = client.post(world.url(f"{path}?{claim}=1"), data=form)
+        got = r.content
+    except httpx.HTTPError:
+        pass  # the connection was closed: nothing reached the sandbox
+    issued = world.upstream.oauth_issued[-1]
+    world.canaries += list(issued.values())
+    for data in (got, *_gunzipped(got)):
+        assert not any(v.encode() in data for v in issued.values()), data[:200]
+    assert b"\x1f\x8b" not in got
+    event = world.proxy.wait_event(path=f"{path}?{claim}=REDACTED")
+    assert event["reason"] == "unscannable_response", event
+    with world.api() as api:
+        assert api.get(f"/v1/claims/{claim}/credentials/access").json()["version"] == 1
+
+
+def _gunzipped(data: bytes) -> list[bytes]:
+    try:
+        return [zlib.decompressobj(47).decompress(data)]
+    except zlib.error:
+        return []

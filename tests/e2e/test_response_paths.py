@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import contextlib
+import gzip
 import json
 import re
 import secrets
@@ -20,13 +22,17 @@ import subprocess
 import textwrap
 import threading
 import time
+import zlib
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 from urllib.parse import quote, quote_plus
 
+import brotli
 import canary
+import h11
+import httpx
 import pytest
 import wsproto
 from harness import ProxyProcess, free_port
@@ -104,6 +110,16 @@ class WsReflect:
                 await ws.ping(f"ping {token}".encode())
                 await ws.close(4000, f"bye {token}")
                 return
+            if message == "auths":  # what the last two connections sent (a broadcast)
+                await ws.send("\n".join(self.auth[-2:]))
+                continue
+            if message == "fragments":  # one message in many frames, the secret split across them
+                token = auth.removeprefix("Bearer ")
+                await ws.send(["text:" + token[:5], token[5:17], token[17:] + ":end"])
+                await ws.send([b"bin:" + token[:9].encode(), token[9:].encode(), b":end"])
+                await ws.send([base64.b64encode(f"xy{token}z".encode()).decode()[:11],
+                               base64.b64encode(f"xy{token}z".encode()).decode()[11:]])  # fmt: skip
+                continue
             await ws.send(lines.decode("utf-8", "replace"))
             await ws.send(b"\x00\x01binary:" + lines)
 
@@ -203,6 +219,88 @@ def _bodies(s: str) -> dict[str, bytes]:
     }
 
 
+def _chunk(data: bytes) -> bytes:
+    return b"%x\r\n%s\r\n" % (len(data), data)
+
+
+def _hostile(s: str) -> dict[str, bytes]:
+    """Raw answers of a hostile upstream (review r4): ``s`` in odd corners of HTTP/1 framing."""
+    b = s.encode()
+    text = b"HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\n"
+    gz = gzip.compress(b"gz:" + b + b"\n")
+    multipart = (
+        b"--XX\r\nContent-Type: text/plain\r\n\r\n" + b + b"\r\n--XX\r\n"
+        b"Content-Type: application/octet-stream\r\nContent-Transfer-Encoding: base64\r\n\r\n"
+        + base64.b64encode(b)
+        + b"\r\n--XX--\r\n"
+    )
+    return {
+        # a transfer coding other than chunked (RFC 9112 §7): mitmproxy reads the chunks and keeps
+        # the gzip coding on the body; it is not a Content-Encoding
+        "/te-gzip": text + b"Transfer-Encoding: gzip, chunked\r\n\r\n" + _chunk(gz) + b"0\r\n\r\n",
+        "/te-deflate": text
+        + b"Transfer-Encoding: deflate, chunked\r\n\r\n"
+        + _chunk(zlib.compress(b"df:" + b + b"\n"))
+        + b"0\r\n\r\n",
+        "/fold": text + b"X-Fold: start\r\n " + b + b"\r\nContent-Length: 3\r\n\r\nok\n",
+        "/chunk-ext": text + b"Transfer-Encoding: chunked\r\n\r\n6;ext=" + b + b"\r\nhello\n\r\n0\r\n\r\n",
+        "/long-header": text + b"X-Long: " + b"a" * 30000 + b + b"\r\nContent-Length: 3\r\n\r\nok\n",
+        "/redirect": b"HTTP/1.1 302 Found\r\nLocation: https://api.test/cb?code=" + b + b"\r\n"
+        b"Set-Cookie: a=" + b + b"; Path=/\r\nSet-Cookie: " + b + b"=1\r\nContent-Length: 0\r\n\r\n",
+        "/early-flood": (b"HTTP/1.1 103 Early Hints\r\nLink: </" + b + b">; rel=preload\r\n\r\n") * 200
+        + text
+        + b"Content-Length: 6\r\n\r\nfinal\n",
+        "/ce-nested": text + b"Content-Encoding: gzip, gzip\r\nContent-Length: %d\r\n\r\n%s"
+        % (len(gzip.compress(gz)), gzip.compress(gz)),
+        "/ce-twice": text + b"Content-Encoding: gzip\r\nContent-Encoding: gzip\r\n"
+        b"Content-Length: %d\r\n\r\n%s" % (len(gzip.compress(gz)), gzip.compress(gz)),
+        "/ce-br": text + b"Content-Encoding: br\r\nContent-Length: %d\r\n\r\n%s"
+        % (len(brotli.compress(b"br:" + b)), brotli.compress(b"br:" + b)),
+        "/multipart": b"HTTP/1.1 200 OK\r\nContent-Type: multipart/mixed; boundary=XX\r\n"
+        b"Content-Length: %d\r\n\r\n%s" % (len(multipart), multipart),
+        # bytes after a bodiless answer: the upstream connection is out of step (a body after a 304)
+        "/304-body": b"HTTP/1.1 304 Not Modified\r\nContent-Length: 45\r\n\r\nleft " + b + b" over\n",
+        "/204-body": b"HTTP/1.1 204 No Content\r\n\r\nleft " + b + b" over\n",
+        "/head-body": b"HTTP/1.1 200 OK\r\nContent-Length: 45\r\n\r\nleft " + b + b" over\n",
+        "/head-te": b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\nX-Echo: " + b + b"\r\n\r\n",
+    }
+
+
+def _dribble(s: str) -> list[bytes]:
+    """An SSE stream that writes the secret one byte per chunk (each its own write), raw, then in
+    JSON escapes and base64 split the same way, each event ending in a blank line."""
+    b = s.encode()
+    head = b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nTransfer-Encoding: chunked\r\n\r\n"
+    events = [b"data: " + b + b"\n\n", b'data: {"t": "' + json.dumps(s)[1:-1].encode() + b'"}\n\n',
+              b"data: " + base64.b64encode(b"xy" + b + b"z") + b"\n\n"]  # fmt: skip
+    pieces = [head]
+    for event in events:
+        pieces += [_chunk(event[i : i + 1]) for i in range(len(event))]
+    return [*pieces, _chunk(b"data: tail\n\n"), b"0\r\n\r\n"]
+
+
+def _decoded_bodies(data: bytes) -> bytes:
+    """Every response body in ``data`` (client-received HTTP/1 bytes after the tunnel's TLS),
+    de-chunked by h11 and then undone of any gzip/deflate/br coding, whatever the headers say."""
+    conn = h11.Connection(h11.CLIENT)
+    conn.send(h11.Request(method="GET", target="/", headers=[("Host", "api.test")]))
+    conn.receive_data(data)
+    body = b""
+    try:
+        while (event := conn.next_event()) not in (h11.NEED_DATA, h11.PAUSED):
+            if isinstance(event, h11.Data):
+                body += bytes(event.data)
+            if isinstance(event, h11.EndOfMessage):
+                break
+    except h11.RemoteProtocolError:
+        pass
+    out = [body]
+    for undo in (lambda d: zlib.decompressobj(47).decompress(d), zlib.decompress, brotli.decompress):
+        with contextlib.suppress(Exception):  # not in that coding
+            out.append(undo(body))
+    return b"\n".join(out)
+
+
 def _reflected(value: str) -> list[bytes]:
     """``value`` in every spelling the scrubber claims (proxy/scrub.py): raw, percent (upper and
     lower hex), form-encoded, JSON (per character, surrogate pairs beyond the BMP), base64 alone
@@ -292,6 +390,8 @@ def world(tmp_path_factory: pytest.TempPathFactory) -> Iterator[World]:
     ca = TestCA(tmp)
     raw = RawUpstream(ca, ["api.test"]).start()
     raw.responses.update(_bodies(secret))
+    raw.responses.update(_hostile(secret))
+    raw.responses["/dribble"] = _dribble(secret)
     raw.responses["/unicode"] = _unicode_body(uni)
     raw.responses["/reflect-all"] = _reflect_all
     raw.responses["/upload"] = b"HTTP/1.1 200 OK\r\nContent-Length: 4\r\n\r\ngot\n"
@@ -548,3 +648,241 @@ def test_an_http10_client_gets_a_scrubbed_body_without_chunked_framing(world: Wo
     head, _, body = out.partition(b"\r\n\r\n")[2].partition(b"\r\n\r\n")
     assert b"transfer-encoding" not in head.lower() and b"content-length" not in head.lower(), head
     assert body.count(PH_UNI.encode()) == 8 and body.endswith(b"\n")
+
+
+# -- review r4: a hostile upstream in odd corners of HTTP/1 --------------------------------------
+
+
+@pytest.mark.parametrize(
+    "path",
+    ["/te-gzip", "/te-deflate", "/fold", "/chunk-ext", "/long-header", "/redirect", "/early-flood",
+     "/ce-nested", "/ce-twice", "/ce-br", "/multipart"],
+)  # fmt: skip
+def test_a_hostile_upstream_gets_no_trace_of_the_secret_to_the_sandbox(world: World, path: str) -> None:
+    """The raw bytes the client gets through its tunnel, and its body undone of any chunked,
+    gzip, deflate or br coding (a sandbox can decode what its client did not), hold no form of
+    the secret."""
+    head = f"GET {path} HTTP/1.1\r\nHost: api.test\r\nAccept-Encoding: gzip, br\r\nConnection: close\r\n\r\n"
+    data = world.tunnel(head.encode())
+    world.received.append(_decoded_bodies(data))
+    assert canary.find(data + _decoded_bodies(data), [world.secret]) == [], data[:300]
+
+
+@pytest.mark.parametrize("path", ["/te-gzip", "/te-deflate"])
+def test_a_body_with_a_transfer_coding_other_than_chunked_is_refused_and_audited(
+    world: World, path: str
+) -> None:
+    """RFC 9112 §7: ``Transfer-Encoding: gzip, chunked``. mitmproxy undoes the chunks only; the
+    body, still gzip, would reach the sandbox unscanned: the connection is closed instead."""
+    data = world.tunnel(f"GET {path} HTTP/1.1\r\nHost: api.test\r\nConnection: close\r\n\r\n".encode())
+    assert b"\x1f\x8b" not in data and b"0\r\n\r\n" not in data, data[:300]
+    deadline = time.monotonic() + 30
+    while not (events := [e for e in world.proxy.audit_events() if e.get("path") == path]):
+        assert time.monotonic() < deadline, world.proxy.audit_events()
+        time.sleep(0.05)
+    assert all(e["reason"] == "unscannable_response" for e in events), events
+    assert all("Transfer-Encoding" in e["message"] for e in events), events
+
+
+@pytest.mark.parametrize("proto", ["--http1.1", "--http2"])
+def test_a_flood_of_early_hints_is_not_taken_for_the_final_response(world: World, proto: str) -> None:
+    """200 ``103`` heads in one read, then the final ``200``: the client gets the ``200``, and
+    its connection stays usable for a second request."""
+    done = world.twice(proto, [], world.raw_url("/early-flood"), world.raw_url("/ok"))
+    out = done.stdout.decode()
+    assert done.returncode == 0, done.stderr.decode()
+    assert " 103" not in out, out[:500]
+    assert "final\n\ncode=200 connects=1" in out and out.rstrip().endswith("ok\n\ncode=200 connects=0"), out
+
+
+HOSTILE = ["/fold", "/chunk-ext", "/long-header", "/redirect", "/early-flood", "/ce-nested", "/ce-twice",
+           "/ce-br", "/multipart", "/te-gzip", "/te-deflate"]  # fmt: skip
+
+
+@pytest.mark.parametrize("path", HOSTILE)
+def test_a_hostile_upstream_gets_no_trace_of_the_secret_to_an_http2_client(world: World, path: str) -> None:
+    """The same answers toward an HTTP/2 client (curl, which leaves the body as it came)."""
+    done = world.curl("--http2", "-D", "-", world.raw_url(path))
+    body = done.stdout.partition(b"\r\n\r\n")[2]
+    undone = [body]
+    for undo in (lambda d: zlib.decompressobj(47).decompress(d), zlib.decompress, brotli.decompress):
+        with contextlib.suppress(Exception):  # not in that coding
+            undone.append(undo(body.partition(b"\r\n\r\n")[2]))
+    world.received += undone
+    got = done.stdout + done.stderr + b"\n".join(undone)
+    assert canary.find(got, [world.secret]) == [], done.stdout[:300]
+
+
+@pytest.mark.parametrize("proto", ["--http1.1", "--http2"])
+def test_a_head_response_framed_as_chunked_leaves_the_connection_usable(world: World, proto: str) -> None:
+    """HEAD, answered with ``Transfer-Encoding: chunked`` and no body (RFC 9112 §6.3): the next
+    request on the connection gets its own answer, and the head is scrubbed."""
+    done = world.twice(proto, ["-I"], world.raw_url("/head-te"), world.raw_url("/ok"))
+    out = done.stdout.decode()
+    assert done.returncode == 0, done.stderr.decode()
+    assert b"HTTP/0.9" not in done.stderr
+    assert "code=200 connects=1" in out and out.rstrip().endswith("ok\n\ncode=200 connects=0"), out
+    assert canary.find(done.stdout, [world.secret]) == []
+    assert f"x-echo: {PH.lower()}" in out.lower()
+
+
+def test_a_websocket_message_in_many_frames_is_scrubbed_whole(world: World) -> None:
+    """The upstream splits each message over several frames (FIN on the last), the secret across
+    frame boundaries, raw and inside base64; permessage-deflate as the client offers it."""
+    ctx = ssl.create_default_context(cafile=world.proxy.ca_pem)
+    with connect(
+        f"wss://api.test:{world.ws.port}/ws",
+        proxy=world.proxy.url("c", "tok"),
+        ssl=ctx,
+        additional_headers={"Authorization": f"Bearer {PH}"},
+        open_timeout=10,
+    ) as ws:
+        ws.send("fragments")
+        got = [ws.recv(timeout=10) for _ in range(3)]
+        extensions = ws.protocol.extensions
+    data = [g.encode() if isinstance(g, str) else g for g in got]
+    world.received += data
+    assert extensions, "permessage-deflate was not negotiated"
+    assert canary.find(b"\n".join(data), [world.secret]) == []
+    assert data[0] == f"text:{PH}:end".encode() and data[1] == f"bin:{PH}:end".encode()
+    assert PH.encode() in base64.b64decode(data[2])
+
+
+@pytest.mark.parametrize("path", ["/304-body", "/204-body", "/head-body"])
+@pytest.mark.parametrize("proto", ["--http1.1", "--http2"])
+def test_bytes_after_a_bodiless_answer_reach_neither_the_next_answer_nor_the_log(
+    world: World, path: str, proto: str
+) -> None:
+    """The upstream sends a body after a 304 (or 204), holding the secret: the second request on
+    the client's connection gets its own answer, and the stray bytes (which mitmproxy quotes in
+    its log and error messages) are in no byte the client gets or the proxy writes."""
+    first = ["-I"] if path == "/head-body" else []
+    done = world.twice(proto, first, world.raw_url(path), world.raw_url("/ok"))
+    out = done.stdout.decode()
+    assert re.search(r"ok\n\ncode=200 connects=[01]$", out.rstrip()), out
+    time.sleep(0.5)
+    assert canary.find(done.stdout + done.stderr, [world.secret]) == []
+    assert canary.find(world.proxy.stderr_path.read_bytes(), [world.secret]) == []
+    assert canary.find(world.proxy.audit_path.read_bytes(), [world.secret]) == []
+
+
+def test_an_sse_stream_that_writes_the_secret_one_byte_per_read_is_scrubbed(world: World) -> None:
+    """Each byte of the secret (raw, JSON-escaped, inside base64) comes in its own chunk and read."""
+    done = world.curl("-N", "--http1.1", world.raw_url("/dribble"))
+    assert done.returncode == 0, done.stderr.decode()
+    assert canary.find(done.stdout, [world.secret]) == []
+    events = done.stdout.split(b"\n\n")
+    assert events[0] == b"data: " + PH.encode(), events
+    assert events[1] == b'data: {"t": "' + PH.encode() + b'"}', events
+    assert PH.encode() in base64.b64decode(events[2].removeprefix(b"data: ")) and events[3] == b"data: tail"
+
+
+def test_a_value_rotated_while_a_websocket_is_open_is_scrubbed_on_it(world: World) -> None:
+    """A store credential's value is replaced while a WebSocket of its claim is open; the new
+    value reaches the upstream on another connection, and the upstream broadcasts it on the old
+    one: it comes back as the placeholder there too (the claim is read as it is now)."""
+    old, new = canary.make("wsrot"), canary.make("wsrot")
+    api = httpx.Client(
+        transport=httpx.HTTPTransport(uds=str(world.proxy.state_dir / "control.sock")), base_url="http://control"
+    )
+    with api:
+        token = api.post("/v1/claims", json={"id": "wsrot", "pool": "p"}).json()["proxy_token"]
+        r = api.put("/v1/claims/wsrot/credentials/k", json={"hosts": ["api.test"], "value": old})
+        assert r.status_code == 201, r.text
+        placeholder = r.json()["placeholder"]
+        ctx = ssl.create_default_context(cafile=world.proxy.ca_pem)
+
+        def open_ws() -> Any:
+            return connect(
+                f"wss://api.test:{world.ws.port}/ws",
+                proxy=world.proxy.url("wsrot", token),
+                ssl=ctx,
+                additional_headers={"Authorization": f"Bearer {placeholder}"},
+                open_timeout=10,
+            )
+
+        with open_ws() as first:
+            r = api.put("/v1/claims/wsrot/credentials/k", json={"hosts": ["api.test"], "value": new})
+            assert r.status_code in (200, 201), r.text
+            with open_ws():
+                pass
+            assert world.ws.auth[-1] == f"Bearer {new}"  # the upstream got the new value
+            first.send("auths")
+            got = first.recv(timeout=10)
+    data = got.encode() if isinstance(got, str) else got
+    world.received.append(data)
+    assert canary.find(data, [old, new]) == []
+    assert data.count(placeholder.encode()) >= 2
+
+
+def _after_note(world: World) -> Any:
+    """The SSE stream's next event: the Authorization /note got, once it got it."""
+
+    def after_note() -> bytes:  # the stream's next event: what /note got, once it got it
+        deadline = time.monotonic() + 15
+        while not (notes := [r for r in world.raw.requests if r.startswith(b"GET /note")]):
+            if time.monotonic() > deadline:
+                return b"0\r\n\r\n"
+            time.sleep(0.05)
+        lines = [line.split(b": ", 1) for line in notes[-1].split(b"\r\n")[1:] if b": " in line]
+        auth = next(v for n, v in lines if n.lower() == b"authorization")
+        return _chunk(b"data: " + auth + b"\n\n") + _chunk(b"data: tail\n\n") + b"0\r\n\r\n"
+
+    head = b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nTransfer-Encoding: chunked\r\n\r\n"
+    world.raw.requests[:] = [r for r in world.raw.requests if not r.startswith(b"GET /note")]
+    world.raw.responses["/sse-rot"] = [head, _chunk(b"data: one\n\n"), after_note]
+    world.raw.responses["/note"] = b"HTTP/1.1 200 OK\r\nContent-Length: 3\r\n\r\nok\n"
+    return after_note
+
+
+def test_a_value_rotated_while_an_sse_stream_is_open_is_scrubbed_in_it(world: World) -> None:
+    """A store credential's value is replaced while a response of its claim streams; the new
+    value reaches the upstream on another connection and comes back in the open stream: as the
+    placeholder (the claim is read as it is now, each read)."""
+    old, new = canary.make("sserot"), canary.make("sserot")
+    _after_note(world)
+    api = httpx.Client(
+        transport=httpx.HTTPTransport(uds=str(world.proxy.state_dir / "control.sock")), base_url="http://control"
+    )
+    with api:
+        token = api.post("/v1/claims", json={"id": "sserot", "pool": "p"}).json()["proxy_token"]
+        r = api.put("/v1/claims/sserot/credentials/k", json={"hosts": ["api.test"], "value": old})
+        assert r.status_code == 201, r.text
+        placeholder = r.json()["placeholder"]
+        curl = ["curl", "-sS", "-N", "--max-time", "20", "-x", world.proxy.url("sserot", token), "--cacert",
+                str(world.proxy.ca_pem), "-H", f"Authorization: Bearer {placeholder}"]  # fmt: skip
+        with subprocess.Popen([*curl, world.raw_url("/sse-rot")], stdout=subprocess.PIPE) as stream:
+            assert stream.stdout is not None
+            assert stream.stdout.readline() == b"data: one\n"  # the stream is open
+            r = api.put("/v1/claims/sserot/credentials/k", json={"hosts": ["api.test"], "value": new})
+            assert r.status_code in (200, 201), r.text
+            subprocess.run([*curl, world.raw_url("/note")], capture_output=True, timeout=30, check=True)
+            out = stream.stdout.read()
+    world.received.append(out)
+    assert canary.find(out, [old, new]) == []
+    assert f"data: Bearer {placeholder}".encode() in out and out.endswith(b"data: tail\n\n"), out
+
+
+def test_a_file_value_rotated_while_an_sse_stream_is_open_is_scrubbed_in_it(world: World) -> None:
+    """The same for a rules-file credential (``file:``, re-read on change under the same claim
+    object). Runs last: it rotates the module's secret, and puts it back."""
+    _after_note(world)
+    new = canary.make("filerot")
+    secret_file = world.proxy.rules.parent / "secret"
+    curl = ["curl", "-sS", "-N", "--max-time", "20", "-x", world.proxy.url("c", "tok"), "--cacert",
+            str(world.proxy.ca_pem), "-H", f"Authorization: Bearer {PH}"]  # fmt: skip
+    try:
+        with subprocess.Popen([*curl, world.raw_url("/sse-rot")], stdout=subprocess.PIPE) as stream:
+            assert stream.stdout is not None
+            assert stream.stdout.readline() == b"data: one\n"
+            canary.source(secret_file, new)
+            time.sleep(1.5)
+            subprocess.run([*curl, world.raw_url("/note")], capture_output=True, timeout=30, check=True)
+            out = stream.stdout.read()
+    finally:
+        canary.source(secret_file, world.secret)
+    world.received.append(out)
+    note = [r for r in world.raw.requests if r.startswith(b"GET /note")][-1]
+    assert new.encode() in note  # the upstream got the new value
+    assert canary.find(out, [new, world.secret]) == []
+    assert f"data: Bearer {PH}".encode() in out and out.endswith(b"data: tail\n\n"), out

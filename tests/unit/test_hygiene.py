@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from proxy.hygiene import MAX_HEAD_BYTES, MAX_HEADERS, check_head
+from proxy.hygiene import MAX_HEAD_BYTES, MAX_HEADERS, check_head, transfer_coded
 
 H = list[tuple[bytes, bytes]]
 
@@ -158,3 +158,26 @@ def test_check_request_line_refuses_malformed_parts(
 
     assert check_request_line(method, scheme, authority, path, True).status == 400
 
+
+
+@pytest.mark.parametrize(
+    ("values", "coded"),
+    [
+        ([], False),
+        ([b"chunked"], False),
+        ([b"Chunked"], False),
+        ([b"identity"], False),
+        ([b"gzip, chunked"], True),
+        ([b"GZIP,chunked"], True),
+        ([b"deflate, chunked"], True),
+        ([b"compress, chunked"], True),
+        ([b"gzip"], True),
+        ([b"x-custom, chunked"], True),
+        ([b"gzip", b"chunked"], True),  # two fields are one list (RFC 9110 §5.3)
+        ([b"chunked", b"br"], True),
+    ],
+)
+def test_a_response_transfer_coding_other_than_chunked_is_found(values: list[bytes], coded: bool) -> None:
+    """RFC 9112 §7: a coding other than chunked, in any field of the list, in any case."""
+    fields = [(b"Content-Type", b"text/plain"), *((b"Transfer-Encoding", v) for v in values)]
+    assert bool(transfer_coded(fields)) is coded
