@@ -69,6 +69,9 @@ def _huge(world: World, extra_chunks: Iterator[bytes], timeout: float = 20) -> t
     port = world.upstream.port
     sent, data = 0, b""
     with socket.create_connection(("127.0.0.1", world.proxy.port), timeout=timeout) as raw:
+        # A small send buffer, so that ``sent`` counts what the proxy took, not what this
+        # kernel buffered (tcp_wmem autotunes up to 4 MiB here, which is the bound below).
+        raw.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 64 * 1024)
         raw.sendall(
             f"CONNECT api.test:{port} HTTP/1.1\r\nHost: api.test:{port}\r\n"
             f"Proxy-Authorization: {world.proxy_auth()}\r\n\r\n".encode()
