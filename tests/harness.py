@@ -8,6 +8,7 @@ the canary scan can read every artifact it wrote. It is stopped by its PID.
 from __future__ import annotations
 
 import base64
+import contextlib
 import json
 import os
 import signal
@@ -16,6 +17,7 @@ import ssl
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -175,27 +177,39 @@ class World:
     def proxy_auth(self, claim: str = "agent") -> str:
         return "Basic " + base64.b64encode(f"{claim}:{self.token}".encode()).decode()
 
-    def tunnel_request(
-        self, head: bytes, host: str = "api.test", claim: str = "agent", read_timeout: float = 10
-    ) -> bytes:
-        """Send raw bytes (a request head, maybe more) through ``claim``'s CONNECT tunnel to
-        ``host`` and TLS, and return everything read back until the proxy closes."""
+    @contextlib.contextmanager
+    def tls_tunnel(
+        self, host: str = "api.test", claim: str = "agent", timeout: float = 10, alpn: str | None = None
+    ) -> Iterator[ssl.SSLSocket]:
+        """``claim``'s CONNECT tunnel to ``host`` on the upstream's port, with TLS (under the
+        proxy's CA) inside it; ``alpn``: the one protocol offered, which must be chosen."""
         port = self.upstream.port
-        with socket.create_connection(("127.0.0.1", self.proxy.port), timeout=read_timeout) as raw:
+        with socket.create_connection(("127.0.0.1", self.proxy.port), timeout=timeout) as raw:
             raw.sendall(
                 f"CONNECT {host}:{port} HTTP/1.1\r\nHost: {host}:{port}\r\n"
                 f"Proxy-Authorization: {self.proxy_auth(claim)}\r\n\r\n".encode()
             )
             assert raw.recv(4096).startswith(b"HTTP/1.1 200")
             ctx = ssl.create_default_context(cafile=str(self.proxy.ca_pem))
+            if alpn is not None:
+                ctx.set_alpn_protocols([alpn])
             with ctx.wrap_socket(raw, server_hostname=host) as tls:
-                data = b""
-                try:
-                    tls.sendall(head)
-                    while chunk := tls.recv(65536):
-                        data += chunk
-                except (ConnectionError, ssl.SSLError, TimeoutError):
-                    pass  # closed while we still wrote, or kept open: what it sent is in `data`
+                assert alpn is None or tls.selected_alpn_protocol() == alpn
+                yield tls
+
+    def tunnel_request(
+        self, head: bytes, host: str = "api.test", claim: str = "agent", read_timeout: float = 10
+    ) -> bytes:
+        """Send raw bytes (a request head, maybe more) through ``claim``'s CONNECT tunnel to
+        ``host`` and TLS, and return everything read back until the proxy closes."""
+        data = b""
+        with self.tls_tunnel(host, claim, read_timeout) as tls:
+            try:
+                tls.sendall(head)
+                while chunk := tls.recv(65536):
+                    data += chunk
+            except (ConnectionError, ssl.SSLError, TimeoutError):
+                pass  # closed while we still wrote, or kept open: what it sent is in `data`
         self.received.append(data)
         return data
 

@@ -30,47 +30,37 @@ def _h2_request(
     """Send one HTTP/2 request as given (the h2 library's own checks are off) through the tunnel,
     and return (status, what happened): the status is None when the stream was reset or the
     connection ended without a response."""
-    port = world.upstream.port
-    with socket.create_connection(("127.0.0.1", world.proxy.port), timeout=10) as raw:
-        raw.sendall(
-            f"CONNECT {host}:{port} HTTP/1.1\r\nHost: {host}:{port}\r\n"
-            f"Proxy-Authorization: {world.proxy_auth()}\r\n\r\n".encode()
+    with world.tls_tunnel(host, timeout=10, alpn="h2") as tls:
+        config = h2.config.H2Configuration(
+            client_side=True, validate_outbound_headers=False, normalize_outbound_headers=False
         )
-        assert raw.recv(4096).startswith(b"HTTP/1.1 200")
-        ctx = ssl.create_default_context(cafile=str(world.proxy.ca_pem))
-        ctx.set_alpn_protocols(["h2"])
-        with ctx.wrap_socket(raw, server_hostname=host) as tls:
-            assert tls.selected_alpn_protocol() == "h2"
-            config = h2.config.H2Configuration(
-                client_side=True, validate_outbound_headers=False, normalize_outbound_headers=False
-            )
-            conn = h2.connection.H2Connection(config=config)
-            conn.initiate_connection()
-            conn.send_headers(1, headers, end_stream=True)
+        conn = h2.connection.H2Connection(config=config)
+        conn.initiate_connection()
+        conn.send_headers(1, headers, end_stream=True)
+        tls.sendall(conn.data_to_send())
+        status: int | None = None
+        body = b""
+        while True:
+            try:
+                data = tls.recv(65536)
+            except (ConnectionError, ssl.SSLError, TimeoutError):
+                return status, "connection error"
+            if not data:
+                return status, "closed"
+            world.received.append(data)
+            for event in conn.receive_data(data):
+                if isinstance(event, h2.events.ResponseReceived) and event.stream_id == 1:
+                    status = int(dict(event.headers)[b":status"])
+                elif isinstance(event, h2.events.DataReceived):
+                    body += event.data
+                    conn.acknowledge_received_data(event.flow_controlled_length, event.stream_id)
+                elif isinstance(event, h2.events.StreamEnded) and event.stream_id == 1:
+                    return status, body.decode("utf-8", "replace")
+                elif isinstance(event, h2.events.StreamReset) and event.stream_id == 1:
+                    return status, f"reset {event.error_code!r}"
+                elif isinstance(event, h2.events.ConnectionTerminated):
+                    return status, "goaway"
             tls.sendall(conn.data_to_send())
-            status: int | None = None
-            body = b""
-            while True:
-                try:
-                    data = tls.recv(65536)
-                except (ConnectionError, ssl.SSLError, TimeoutError):
-                    return status, "connection error"
-                if not data:
-                    return status, "closed"
-                world.received.append(data)
-                for event in conn.receive_data(data):
-                    if isinstance(event, h2.events.ResponseReceived) and event.stream_id == 1:
-                        status = int(dict(event.headers)[b":status"])
-                    elif isinstance(event, h2.events.DataReceived):
-                        body += event.data
-                        conn.acknowledge_received_data(event.flow_controlled_length, event.stream_id)
-                    elif isinstance(event, h2.events.StreamEnded) and event.stream_id == 1:
-                        return status, body.decode("utf-8", "replace")
-                    elif isinstance(event, h2.events.StreamReset) and event.stream_id == 1:
-                        return status, f"reset {event.error_code!r}"
-                    elif isinstance(event, h2.events.ConnectionTerminated):
-                        return status, "goaway"
-                tls.sendall(conn.data_to_send())
 
 
 def _pseudo(world: World, path: bytes, **over: bytes) -> list[tuple[bytes, bytes]]:

@@ -188,43 +188,33 @@ def _h2_request(world: World, connect: str, headers: list[tuple[str, str]]) -> t
     validation) inside a CONNECT tunnel to ``connect``: (":status", body); the status is
     "reset" when the proxy reset the stream or ended the connection instead (h2's own header
     validation refuses a Host header that disagrees with :authority that way)."""
-    port = world.upstream.port
     config = h2.config.H2Configuration(
         client_side=True, validate_outbound_headers=False, header_encoding="utf-8"
     )
     conn = h2.connection.H2Connection(config)
-    with socket.create_connection(("127.0.0.1", world.proxy.port), timeout=15) as raw:
-        raw.sendall(
-            f"CONNECT {connect}:{port} HTTP/1.1\r\nHost: {connect}:{port}\r\n"
-            f"Proxy-Authorization: {world.proxy_auth()}\r\n\r\n".encode()
-        )
-        assert raw.recv(4096).startswith(b"HTTP/1.1 200")
-        ctx = ssl.create_default_context(cafile=str(world.proxy.ca_pem))
-        ctx.set_alpn_protocols(["h2"])
-        with ctx.wrap_socket(raw, server_hostname=connect) as tls:
-            assert tls.selected_alpn_protocol() == "h2"
-            conn.initiate_connection()
-            conn.send_headers(1, headers, end_stream=True)
+    with world.tls_tunnel(connect, timeout=15, alpn="h2") as tls:
+        conn.initiate_connection()
+        conn.send_headers(1, headers, end_stream=True)
+        tls.sendall(conn.data_to_send())
+        status, body = "", b""
+        while True:
+            data = tls.recv(65536)
+            if not data:
+                break
+            ended = False
+            for event in conn.receive_data(data):
+                if isinstance(event, h2.events.ResponseReceived):
+                    status = dict(event.headers)[":status"]
+                elif isinstance(event, h2.events.DataReceived):
+                    body += event.data
+                    conn.acknowledge_received_data(event.flow_controlled_length, 1)
+                elif isinstance(event, h2.events.StreamEnded):
+                    ended = True
+                elif isinstance(event, h2.events.StreamReset | h2.events.ConnectionTerminated):
+                    status, ended = status or "reset", True
             tls.sendall(conn.data_to_send())
-            status, body = "", b""
-            while True:
-                data = tls.recv(65536)
-                if not data:
-                    break
-                ended = False
-                for event in conn.receive_data(data):
-                    if isinstance(event, h2.events.ResponseReceived):
-                        status = dict(event.headers)[":status"]
-                    elif isinstance(event, h2.events.DataReceived):
-                        body += event.data
-                        conn.acknowledge_received_data(event.flow_controlled_length, 1)
-                    elif isinstance(event, h2.events.StreamEnded):
-                        ended = True
-                    elif isinstance(event, h2.events.StreamReset | h2.events.ConnectionTerminated):
-                        status, ended = status or "reset", True
-                tls.sendall(conn.data_to_send())
-                if ended:
-                    break
+            if ended:
+                break
     world.received.append(body)
     return status, body
 
