@@ -58,7 +58,7 @@ from addons.stream import Stream
 from addons.substitute import Substitute
 from addons.tunnel import NextLayer
 from addons.wslimit import WebSocketLimit
-from proxy.state import State
+from proxy.engine.state import State
 
 
 class TlsConfig(tlsconfig.TlsConfig):

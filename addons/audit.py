@@ -20,7 +20,7 @@ from mitmproxy.proxy import server_hooks
 from addons import facts
 from addons.limits import REFUSED_CONNECTIONS, REFUSED_RATE
 from proxy import audit as a
-from proxy.decide import Action, Decision, Reason
+from proxy.core.decide import Action, Decision, Reason
 
 
 def _client_hung_up(flow: http.HTTPFlow) -> bool:

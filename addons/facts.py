@@ -23,7 +23,7 @@ connection opened or failed.
 - ``surrogate.forged`` (list[str])      forgery: where forged placeholders were found
 - ``surrogate.hook`` (HookRoute)        hooks: the route that answers this request (no upstream)
 - ``surrogate.path`` (RequestPath)      policy: the canonical identity of the request's path, from
-                                        the target as sent (proxy.paths); every path matcher and
+                                        the target as sent (proxy.core.paths); every path matcher and
                                         the audit read it, never the (maybe substituted) target
 """
 
@@ -39,7 +39,7 @@ from typing import Any
 from mitmproxy import http
 from mitmproxy.proxy import mode_specs
 
-from proxy.decide import Decision, Reason, deny
+from proxy.core.decide import Decision, Reason, deny
 
 REQUEST_ID = "surrogate.request_id"
 CLAIM = "surrogate.claim"
@@ -66,7 +66,7 @@ REQUEST_ID_HEADER = "X-Surrogate-Request-Id"
 class Passthrough:
     """A transparent-mode TLS connection passed through uninspected (an opaque egress rule)."""
 
-    claim: Any  # proxy.policy.Claim, or None (a refused connection from no claim's address)
+    claim: Any  # proxy.core.policy.Claim, or None (a refused connection from no claim's address)
     host: str  # the canonical SNI
     port: int
     decision: Decision

@@ -6,13 +6,13 @@
   would be allowed, open the next, and so on until a limit. The local end (address, port) of every
   upstream connection is kept while it is open; a transparent connection whose source is one of
   them — or, from another worker, a connecting socket of the proxy's user in the kernel's table
-  (:mod:`proxy.sockets`) — is the proxy talking to itself and is refused once (403
+  (:mod:`proxy.engine.sockets`) — is the proxy talking to itself and is refused once (403
   ``own_listener``), whatever the addresses, before anything is sent on. A looped TLS connection
   is never passed through.
 - **Interface binding** (issue 21). A claim with ``interface: IF`` accepts only connections that
   arrived on IF. mitmproxy does not know a connection's arrival interface, so the kernel says it:
   the printed rules (``surrogate transparent-rules``) mark a sandbox's packets with
-  :func:`proxy.netrules.interface_mark` of the interface (or bridge port) they arrived on, and with
+  :func:`proxy.core.netrules.interface_mark` of the interface (or bridge port) they arrived on, and with
   ``net.ipv4.tcp_fwmark_accept=1`` an accepted socket carries the mark of its SYN. A connection
   whose mark is not its claim's interface's (no mark included) is refused (403
   ``wrong_interface``) and audited: a sandbox that took another's address on a shared bridge gets
@@ -31,10 +31,10 @@ from mitmproxy import connection, ctx, http, tls
 from mitmproxy.proxy import mode_specs, server_hooks
 
 from addons import facts
-from proxy import sockets
-from proxy.decide import Reason, deny
-from proxy.hostaddrs import is_own_address
-from proxy.netrules import interface_mark
+from proxy.core.decide import Reason, deny
+from proxy.core.netrules import interface_mark
+from proxy.engine import sockets
+from proxy.engine.hostaddrs import is_own_address
 
 
 def _key(address: Any) -> tuple[str, int] | None:

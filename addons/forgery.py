@@ -1,8 +1,8 @@
 """forgery: refuse placeholders with a valid surrogate checksum that the claim does not hold.
 
-Thin glue over :func:`proxy.forgery.find_forged`, on requests the policy allowed, before
+Thin glue over :func:`proxy.core.forgery.find_forged`, on requests the policy allowed, before
 substitution: ``403 forged_placeholder`` (a violation), with the places in the audit event's
-``forged`` field. Why refuse instead of passing such strings inert is in :mod:`proxy.forgery`.
+``forged`` field. Why refuse instead of passing such strings inert is in :mod:`proxy.core.forgery`.
 """
 
 from __future__ import annotations
@@ -10,8 +10,8 @@ from __future__ import annotations
 from mitmproxy import http
 
 from addons import facts
-from proxy.decide import Reason, deny
-from proxy.forgery import find_forged
+from proxy.core.decide import Reason, deny
+from proxy.core.forgery import find_forged
 
 
 class Forgery:

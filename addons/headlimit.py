@@ -11,7 +11,7 @@ unfinished, a buffer past the limit ends the connection: the sandbox gets ``431 
 Fields Too Large`` (RFC 6585 §5) and the connection is closed; an upstream's connection is closed
 and the flow fails with a protocol error (the sandbox gets a 502).
 
-The limits sit above :data:`proxy.hygiene.MAX_HEAD_BYTES` (64 KiB of header fields, checked on
+The limits sit above :data:`proxy.core.hygiene.MAX_HEAD_BYTES` (64 KiB of header fields, checked on
 the complete head by the hygiene addon with a specific message), leaving room for the request
 line. HTTP/2 heads are bounded by the h2 library (header list size, CONTINUATION frames).
 

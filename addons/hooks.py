@@ -1,8 +1,8 @@
 """hooks: answer a hook route's request with an operator command, never contacting the upstream.
 
-After policy allowed a request, a route of the claim's pool (:mod:`proxy.hooks`) that matches
+After policy allowed a request, a route of the claim's pool (:mod:`proxy.core.hooks`) that matches
 its canonical host, method and path takes it: ``requestheaders`` marks it (so stream leaves its
-body to be read whole, at most :data:`proxy.hooks.MAX_BODY` bytes, declared), and ``request``
+body to be read whole, at most :data:`proxy.core.hooks.MAX_BODY` bytes, declared), and ``request``
 runs the command with the request as JSON on stdin, before substitution: the command sees the
 placeholders the sandbox sent, never a secret. Its environment holds only ``PATH``, ``HOME`` and
 ``LANG`` (the proxy's own environment may hold ``env:`` secrets). The response it prints is
@@ -10,7 +10,7 @@ scrubbed like an upstream's (a host-side CLI may print a real token) and sent; a
 504 ``hook_timeout``, any other failure a 502 ``hook_failed``.
 
 Hook commands running at once are bounded, for the whole node (every worker: the counts are in
-:mod:`proxy.counters`), before a process is started: per pool by its ``limits.hook_processes``
+:mod:`proxy.store.counters`), before a process is started: per pool by its ``limits.hook_processes``
 (all the pool's claims together; past it ``429 hook_pool_limit``), and for the node by
 ``--hook-processes`` (past it ``503 hook_node_limit``), both with ``Retry-After: 1``. A request
 past a bound is refused at once rather than queued: a queue would hold the sandbox's connection
@@ -31,12 +31,12 @@ import time
 from mitmproxy import addonmanager, ctx, exceptions, http
 
 from addons import facts
-from proxy import hooks
-from proxy.decide import Action, Decision, Reason, deny
-from proxy.limits import DEFAULT_NODE_HOOK_PROCESSES, Limits
-from proxy.live import live_values
-from proxy.scrub import Scrubber
-from proxy.state import State
+from proxy.core import hooks
+from proxy.core.decide import Action, Decision, Reason, deny
+from proxy.core.limits import DEFAULT_NODE_HOOK_PROCESSES, Limits
+from proxy.core.scrub import Scrubber
+from proxy.engine.state import State
+from proxy.store.live import live_values
 
 _ENV = ("PATH", "HOME", "LANG")
 _HEAD = "surrogate.hooks.head"

@@ -4,7 +4,7 @@ The request line, or an HTTP/2 request's pseudo-header fields, is checked first:
 an HTTP/1 request line when the upstream speaks HTTP/1 (issue 20).
 
 Runs after identify (it needs the claim, to know whether TRACE would meet a credential) and
-before policy. The rules are in :mod:`proxy.hygiene`.
+before policy. The rules are in :mod:`proxy.core.hygiene`.
 
 Responses (review r4): toward a claim that holds credentials, a response whose body carries a
 transfer coding other than chunked (``Transfer-Encoding: gzip, chunked``, RFC 9112 §7) is not
@@ -18,10 +18,10 @@ from __future__ import annotations
 from mitmproxy import http
 
 from addons import facts
-from proxy.decide import Reason, deny
-from proxy.errors import HostError
-from proxy.hosts import split_authority
-from proxy.hygiene import check_head, check_request_line, transfer_coded
+from proxy.core.decide import Reason, deny
+from proxy.core.errors import HostError
+from proxy.core.hosts import split_authority
+from proxy.core.hygiene import check_head, check_request_line, transfer_coded
 
 
 class Hygiene:

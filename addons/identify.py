@@ -27,7 +27,7 @@ is now, and is refused (407) once it no longer matches or the claim is gone; the
 such tunnels too, idle ones included.
 
 A store claim's tunnel belongs to the claim as it was when its CONNECT authenticated (its
-version and creation time, :meth:`proxy.registry.Registry.generation`): a token rotated while
+version and creation time, :meth:`proxy.store.registry.Registry.generation`): a token rotated while
 the CONNECT was being answered, or the id deleted and created again for another tenant within
 one poll, is another claim, refused on the next request and closed by the poll.
 
@@ -49,11 +49,11 @@ from mitmproxy import connection, ctx, http
 from mitmproxy.proxy import mode_specs
 
 from addons import facts
-from proxy.decide import Reason, deny
-from proxy.errors import HostError
-from proxy.hosts import canonical_host
-from proxy.policy import Claim
-from proxy.state import State
+from proxy.core.decide import Reason, deny
+from proxy.core.errors import HostError
+from proxy.core.hosts import canonical_host
+from proxy.core.policy import Claim
+from proxy.engine.state import State
 
 
 @dataclass(frozen=True, slots=True)

@@ -1,7 +1,7 @@
 """limits: per-claim connection and rate limits, and the request-head deadline (slowloris).
 
-Thin glue over :mod:`proxy.limits`; the counts and buckets are the node's (every worker's:
-:mod:`proxy.counters`). Runs right after identify (the claim must be known, and
+Thin glue over :mod:`proxy.core.limits`; the counts and buckets are the node's (every worker's:
+:mod:`proxy.store.counters`). Runs right after identify (the claim must be known, and
 nothing else should spend work on a request that is over its claim's limits):
 
 - A CONNECT, or the first request of a plain-HTTP connection, that would put its claim over the
@@ -34,9 +34,9 @@ from mitmproxy import addonmanager, connection, ctx, http
 from mitmproxy.proxy import mode_specs, server_hooks
 
 from addons import facts
-from proxy.decide import Reason, deny
-from proxy.limits import ClaimLimiter, HeadDeadlines, Limits, retry_after
-from proxy.state import State
+from proxy.core.decide import Reason, deny
+from proxy.core.limits import ClaimLimiter, HeadDeadlines, Limits, retry_after
+from proxy.engine.state import State
 
 DEFAULT_HEADER_TIMEOUT = 60
 # the server errors a pass-through over its claim's limits gets (audit maps them to reasons)

@@ -21,7 +21,7 @@ both came in one read. :func:`install` wraps mitmproxy's HTTP/1 request reader o
 HTTP/2: a request whose pseudo-header fields mitmproxy cannot parse (an ``:authority`` that is
 no host, a missing field) was answered with a GOAWAY that ends every stream of the connection;
 it now gets ``400 bad_request_head`` on its own stream. Fields that parse but hold a byte no
-HTTP/1 request line may hold are refused by hygiene (:func:`proxy.hygiene.check_request_line`).
+HTTP/1 request line may hold are refused by hygiene (:func:`proxy.core.hygiene.check_request_line`).
 What the h2 library itself refuses as malformed (NUL, CR, LF, surrounding whitespace: RFC 9113
 §8.2.1) stays a connection error (PROTOCOL_ERROR), as that RFC allows.
 
@@ -50,7 +50,7 @@ from mitmproxy.proxy.layers.http import _http1, _http2
 from mitmproxy.proxy.layers.http._base import ReceiveHttp
 from mitmproxy.proxy.layers.http._events import ErrorCode, RequestHeaders, RequestProtocolError
 
-from proxy.decide import Reason
+from proxy.core.decide import Reason
 
 log = logging.getLogger("surrogate")
 

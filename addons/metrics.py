@@ -8,8 +8,8 @@ from typing import Any
 from mitmproxy import connection, http
 
 from addons import facts
-from proxy.decide import Decision
-from proxy.state import State
+from proxy.core.decide import Decision
+from proxy.engine.state import State
 
 _DONE = "surrogate.counted"
 

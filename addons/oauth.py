@@ -1,22 +1,22 @@
 """oauth: capture the real tokens a token endpoint hands out, hand the sandbox placeholders.
 
 For a response (2xx) to a request whose host and path are the token endpoint a credential of the
-claim declares (:mod:`proxy.oauth`), the body is read whole as the upstream sent it (decoded
-from its Content-Encoding here, within :mod:`proxy.decode`'s bounds, and *not* scrubbed: this
+claim declares (:mod:`proxy.core.oauth`), the body is read whole as the upstream sent it (decoded
+from its Content-Encoding here, within :mod:`proxy.core.decode`'s bounds, and *not* scrubbed: this
 addon runs before scrub, whose stream wraps this one and scrubs what it passes on; at most
-:data:`proxy.oauth.MAX_BODY` bytes), its ``access_token``, ``refresh_token`` and
+:data:`proxy.core.oauth.MAX_BODY` bytes), its ``access_token``, ``refresh_token`` and
 ``id_token`` are written to the store as new versions of the credentials that receive them
 (``expires_in`` sets the access token's expiry), and the body goes on with their placeholders
 instead. The next request (any tunnel) uses the new values: the registry rebuilds from the store.
 
 A non-2xx answer with a JSON or form body is read whole too and refused if it holds any
-token-like field (:func:`proxy.oauth.check_other`); other answers stream through (scrubbed).
+token-like field (:func:`proxy.core.oauth.check_other`); other answers stream through (scrubbed).
 
 A refresh token presented anywhere else on its hosts (swapped into a request whose path is not
 the declared endpoint: a provider's second token URL, such as Microsoft's ``/oauth2/token``
 beside ``/oauth2/v2.0/token``) may be answered with fresh real tokens that no scrubber knows:
 a JSON or form answer to such a request, any status, is read whole and refused when it holds a
-token-like field with a value (:func:`proxy.oauth.check_other`); nothing is captured there
+token-like field with a value (:func:`proxy.core.oauth.check_other`); nothing is captured there
 (declare the endpoint that is used).
 
 Fails closed: a body that is too large, not JSON or a form, holds a token-like field it does not
@@ -33,13 +33,13 @@ from typing import Any
 from mitmproxy import http
 
 from addons import facts
-from proxy import oauth
-from proxy.decide import Reason, deny
-from proxy.decode import Unscannable, decoder
-from proxy.errors import SecretUnavailable, SurrogateError
-from proxy.policy import Claim, Credential
-from proxy.secrets import checked_value
-from proxy.state import State
+from proxy.core import oauth
+from proxy.core.decide import Reason, deny
+from proxy.core.decode import Unscannable, decoder
+from proxy.core.errors import SecretUnavailable, SurrogateError
+from proxy.core.policy import Claim, Credential
+from proxy.core.secrets import checked_value
+from proxy.engine.state import State
 
 
 def _fail(flow: http.HTTPFlow, why: str) -> None:

@@ -23,11 +23,11 @@ from mitmproxy import http, tls
 from mitmproxy.proxy import layer, layers, mode_specs
 
 from addons import facts
-from proxy.decide import Decision, Reason, check_path, decide_connect, decide_request, deny
-from proxy.errors import HostError
-from proxy.hosts import canonical_host, split_authority
-from proxy.paths import RequestPath, canonical_path
-from proxy.state import State
+from proxy.core.decide import Decision, Reason, check_path, decide_connect, decide_request, deny
+from proxy.core.errors import HostError
+from proxy.core.hosts import canonical_host, split_authority
+from proxy.core.paths import RequestPath, canonical_path
+from proxy.engine.state import State
 
 
 class Policy:

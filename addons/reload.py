@@ -26,9 +26,9 @@ import time
 from pathlib import Path
 
 from proxy import audit
-from proxy.errors import RulesError
-from proxy.rules import load_rules
-from proxy.state import State
+from proxy.core.errors import RulesError
+from proxy.engine.state import State
+from proxy.rules.loader import load_rules
 
 POLL_SECONDS = 0.5
 SETTLE_SECONDS = 3.0  # a changed file must stay unchanged this long before it is applied

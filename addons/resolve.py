@@ -15,8 +15,8 @@ lookup an attacker's DNS could answer differently).
 Refused, after resolution (so in any spelling: ``127.1``, ``0x7f000001``, ``[::ffff:127.0.0.1]``,
 a name whose DNS answers loopback...):
 - one of surrogate's own listening ports on a local address — loopback, unspecified, or any
-  address of this host (:mod:`proxy.hostaddrs`) — (403 ``own_listener``);
-- any special-purpose address (:mod:`proxy.addresses`: private, loopback, link-local, CGNAT,
+  address of this host (:mod:`proxy.engine.hostaddrs`) — (403 ``own_listener``);
+- any special-purpose address (:mod:`proxy.core.addresses`: private, loopback, link-local, CGNAT,
   metadata endpoints, embedded IPv4...) unless the pool lists it in ``allow_cidrs``
   (403 ``special_address``). Every resolved address must pass, not just the first. Addresses the
   operator pinned with ``--resolve`` are the operator's choice and are not checked.
@@ -33,12 +33,12 @@ from mitmproxy import connection, http, tls
 from mitmproxy.proxy import mode_specs, server_hooks
 
 from addons import facts, reuse
-from proxy.addresses import Network, allowed_by, special
-from proxy.decide import Decision, Reason, deny
-from proxy.errors import HostError
-from proxy.hostaddrs import is_own_address
-from proxy.hosts import canonical_host
-from proxy.state import State
+from proxy.core.addresses import Network, allowed_by, special
+from proxy.core.decide import Decision, Reason, deny
+from proxy.core.errors import HostError
+from proxy.core.hosts import canonical_host
+from proxy.engine.hostaddrs import is_own_address
+from proxy.engine.state import State
 
 IP = ipaddress.IPv4Address | ipaddress.IPv6Address
 

@@ -1,12 +1,12 @@
 """scrub: secret → placeholder in responses, streaming.
 
 For a claim that holds credentials, every live value of each credential (current and recently
-replaced, :mod:`proxy.live`) is replaced by its
+replaced, :mod:`proxy.store.live`) is replaced by its
 placeholder in response header values and bodies, raw or percent-, JSON- or base64-escaped
-(:class:`proxy.scrub.Scrubber` lists the forms; a secret split across reads is caught; only a
+(:class:`proxy.core.scrub.Scrubber` lists the forms; a secret split across reads is caught; only a
 tail that could start a secret is held back, so an SSE event is not delayed to the next read).
 Requests of such claims ask for ``Accept-Encoding: identity``; a body that is compressed anyway
-is decoded on the fly within bounds (gzip, deflate, br, zstd: :mod:`proxy.decode`) and sent
+is decoded on the fly within bounds (gzip, deflate, br, zstd: :mod:`proxy.core.decode`) and sent
 decoded. A body that cannot be scanned (no decoder for its coding, corrupt, or past a
 decompression bound) is not passed: the connection is closed and the audit event says
 ``unscannable_response`` with the reason (so is a body under a transfer coding other than
@@ -42,18 +42,18 @@ from mitmproxy import flow as mflow
 from mitmproxy.proxy.layers import websocket as websocket_layer
 
 from addons import facts
-from proxy.decide import Reason, deny
-from proxy.decode import Unscannable, decoder
-from proxy.errors import SecretUnavailable
-from proxy.live import live_values
-from proxy.policy import Claim
-from proxy.registry import StoreValue
-from proxy.scrub import Compiled, Scrubber, compile_pairs, escapes_matter
-from proxy.state import State
+from proxy.core.decide import Reason, deny
+from proxy.core.decode import Unscannable, decoder
+from proxy.core.errors import SecretUnavailable
+from proxy.core.policy import Claim
+from proxy.core.scrub import Compiled, Scrubber, compile_pairs, escapes_matter
+from proxy.engine.state import State
+from proxy.store.live import live_values
+from proxy.store.registry import StoreValue
 
 
 def _pairs(claim: Claim, now: float) -> list[tuple[bytes, bytes]]:
-    """Every live value of every credential (proxy.live), each with its credential's placeholder."""
+    """Every live value of every credential (proxy.store.live), each with its credential's placeholder."""
     return [
         (secret.reveal().encode(), c.placeholder.encode())
         for c in claim.credentials

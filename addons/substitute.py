@@ -1,14 +1,14 @@
 """substitute: placeholders → secrets in request heads and bodies, injections, violations.
 
-Thin glue over :mod:`proxy.substitute` and :mod:`proxy.bodies`. It runs only on requests the
+Thin glue over :mod:`proxy.core.substitute` and :mod:`proxy.core.bodies`. It runs only on requests the
 policy allowed. The head (header fields, request target) is planned by
-:func:`proxy.substitute.substitute_request` and the outcome applied: new fields and target, a 403
+:func:`proxy.core.substitute.substitute_request` and the outcome applied: new fields and target, a 403
 refusal, or the connection closed (``terminate``).
 
 A request body is swapped as it streams (a callable ``flow.request.stream``; the stream addon
 counts what it returns). What happens to the framing:
 - when a credential of the claim could be swapped in this body (``body`` surface, bound host,
-  TLS) and the request has a body (:func:`proxy.bodies.may_have_body`), the length may change:
+  TLS) and the request has a body (:func:`proxy.core.bodies.may_have_body`), the length may change:
   ``Content-Length`` is dropped; an HTTP/1 request to an HTTP/1
   upstream is sent chunked, an HTTP/2 one ends with END_STREAM (the framing of the upstream's
   protocol is known only once its TLS is up, so ``tls_established_server`` records the
@@ -38,11 +38,11 @@ import time
 from mitmproxy import connection, ctx, http, tls
 
 from addons import facts
-from proxy import bodies
-from proxy.decide import Decision, Reason, deny
-from proxy.policy import Claim, Credential
-from proxy.state import State
-from proxy.substitute import BodyRefused, BodyResolver, Outcome, substitute_request
+from proxy.core import bodies
+from proxy.core.decide import Decision, Reason, deny
+from proxy.core.policy import Claim, Credential
+from proxy.core.substitute import BodyRefused, BodyResolver, Outcome, substitute_request
+from proxy.engine.state import State
 
 
 def _close(flow: http.HTTPFlow) -> None:
@@ -102,6 +102,8 @@ class Substitute:
             req.headers.fields, req.data.path, host, tls_, claim.by_placeholder, claim.injections, now
         )
         _facts(flow, outcome)
+        if outcome.unavailable is not None:
+            facts.log.warning("credential unavailable: %s", outcome.unavailable)
         if outcome.refusal is not None:
             refusal = dataclasses.replace(outcome.refusal, rule=allowed.rule)  # keep the allowing rule
             if outcome.terminate:
@@ -263,6 +265,8 @@ class Substitute:
         assert outcome.refusal is not None
         flow.metadata[facts.DECISION] = dataclasses.replace(outcome.refusal, rule=allowed.rule)
         _facts(flow, outcome)
+        if outcome.unavailable is not None:
+            facts.log.warning("credential unavailable: %s", outcome.unavailable)
         facts.log.warning(
             "request %s: %s; connection closed",
             flow.metadata.get(facts.REQUEST_ID, flow.id),

@@ -47,8 +47,8 @@ from mitmproxy.proxy.layers.http import HTTPMode
 from mitmproxy.proxy.layers.tls import HTTP_ALPNS
 
 from addons import facts
-from proxy.decide import Reason, deny
-from proxy.state import State
+from proxy.core.decide import Reason, deny
+from proxy.engine.state import State
 
 FIRST_LINE_LIMIT = 64 * 1024  # bytes to wait for the end of an HTTP/1 request line
 _REQUEST_LINE = re.compile(rb"[!#$%&'*+.^_`|~0-9A-Za-z-]+ [\x21-\x7e\x80-\xff]+ HTTP/[0-9]\.[0-9]\r?\n")

@@ -7,7 +7,7 @@ a message that never ends (frames without FIN) grew the proxy 1:1. It cannot be 
 instead: a message from the upstream must be whole to be scrubbed (DESIGN.md invariant 9).
 
 So a message past the pool's ``limits.websocket_message_bytes`` (default 16 MiB,
-:data:`proxy.limits.DEFAULT_WEBSOCKET_MESSAGE`) ends the WebSocket: both sides get a Close frame
+:data:`proxy.core.limits.DEFAULT_WEBSOCKET_MESSAGE`) ends the WebSocket: both sides get a Close frame
 with code 1009 (Message Too Big, RFC 6455 §7.4.1) and both connections are closed; nothing of
 the message is forwarded. It is counted in ``surrogate_limit_refusals_total{limit=
 "websocket_message"}`` and logged (a warning on stderr). Checked three ways, whichever comes
@@ -53,8 +53,8 @@ from wsproto.extensions import PerMessageDeflate
 from wsproto.frame_protocol import CloseReason
 
 from addons import facts
-from proxy.limits import DEFAULT_WEBSOCKET_HELD, DEFAULT_WEBSOCKET_MESSAGE, Limits
-from proxy.state import State
+from proxy.core.limits import DEFAULT_WEBSOCKET_HELD, DEFAULT_WEBSOCKET_MESSAGE, Limits
+from proxy.engine.state import State
 
 log = logging.getLogger("surrogate")
 

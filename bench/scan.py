@@ -10,11 +10,11 @@ import tempfile
 import timeit
 from pathlib import Path
 
-from proxy import placeholders
-from proxy.hosts import HostPattern
-from proxy.policy import Credential
-from proxy.secrets import ValueSource
-from proxy.substitute import substitute_request
+from proxy.core import placeholders
+from proxy.core.hosts import HostPattern
+from proxy.core.policy import Credential
+from proxy.core.secrets import ValueSource
+from proxy.core.substitute import substitute_request
 
 
 def scan_cost_us(registered: int, number: int = 20_000) -> float:

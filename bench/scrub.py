@@ -1,6 +1,6 @@
 """Response scrubbing's cost (issue 6), measured side by side in one run, on loopback.
 
-1. In process: :class:`proxy.scrub.Scrubber` over 64 KiB reads of 32 MB, with 1 and 10
+1. In process: :class:`proxy.core.scrub.Scrubber` over 64 KiB reads of 32 MB, with 1 and 10
    credentials, on three kinds of body: plain text, random bytes, and JSON dense with the escapes
    that wake the escape-aware matcher (``\\"``, ``\\/``, ``\\u00e9``); beside a plain copy.
 2. Through surrogate: a 50 MB download by a claim with a credential (scrubbed) and by a claim
@@ -32,7 +32,7 @@ sys.path[:0] = [str(ROOT), str(ROOT / "tests")]
 from harness import ProxyProcess  # noqa: E402
 from servers import TestCA, Upstream  # noqa: E402
 
-from proxy.scrub import Scrubber  # noqa: E402
+from proxy.core.scrub import Scrubber  # noqa: E402
 
 READ = 64 * 1024
 BIG = 50_000_000

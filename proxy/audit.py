@@ -18,7 +18,7 @@ Fields:
                     ``;param`` holding a placeholder replaced by REDACTED
     status          HTTP status sent to the client (null when the flow errored before one)
     decision        allow | deny | violation | error
-    reason          reason code (see proxy.decide.Reason)
+    reason          reason code (see proxy.core.decide.Reason)
     rule            the egress rule that decided, e.g. "demo.egress[0] api.github.com", or null
     message         the human sentence of a refusal or error, null when allowed (like ``host``
                     and ``forged``, with every placeholder-shaped string REDACTED)
@@ -67,8 +67,8 @@ from urllib.parse import quote
 
 import structlog
 
-from proxy import paths
-from proxy.paths import redact
+from proxy.core import paths
+from proxy.core.paths import redact
 
 TIME = "time"
 SEQ = "seq"
@@ -132,7 +132,7 @@ def hide_placeholders(fields: dict[str, Any]) -> None:
 def redact_path(path: str) -> str:
     """``/a?x=1&y&z=2`` → ``/a?x=REDACTED&y&z=REDACTED``: values and the fragment hidden, and
     every key, path segment or ``;param`` that holds a placeholder in any spelling
-    (:func:`proxy.paths.redact`)."""
+    (:func:`proxy.core.paths.redact`)."""
     return redact(path)
 
 

@@ -39,7 +39,7 @@ from urllib.parse import parse_qsl, quote, quote_plus, unquote, urlsplit
 import brotli  # type: ignore[import-untyped]
 import trustme
 
-from proxy.decode import zstd
+from proxy.core.decode import zstd
 
 CHUNK = 64 * 1024
 GIT_HTTP_BACKEND = "/usr/lib/git-core/git-http-backend"

@@ -1,7 +1,7 @@
 """docs/audit-schema.json documents every audit event surrogate writes, and real events match it.
 
 The schema is checked against the code twice: its field names and enums against the constants
-the code emits (proxy/audit.py, addons/audit.py, proxy/control.py, proxy.decide), and every line
+the code emits (proxy/audit.py, addons/audit.py, proxy/control/service.py, proxy.core.decide), and every line
 a real proxy process wrote, driven through each kind of event, against the schema.
 """
 
@@ -25,7 +25,7 @@ from jsonschema import Draft202012Validator
 from servers import TestCA, Upstream
 
 from proxy import audit
-from proxy.decide import Action, Reason
+from proxy.core.decide import Action, Reason
 
 SCHEMA_PATH = ROOT / "docs" / "audit-schema.json"
 Event = dict[str, Any]

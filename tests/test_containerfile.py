@@ -25,7 +25,7 @@ from pathlib import Path
 import pytest
 from harness import ROOT
 
-from proxy.cli import _parser
+from proxy.cli.main import _parser
 
 CONTAINERFILE = ROOT / "Containerfile"
 UNIT = ROOT / "docs" / "surrogate.service"

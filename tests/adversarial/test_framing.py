@@ -3,7 +3,7 @@ could read differently gets 400 and nothing reaches the upstream; an HTTP/2 requ
 pseudo-header fields hold a byte an HTTP/1 request line may not (space, control, DEL, non-ASCII)
 gets 400 and is never written into an HTTP/1 request line (the upstream here speaks HTTP/1.1).
 
-Defences: addons/chunks.py (mitmproxy's HTTP/1 body reader made strict) and proxy/hygiene.py
+Defences: addons/chunks.py (mitmproxy's HTTP/1 body reader made strict) and proxy/core/hygiene.py
 ``check_request_line`` (through addons/hygiene.py). Clients are raw: bytes over a TLS socket in a
 CONNECT tunnel for HTTP/1, the h2 library with its own checks off for HTTP/2.
 """

@@ -2,7 +2,7 @@
 upstream connection; hop-by-hop and ``Proxy-*`` headers never reach an upstream; TRACE never
 echoes a swapped secret back.
 
-Defences: proxy/hygiene.py ``check_head`` (through addons/hygiene.py), addons/identify.py (every
+Defences: proxy/core/hygiene.py ``check_head`` (through addons/hygiene.py), addons/identify.py (every
 ``Proxy-*`` header removed), and mitmproxy's own HTTP/1 reader for heads it cannot parse at all.
 Each test sends raw bytes over loopback, through an authenticated CONNECT tunnel (``tunnel_request``)
 or as a plain-HTTP request, and checks both the refusal and the upstream's connection count.

@@ -1,10 +1,10 @@
 """Leak hygiene: the secret never appears in a deny page, an error body, a reflected response, a
 log line or a core dump; the engine's own logs never print request content.
 
-Defences: proxy/decide.py (deny bodies carry names and reasons, never values), proxy/scrub.py via
-addons/scrub.py (a reflecting upstream gets the placeholder back), proxy/engine.py
+Defences: proxy/core/decide.py (deny bodies carry names and reasons, never values), proxy/core/scrub.py via
+addons/scrub.py (a reflecting upstream gets the placeholder back), proxy/engine/master.py
 ``_log_to_stderr`` (WARNING level: mitmproxy never logs header values or bodies there),
-proxy/hardening.py ``harden`` called by proxy/cli.py ``main`` (no core dumps, not dumpable).
+proxy/engine/hardening.py ``harden`` called by proxy/cli/main.py ``main`` (no core dumps, not dumpable).
 The session-wide scan of every file the suite wrote is tests/conftest.py.
 """
 

@@ -1,5 +1,5 @@
 """Name tricks: case, trailing dot, IDNA spellings, wildcard apex and label boundaries, malformed
-ports. One canonical host form (proxy/hosts.py ``canonical_host``, ``split_authority``) is used by
+ports. One canonical host form (proxy/core/hosts.py ``canonical_host``, ``split_authority``) is used by
 policy, credential binding and audit alike, so a different spelling of a host is the same host,
 and a look-alike host is a different one.
 """

@@ -365,7 +365,7 @@ def test_the_hook_bounds_and_refusals_show_in_metrics(node: Node) -> None:
 
 
 def test_a_worker_killed_with_sigkill_leaks_no_connection_slot(tmp_path: Path) -> None:
-    """The node stops when a worker dies (proxy/workers.py); the next start on the same state
+    """The node stops when a worker dies (proxy/engine/workers.py); the next start on the same state
     dir counts from an empty table, so the dead worker's connections are not held forever."""
     token = secrets.token_urlsafe(16)
     (tmp_path / "token").write_text(token)

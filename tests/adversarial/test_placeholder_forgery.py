@@ -23,7 +23,7 @@ import pytest
 from harness import ProxyProcess
 from servers import TestCA, Upstream
 
-from proxy import placeholders
+from proxy.core import placeholders
 
 pytestmark = pytest.mark.e2e
 

@@ -1,5 +1,5 @@
 """Placeholder smuggling: odd spellings cannot carry a placeholder past the violation check
-toward a host its credential is not bound to. Defence: proxy/substitute.py ``substitute_request``
+toward a host its credential is not bound to. Defence: proxy/core/substitute.py ``substitute_request``
 (lenient Basic decoding, percent-decoded request target). Forged placeholders (checksums) are the
 other helper's tests/adversarial/test_placeholder_forgery.py."""
 

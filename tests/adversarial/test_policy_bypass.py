@@ -1,5 +1,5 @@
 """Policy bypass: rule precedence and connection state must not let a request reach what its
-intercepting rule forbids. Defences: proxy/decide.py (an opaque rule never approves a request
+intercepting rule forbids. Defences: proxy/core/decide.py (an opaque rule never approves a request
 inside an intercepted tunnel), addons/identify.py and addons/policy.py (a refused CONNECT leaves
 no tunnel state behind)."""
 

@@ -2,7 +2,7 @@
 unreachable through the proxy in any spelling, and a request through the proxy to itself is
 refused by resolved address and port, so it cannot loop. Defence: addons/resolve.py
 (``Resolve._checked``: own ports on a local address, after resolution) with the own ports set in
-proxy/engine.py ``build_master``.
+proxy/engine/master.py ``build_master``.
 
 The pool here allows every host on every port (opaque tunnels and plain HTTP), so only the
 self-protection stands between the sandbox and the listeners.

@@ -1,7 +1,7 @@
 """SSRF and rebinding: no spelling of a special-purpose address gets the proxy to connect to it.
 
 The ``wide`` claim may go to every host and port, so what refuses these requests is the resolver
-(addons/resolve.py with proxy/addresses.py): every address a destination resolves to is checked
+(addons/resolve.py with proxy/core/addresses.py): every address a destination resolves to is checked
 against the special-purpose table, in whatever spelling the sandbox wrote it, before any upstream
 connection. A real upstream listens on 127.0.0.1: a request that got through would reach it.
 """

@@ -1,6 +1,6 @@
 """Unverified upstream TLS: a secret leaves only over TLS that surrogate verified (invariant 2).
 
-Defence: proxy/engine.py ``build_master`` (``ssl_insecure`` off, upstream verified against the
+Defence: proxy/engine/master.py ``build_master`` (``ssl_insecure`` off, upstream verified against the
 system roots plus ``--upstream-ca``), and substitution happening in the request that only goes out
 on a verified connection. A hostile upstream here presents either a certificate from a CA the
 proxy does not trust, or a trusted certificate for another name.
@@ -18,7 +18,7 @@ from harness import ProxyProcess, World
 def test_an_upstream_from_an_untrusted_ca_gets_no_request_and_no_secret(world: World) -> None:
     """The same rules and upstream, but a proxy that was not told to trust the upstream's CA."""
     untrusting = ProxyProcess(
-        world.proxy.rules,
+        world.proxy.rules.loader,
         world.proxy.workdir / "untrusting",
         resolve={"api.test": "127.0.0.1"},
     )

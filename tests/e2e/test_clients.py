@@ -21,7 +21,7 @@ def sandbox_env(env: Env) -> dict[str, str]:
             "proxy",
             "env",
             "--rules",
-            str(env.proxy.rules),
+            str(env.proxy.rules.loader),
             "--claim",
             "c1",
             "--state-dir",

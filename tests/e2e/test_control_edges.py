@@ -18,7 +18,7 @@ import pytest
 from harness import free_port, status_line
 from test_control_process import start_control, stop, wait_for
 
-from proxy.api import MAX_BODY
+from proxy.control.api import MAX_BODY
 
 pytestmark = pytest.mark.e2e
 

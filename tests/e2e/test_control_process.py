@@ -16,8 +16,8 @@ import httpx
 import pytest
 from harness import ROOT, free_port
 
-from proxy.keyring import KeyRing
-from proxy.store import Store
+from proxy.store.keyring import KeyRing
+from proxy.store.sqlite import Store
 
 pytestmark = pytest.mark.e2e
 
@@ -88,7 +88,7 @@ def test_schemathesis_finds_no_server_error_and_no_schema_violation(tmp_path: Pa
         wait_for(lambda: httpx.get(f"http://127.0.0.1:{port}/healthz").status_code == 200)
         # positive_data_acceptance is left out on purpose: a pool must exist in the rules file and a
         # host must be covered by one of its rules, which no JSON schema can say; such requests get
-        # a specific 422 (tested row by row in tests/test_api.py).
+        # a specific 422 (tested row by row in tests/unit/control/test_api.py).
         done = subprocess.run(
             [
                 str(Path(sys.executable).parent / "schemathesis"),

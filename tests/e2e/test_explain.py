@@ -28,7 +28,7 @@ from harness import ProxyProcess
 from servers import TestCA, Upstream
 
 from proxy.audit import redact_path
-from proxy.explain import main_explain, main_why
+from proxy.cli.explain import main_explain, main_why
 
 pytestmark = pytest.mark.e2e
 

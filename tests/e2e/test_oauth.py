@@ -81,7 +81,7 @@ def test_a_refresh_by_the_sandbox_is_captured_and_used(
 def test_a_reflected_old_access_token_is_still_scrubbed(
     world: World, oauth: tuple[str, dict[str, str]]
 ) -> None:
-    """The access token replaced by a capture stays live for scrubbing (proxy.live)."""
+    """The access token replaced by a capture stays live for scrubbing (proxy.store.live)."""
     token, ph = oauth
     _refresh(world, token, ph["refresh"])
     world.canaries += list(world.upstream.oauth_issued[-1].values())

@@ -302,7 +302,7 @@ def _decoded_bodies(data: bytes) -> bytes:
 
 
 def _reflected(value: str) -> list[bytes]:
-    """``value`` in every spelling the scrubber claims (proxy/scrub.py): raw, percent (upper and
+    """``value`` in every spelling the scrubber claims (proxy/core/scrub.py): raw, percent (upper and
     lower hex), form-encoded, JSON (per character, surrogate pairs beyond the BMP), base64 alone
     and at each alignment, and for a non-ASCII value its per-byte JSON, mojibake and Latin-1."""
     raw = value.encode()
@@ -422,7 +422,7 @@ def world(tmp_path_factory: pytest.TempPathFactory) -> Iterator[World]:
                     value: file:secret-uni
                     placeholder: {PH_UNI}
                     hosts: [api.test]
-                    headers: [X-Uni]  # not a default slot (proxy/slots.py)
+                    headers: [X-Uni]  # not a default slot (proxy/core/slots.py)
             """)
         )
         proxy = ProxyProcess(
@@ -868,7 +868,7 @@ def test_a_file_value_rotated_while_an_sse_stream_is_open_is_scrubbed_in_it(worl
     object). Runs last: it rotates the module's secret, and puts it back."""
     _after_note(world)
     new = canary.make("filerot")
-    secret_file = world.proxy.rules.parent / "secret"
+    secret_file = world.proxy.rules.loader.parent / "secret"
     curl = ["curl", "-sS", "-N", "--max-time", "20", "-x", world.proxy.url("c", "tok"), "--cacert",
             str(world.proxy.ca_pem), "-H", f"Authorization: Bearer {PH}"]  # fmt: skip
     try:

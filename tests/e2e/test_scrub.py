@@ -52,8 +52,8 @@ def h2(env: Env) -> Iterator[H2Echo]:
     """An HTTP/2 echo upstream for api.test, allowed by editing the rules file (reloaded live)."""
     assert env.ca is not None
     server = H2Echo(env.ca, ["api.test"], env.proxy.workdir).start()
-    rules = env.proxy.rules.read_text()
-    env.proxy.rules.write_text(
+    rules = env.proxy.rules.loader.read_text()
+    env.proxy.rules.loader.write_text(
         rules.replace(f"ports: [{env.upstream.port}]", f"ports: [{env.upstream.port}, {server.port}]")
     )
     env.proxy.wait_event(event="reload", outcome="applied", timeout=10)
@@ -212,7 +212,7 @@ def test_a_body_that_cannot_be_scanned_closes_the_connection_and_is_audited(
 
 def test_a_replaced_value_is_still_scrubbed(env: Env) -> None:
     """After the credential file is rotated, the old value may still be valid upstream: an echo of
-    it comes back as the placeholder too (proxy.live). Runs last: it rotates the module's secret."""
+    it comes back as the placeholder too (proxy.store.live). Runs last: it rotates the module's secret."""
     old, new = env.secret, f"CANARYnew{secrets.token_hex(12)}"
     env.more_canaries.append(new)
     target = _Target(env, None)

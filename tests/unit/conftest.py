@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from proxy.keyring import KeyRing
-from proxy.store import Store
+from proxy.store.keyring import KeyRing
+from proxy.store.sqlite import Store
 
 
 @pytest.fixture

@@ -1,0 +1,268 @@
+"""OAuth token capture: the real tokens a token endpoint hands out become new versions of the
+claim's credentials, and the sandbox gets their placeholders.
+
+A store credential may declare (control API, ``"oauth"`` on PUT)::
+
+    {"token_endpoint": {"host": "auth.example.com", "path": "/oauth/token"},
+     "access_token": "<credential name>", "id_token": "<credential name, optional>"}
+
+The declaring credential is the **refresh token**: the sandbox sends its placeholder to the token
+endpoint (a form or JSON body; request-body substitution swaps it), and a ``refresh_token`` in
+the response becomes its new value. ``access_token`` and ``id_token`` go to the credentials named
+(they must exist in the same claim). ``expires_in`` (RFC 6749 §5.1, seconds) sets the access
+token credential's expiry. A token field with no credential to receive it is withheld (JSON:
+null; form: dropped): the sandbox never holds a real token.
+
+Fails closed on what it does not recognise: a *token-like* field anywhere else in the document
+(a key whose last word is token, secret, key, password, jwt or assertion, in any case or
+spelling: ``authed_user.access_token`` nested in an object or a list, ``ID_Token``,
+``idToken``, ``bot_token``, ``client_secret``), a recognised field whose value is not a string,
+or a recognised field given twice in a form, refuses the response (:class:`CaptureError`):
+surrogate cannot tell where such a value may go, so it hands the sandbox neither the value nor
+a guess. A non-2xx response with a JSON or form body is checked the same way (no token-like
+field may pass) and otherwise passes, scrubbed, unchanged (:func:`check_other`).
+
+The token endpoint's host must be one of the declaring credential's hosts (so covered by an
+intercepting rule of the pool): :func:`endpoint_bound`, checked by the control API when the
+credential is written and again at capture. Capture reads the upstream's body as it arrived
+(decoded from its Content-Encoding, never scrubbed): scrubbing first would turn a refresh token
+the endpoint hands back unchanged into its own placeholder, and store that as the value.
+
+The response (2xx only) is read whole, up to :data:`MAX_BODY` bytes, as JSON
+(``application/json``, RFC 6749 §5.1) or a form (``application/x-www-form-urlencoded``, as some
+providers answer). Other statuses pass through scrubbed like any response.
+
+Rules-file credentials cannot declare it: their values come from env/file sources the proxy
+does not own (it would have to write the operator's files); use a store claim.
+
+Pure; no I/O.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any
+from urllib.parse import parse_qsl, urlencode
+
+from proxy.core.errors import HostError
+from proxy.core.hosts import HostPattern, canonical_host
+from proxy.core.paths import RequestPath, canonical_path, prefix_problem
+
+TOKEN_FIELDS = ("access_token", "refresh_token", "id_token")
+MAX_BODY = 64 * 1024
+# A key is token-like when its last word (split on non-letters/digits and camelCase) ends so.
+_TOKEN_LIKE = ("token", "tokens", "secret", "secrets", "key", "keys", "password", "jwt", "assertion")
+_WORDS = re.compile(r"[A-Z]?[a-z0-9]+|[A-Z]+(?![a-z])")
+_SAFE_KEY = re.compile(r"^[A-Za-z][A-Za-z0-9_-]{0,39}$")
+
+
+def token_like(key: str) -> bool:
+    """True when ``key`` names what is probably a credential (``authed_user``'s ``access_token``,
+    ``idToken``, ``ID_TOKEN``, ``client_secret``, ``api_key``); ``token_type`` and
+    ``refresh_token_expires_in`` are not."""
+    words = _WORDS.findall(key)
+    return bool(words) and words[-1].lower().endswith(_TOKEN_LIKE)
+
+
+def _holds_value(value: Any) -> bool:
+    """null, booleans and empty strings carry no secret; anything else may."""
+    return not (value is None or isinstance(value, bool) or value == "")
+
+
+def _show(path: list[str]) -> str:
+    """A field path for a message: key names only when they look like names (never a value)."""
+    out = ""
+    for p in path:
+        if p.startswith("[") and p[1:-1].isdigit():
+            out += p
+        else:
+            out += ("." if out else "") + (p if _SAFE_KEY.match(p) else "<field>")
+    return out
+
+
+def _unrecognised(doc: Any, path: list[str], top: bool) -> Iterator[str]:
+    """Paths of token-like fields holding a value, except the recognised top-level string ones
+    (``top``: ``doc`` is the response object itself)."""
+    if isinstance(doc, dict):
+        for k, v in doc.items():
+            key = str(k)
+            here = [*path, key]
+            if top and key in TOKEN_FIELDS:
+                if _holds_value(v) and not isinstance(v, str):
+                    yield _show(here) + " (not a string)"
+                continue
+            if token_like(key) and _holds_value(v):
+                yield _show(here)
+            yield from _unrecognised(v, here, False)
+    elif isinstance(doc, list):
+        for i, v in enumerate(doc):
+            yield from _unrecognised(v, [*path, f"[{i}]"], False)
+
+
+def _refuse_unrecognised(doc: Any) -> None:
+    found = list(dict.fromkeys(_unrecognised(doc, [], True)))
+    if found:
+        raise CaptureError(
+            f"token response holds token-like field(s) surrogate does not capture: {', '.join(found[:5])}"
+        )
+
+
+def endpoint_bound(spec: OAuthSpec, hosts: tuple[HostPattern, ...] | list[HostPattern]) -> bool:
+    """True when the token endpoint's host is one of the credential's host patterns."""
+    return any(p.matches(spec.host) for p in hosts)
+
+
+@dataclass(frozen=True, slots=True)
+class OAuthSpec:
+    host: str  # canonical
+    path: str
+    access_token: str | None = None
+    id_token: str | None = None
+
+    def matches(self, host: str, path: str | RequestPath) -> bool:
+        """``host`` canonical; ``path`` the request target as sent (its query ignored) or its
+        canonical identity. Any reading of the path that names the endpoint matches
+        (:meth:`proxy.core.paths.RequestPath.names`: escapes of either case, trailing slash,
+        ``;params``, ``//``, case): a spelling the server routes to the endpoint, such as
+        ``/%74oken`` for ``/token``, is captured, never passed with real tokens."""
+        ident = canonical_path(path) if isinstance(path, str) else path
+        return host == self.host and ident.names(self.path)
+
+    def targets(self, declaring: str) -> dict[str, str | None]:
+        """Token field → the credential that receives it (None: withheld)."""
+        return {"access_token": self.access_token, "refresh_token": declaring, "id_token": self.id_token}
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "token_endpoint": {"host": self.host, "path": self.path},
+            "access_token": self.access_token,
+            "id_token": self.id_token,
+        }
+
+
+def parse_spec(doc: Any) -> OAuthSpec:
+    """Validate an ``oauth`` object; raises ValueError naming the field and what is right."""
+    if not isinstance(doc, dict):
+        raise ValueError("oauth must be an object with token_endpoint, access_token and id_token")
+    unknown = sorted(set(doc) - {"token_endpoint", "access_token", "id_token"})
+    if unknown:
+        raise ValueError(
+            f"oauth: unknown field(s) {', '.join(unknown)}; known: token_endpoint, access_token, id_token"
+        )
+    endpoint = doc.get("token_endpoint")
+    if not isinstance(endpoint, dict) or set(endpoint) != {"host", "path"}:
+        raise ValueError('oauth.token_endpoint must be {"host": ..., "path": ...}')
+    host, path = endpoint["host"], endpoint["path"]
+    if not isinstance(host, str) or not isinstance(path, str) or not path.startswith("/") or "?" in path:
+        raise ValueError(
+            "oauth.token_endpoint: host must be a host name, path must start with '/' and hold no query"
+        )
+    if (problem := prefix_problem(path)) is not None:
+        raise ValueError(f"oauth.token_endpoint.path {problem}")
+    try:
+        host = canonical_host(host)
+    except HostError as e:
+        raise ValueError(f"oauth.token_endpoint.host: {e}") from None
+    names = {}
+    for field in ("access_token", "id_token"):
+        name = doc.get(field)
+        if name is not None and (not isinstance(name, str) or not name):
+            raise ValueError(f"oauth.{field} must be the name of a credential of the same claim, or null")
+        names[field] = name
+    return OAuthSpec(host, path, names["access_token"], names["id_token"])
+
+
+class CaptureError(ValueError):
+    """The token response cannot be read; the message quotes none of it."""
+
+
+@dataclass(frozen=True, slots=True)
+class TokenResponse:
+    kind: str  # "json" or "form"
+    doc: dict[str, Any] | list[tuple[str, str]]
+    tokens: dict[str, str]  # field → real value, for the fields present
+    expires_in: float | None
+
+
+def read(body: bytes, content_type: str) -> TokenResponse:
+    """Parse a token response body; raises :class:`CaptureError`."""
+    if len(body) > MAX_BODY:
+        raise CaptureError(f"token response over {MAX_BODY} bytes")
+    media = content_type.split(";", 1)[0].strip().lower()
+    if media == "application/x-www-form-urlencoded":
+        try:
+            pairs = parse_qsl(body.decode("utf-8"), keep_blank_values=True, strict_parsing=bool(body))
+        except (UnicodeDecodeError, ValueError):
+            raise CaptureError("token response is not a valid form body") from None
+        twice = sorted({k for k, _ in pairs if k in TOKEN_FIELDS and sum(1 for j, _ in pairs if j == k) > 1})
+        if twice:
+            raise CaptureError(f"token response gives {', '.join(twice)} more than once")
+        _refuse_unrecognised({k: v for k, v in pairs if k not in TOKEN_FIELDS})
+        tokens = {k: v for k, v in pairs if k in TOKEN_FIELDS}
+        expires = next((v for k, v in pairs if k == "expires_in"), None)
+        return TokenResponse("form", pairs, tokens, _seconds(expires))
+    try:
+        doc = json.loads(body)
+    except (UnicodeDecodeError, ValueError):
+        raise CaptureError(f"token response ({media or 'no content type'}) is not JSON") from None
+    if not isinstance(doc, dict):
+        raise CaptureError("token response JSON is not an object")
+    _refuse_unrecognised(doc)
+    tokens = {k: v for k, v in doc.items() if k in TOKEN_FIELDS and isinstance(v, str) and v}
+    return TokenResponse("json", doc, tokens, _seconds(doc.get("expires_in")))
+
+
+def check_other(body: bytes, content_type: str) -> None:
+    """A non-2xx answer of a token endpoint: raises :class:`CaptureError` when its JSON or form
+    body holds any token-like field with a value (recognised ones included: nothing is captured
+    from an error). Other media types, and bodies that do not parse, are not token responses."""
+    if len(body) > MAX_BODY:
+        raise CaptureError(f"token endpoint answer over {MAX_BODY} bytes")
+    media = content_type.split(";", 1)[0].strip().lower()
+    doc: Any
+    try:
+        if media == "application/x-www-form-urlencoded":
+            doc = dict(parse_qsl(body.decode("utf-8"), keep_blank_values=True))
+        else:
+            doc = json.loads(body)
+    except (UnicodeDecodeError, ValueError):
+        return
+    found = list(dict.fromkeys(_unrecognised(doc, [], False)))
+    if found:
+        raise CaptureError(f"token endpoint error answer holds token-like field(s): {', '.join(found[:5])}")
+
+
+def checked_media(content_type: str) -> bool:
+    """True for the media types :func:`check_other` reads (JSON, ``+json`` and forms)."""
+    media = content_type.split(";", 1)[0].strip().lower()
+    return media in ("application/json", "application/x-www-form-urlencoded") or media.endswith("+json")
+
+
+def _seconds(value: Any) -> float | None:
+    try:
+        seconds = float(value)
+    except (TypeError, ValueError):
+        return None
+    return seconds if 0 < seconds < 10 * 365 * 86400 else None
+
+
+def rewrite(response: TokenResponse, placeholders: dict[str, str | None]) -> bytes:
+    """The body with each token field's value replaced by ``placeholders[field]`` (None: withheld)."""
+    if response.kind == "form":
+        assert isinstance(response.doc, list)
+        out = []
+        for k, v in response.doc:
+            if k in response.tokens:
+                if placeholders.get(k) is None:
+                    continue
+                v = placeholders[k] or ""
+            out.append((k, v))
+        return urlencode(out).encode()
+    assert isinstance(response.doc, dict)
+    doc = dict(response.doc)
+    for k in response.tokens:
+        doc[k] = placeholders.get(k)
+    return json.dumps(doc).encode()

@@ -1,0 +1,16 @@
+"""What a node keeps: the credential store, its keys, and the state built from it.
+
+:mod:`proxy.store.sqlite` is the credential store (SQLite, WAL; values sealed with AES-256-GCM),
+:mod:`proxy.store.keyring` its keys; :mod:`proxy.store.registry` turns store rows into the core's
+claims and credentials; :mod:`proxy.store.live` says which values of a credential scrubbing must
+still catch; :mod:`proxy.store.counters` is the node-wide table of connection counts and rate
+buckets every worker shares. A fleet store sits beside the SQLite one, behind the same interface.
+May import: :mod:`proxy.core`.
+
+``from proxy.store import Store`` and the other names of the flat ``proxy.store`` module of
+earlier releases still work (forwarded to :mod:`proxy.store.sqlite`).
+"""
+
+from proxy._moved import forward
+
+__getattr__ = forward("proxy.store.sqlite")

@@ -1,0 +1,258 @@
+"""The claims in force: the rules file's, plus the run-time store's, as one index.
+
+The store is the single source of truth for run-time claims; this index is a cache of it that
+is rebuilt whenever the store's ``data_version()`` moves (another process's commit included), and
+the check is made at the start of every request, so a change acknowledged by the control API is
+used by the very next request, inside already-open tunnels too.
+
+Values of store credentials are decrypted on first use after a rebuild and kept in memory for
+that version only. Rules-file claims win on an id clash (the control API refuses such ids).
+"""
+
+from __future__ import annotations
+
+import functools
+import ipaddress
+import logging
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from proxy.core import slots
+from proxy.core.errors import SecretUnavailable, SurrogateError
+from proxy.core.hosts import HostPattern
+from proxy.core.oauth import OAuthSpec, parse_spec
+from proxy.core.policy import (
+    DEFAULT_SURFACES,
+    Claim,
+    Credential,
+    Injection,
+    Misplaced,
+    Network,
+    Policy,
+    Surface,
+)
+from proxy.core.secrets import Secret, checked_value
+
+if TYPE_CHECKING:
+    from proxy.store.sqlite import CredentialStore
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(slots=True)
+class StoreValue:
+    """A store credential's value (decrypted on first use, then kept for this version)."""
+
+    store: CredentialStore = field(repr=False)
+    claim_id: str
+    name: str
+    _cached: tuple[Secret, int] | None = field(default=None, repr=False)
+    _history: list[tuple[Secret, float]] | None = field(default=None, repr=False)
+
+    def current(self) -> tuple[Secret, int]:
+        if self._cached is None:
+            try:
+                raw, version = self.store.secret(self.claim_id, self.name)
+                value = checked_value(raw.decode("utf-8"), f"credential {self.name!r}")
+            except (SurrogateError, UnicodeDecodeError) as e:
+                raise SecretUnavailable(
+                    f"credential {self.name!r} of claim {self.claim_id!r} cannot be read: {type(e).__name__}"
+                ) from None
+            self._cached = (Secret(value), version)
+        return self._cached
+
+    def previous(self, since: float) -> list[Secret]:
+        """Previous values kept by the store, superseded at or after ``since``, newest first
+        (decrypted once per version of this credential; unreadable ones are skipped)."""
+        if self._history is None:
+            try:
+                rows = self.store.previous_secrets(self.claim_id, self.name)
+            except SurrogateError as e:
+                log.warning("previous values of credential %r unreadable: %s", self.name, type(e).__name__)
+                rows = []
+            self._history = [(Secret(v.decode("utf-8", "replace")), at) for v, _, at in rows]
+        return [s for s, at in self._history if at >= since]
+
+
+@dataclass(frozen=True, slots=True)
+class StoreToken:
+    store: CredentialStore = field(repr=False)
+    claim_id: str
+
+    def matches(self, token: str) -> bool:
+        try:
+            return self.store.check_token(self.claim_id, token)
+        except SurrogateError:
+            return False
+
+
+def oauth_spec(doc: dict[str, Any]) -> OAuthSpec | None:
+    """A stored spec (validated when it was written); None if it no longer parses."""
+    try:
+        return parse_spec(doc)
+    except ValueError:
+        return None
+
+
+@functools.lru_cache(maxsize=4096)
+def _pattern(host: str) -> HostPattern:
+    return HostPattern.parse(host)
+
+
+class Registry:
+    def __init__(self, policy: Policy, store: CredentialStore | None = None) -> None:
+        self.policy = policy
+        self.store = store
+        self._seen: int | None = None
+        self._store_claims: dict[str, Claim] = {}
+        # per store claim: (version, created_at), so that a claim deleted and created again
+        # under the same id (version 1 both times) is another claim
+        self._versions: dict[str, tuple[int, float]] = {}
+        self._by_source: list[tuple[Network, Claim]] = []
+        self._built: dict[tuple[str, str], tuple[int, Credential]] = {}
+        self._spent: dict[tuple[str, str], int] = {}  # rules-file credentials: requests counted
+        self._index_sources()
+
+    def replace_policy(self, policy: Policy) -> None:
+        """Put new rules in force (one assignment: the next request sees them)."""
+        self.policy = policy
+        self._index_sources()
+
+    def generation(self, claim_id: str) -> tuple[int, float] | None:
+        """The store claim ``claim_id`` as of the last rebuild: its version and creation time
+        (None: no such store claim). Any change of the claim (its token rotated, the claim
+        deleted, or deleted and created again under the same id) gives another value."""
+        return self._versions.get(claim_id)
+
+    def claim(self, claim_id: str) -> Claim | None:
+        return self.policy.claims.get(claim_id) or self._store_claims.get(claim_id)
+
+    def claim_for_source(self, address: str) -> Claim | None:
+        """The claim whose sources hold ``address`` (transparent mode); the longest prefix wins."""
+        try:
+            ip = ipaddress.ip_address(address.split("%", 1)[0])
+        except ValueError:
+            return None
+        if isinstance(ip, ipaddress.IPv6Address) and ip.ipv4_mapped is not None:
+            ip = ip.ipv4_mapped
+        for net, claim in self._by_source:
+            if ip.version == net.version and ip in net:
+                return claim
+        return None
+
+    def _index_sources(self) -> None:
+        pairs = [
+            (n, c) for c in (*self._store_claims.values(), *self.policy.claims.values()) for n in c.sources
+        ]
+        self._by_source = sorted(pairs, key=lambda p: -p[0].prefixlen)
+
+    def refresh(self) -> set[str]:
+        """Rebuild from the store if it changed. Returns the ids of store claims that were
+        deleted or changed (token rotated, or deleted and created again) since the last rebuild:
+        their tunnels must close."""
+        if self.store is None:
+            return set()
+        try:
+            version = self.store.data_version()
+            if version == self._seen:
+                return set()
+            claims, creds = self.store.snapshot()
+            specs = self.store.oauth_specs()
+        except SurrogateError as e:  # keep serving the last good index
+            log.warning("credential store unreadable, keeping the last index: %s", e)
+            return set()
+        by_claim: dict[str, list[Credential]] = {}
+        built: dict[tuple[str, str], tuple[int, Credential]] = {}
+        for r in creds:
+            # An unchanged version is the same credential: reuse it (and its decrypted value), so
+            # one write costs one credential's rebuild, not every credential's.
+            known = self._built.get((r.claim_id, r.name))
+            spec = specs.get((r.claim_id, r.name))
+            oauth = oauth_spec(spec) if spec is not None else None
+            if known is not None and known[0] == r.version and known[1].oauth == oauth:
+                cred = known[1]
+            else:
+                cred = Credential(
+                    r.name,
+                    r.placeholder,
+                    tuple(_pattern(h) for h in r.hosts),
+                    StoreValue(self.store, r.claim_id, r.name),
+                    Injection(r.inject_header, r.inject_format or "{value}") if r.inject_header else None,
+                    r.expires_at,
+                    r.max_requests,
+                    surfaces=DEFAULT_SURFACES if r.surfaces is None else frozenset(map(Surface, r.surfaces)),
+                    on_misplaced=Misplaced(r.on_misplaced or Misplaced.CARRY),
+                    oauth=oauth,
+                    headers=slots.DEFAULT_HEADERS if r.headers is None else frozenset(r.headers),
+                    basic_parts=slots.DEFAULT_BASIC_PARTS
+                    if r.basic_parts is None
+                    else frozenset(map(slots.BasicPart, r.basic_parts)),
+                )
+            built[r.claim_id, r.name] = (r.version, cred)
+            by_claim.setdefault(r.claim_id, []).append(cred)
+        self._built = built
+        fresh: dict[str, Claim] = {}
+        versions: dict[str, tuple[int, float]] = {}
+        for c in claims:
+            token = StoreToken(self.store, c.id)
+            sources = tuple(ipaddress.ip_network(s, strict=False) for s in c.sources)
+            held = tuple(by_claim.get(c.id, ()))
+            fresh[c.id] = Claim.build(c.id, c.pool, token, held, "store", sources, c.interface)
+            versions[c.id] = (c.version, c.created_at)
+        gone = {cid for cid, v in self._versions.items() if versions.get(cid) != v}
+        self._store_claims, self._versions, self._seen = fresh, versions, version
+        self._index_sources()
+        return gone
+
+    def spend(self, claim: Claim, names: list[str]) -> str | None:
+        """Count one request carrying the secrets of credentials ``names`` against their budgets
+        (``max_requests``). Returns the name of a credential whose budget is spent (the request
+        must then be refused), else None.
+
+        Every budget is counted in the store, one atomic commit per use, so the count is shared
+        by every worker (a budget of N is never exceeded on the node) and survives restarts:
+        store credentials in their own row, rules-file credentials per (claim, credential name)
+        in ``rules_budgets`` (kept across reloads). A store failure counts as spent (fail
+        closed). With no store (tests) rules-file budgets are counted in this process's memory.
+        The rules-file budgets of one request are counted all or none; store credentials' in
+        order (rare: two metered store credentials in one request may spend the first when the
+        second is refused).
+        """
+        metered = [c for c in claim.metered if c.name in names]  # not a walk over every credential
+        if not metered:
+            return None
+        if claim.origin != "store" and self.store is not None:
+            return self._spend_rules(claim, metered)
+        if claim.origin != "store" or self.store is None:
+            for c in metered:
+                if self._spent.get((claim.id, c.name), 0) >= (c.max_requests or 0):
+                    return c.name
+            for c in metered:
+                self._spent[claim.id, c.name] = self._spent.get((claim.id, c.name), 0) + 1
+            return None
+        for c in metered:
+            try:
+                if not self.store.spend(claim.id, c.name):
+                    return c.name
+            except SurrogateError as e:
+                log.warning("could not count a use of credential %r: %s", c.name, e)
+                return c.name
+        return None
+
+    def _spend_rules(self, claim: Claim, metered: list[Credential]) -> str | None:
+        assert self.store is not None
+        try:
+            return self.store.spend_rules_budgets(claim.id, [(c.name, c.max_requests or 0) for c in metered])
+        except SurrogateError as e:
+            log.warning("could not count a use of credential %r: %s", metered[0].name, e)
+            return metered[0].name
+
+    def record_use(self, claim: Claim, names: list[str], now: float) -> None:
+        """Note the last-used time of store credentials (rate-limited by the store)."""
+        if self.store is None or claim.origin != "store":
+            return
+        for name in names:
+            try:
+                self.store.touch_used(claim.id, name, now)
+            except SurrogateError as e:
+                log.warning("could not record last use of credential %r: %s", name, e)

@@ -1,0 +1,502 @@
+"""proxy.cli.explain: a dry run through the proxy's own core calls names the rule, the reason and the
+credentials' headers, and never a secret value."""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import textwrap
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from proxy.cli.explain import Explanation, explain, main_explain, main_why, parse_header, render, to_json
+from proxy.core.errors import SecretUnavailable
+from proxy.core.policy import Claim, Policy
+from proxy.core.secrets import Secret
+from proxy.rules.loader import load_rules
+from proxy.store.keyring import KeyRing
+from proxy.store.registry import Registry
+from proxy.store.sqlite import Store
+
+P_GH = "surr_UnitGithubPlaceholder0001"
+P_INJ = "surr_UnitInjectedPlaceholder02"
+P_OTHER = "surr_UnitOtherClaimPlaceholder3"
+SECRETS = {
+    "secret-gh": "ghs_UNITSECRETgithub0123456789",
+    "secret-inj": "inj_UNITSECRETinjected987654",
+    "secret-other": "oth_UNITSECRETotherclaim5555",
+    "token": "tok_UNITSECRETproxytoken4444",
+}
+STORE_SECRET = "sto_UNITSECRETstorevalue3333"
+RULES = """\
+    version: 1
+    pools:
+      p:
+        egress:
+          - host: api.test
+            methods: [GET, POST]
+            paths: [/repos, /user]
+          - host: other.test
+          - host: opaque.test
+            intercept: false
+          - host: api.test
+            ports: [80]
+            scheme: http
+          - host: "*.test"
+            intercept: false
+    claims:
+      - id: c1
+        pool: p
+        proxy_token: file:token
+        credentials:
+          - name: gh
+            value: file:secret-gh
+            placeholder: surr_UnitGithubPlaceholder0001
+            hosts: [api.test]
+          - name: inj
+            value: file:secret-inj
+            placeholder: surr_UnitInjectedPlaceholder02
+            hosts: [api.test]
+            inject: {set_header: X-Injected, format: "Token {value}"}
+      - id: c2
+        pool: p
+        proxy_token: file:token
+        credentials:
+          - name: other
+            value: file:secret-other
+            placeholder: surr_UnitOtherClaimPlaceholder3
+            hosts: [api.test]
+"""
+
+
+@pytest.fixture
+def rules_file(tmp_path: Path) -> Path:
+    for name, value in SECRETS.items():
+        (tmp_path / name).write_text(value + "\n")
+    path = tmp_path / "rules.yaml"
+    path.write_text(textwrap.dedent(RULES))
+    return path
+
+
+@pytest.fixture
+def policy(rules_file: Path) -> Policy:
+    return load_rules(rules_file)
+
+
+def assert_no_secret(*texts: str) -> None:
+    for text in texts:
+        for value in (*SECRETS.values(), STORE_SECRET):
+            assert value not in text
+
+
+INJ = ("inj", "X-Injected")
+
+
+@dataclass(frozen=True)
+class Row:
+    method: str
+    url: str
+    headers: tuple[str, ...]
+    event: str
+    decision: str
+    reason: str
+    rule: str | None
+    tunnel: str | None = None
+    placed: frozenset[tuple[str, str]] = frozenset()
+    carried: tuple[str, ...] = ()
+    message: str = ""
+
+
+ROWS = [
+    pytest.param(
+        Row("GET", "https://api.test/repos/x", (), "request", "allow", "allowed", "p.egress[0] api.test",
+            "intercepted", frozenset({INJ})),
+        id="allow-intercepted-with-injection",
+    ),
+    pytest.param(
+        Row("get", "https://api.test/repos", (), "request", "deny", "method_not_allowed", None,
+            "intercepted", frozenset()),
+        id="methods-are-case-sensitive",
+    ),
+    pytest.param(
+        Row("GET", "https://nowhere.example/", (), "tunnel", "deny", "no_rule", None),
+        id="no-rule-connect-refused",
+    ),
+    pytest.param(
+        Row("GET", "https://api.test:8443/repos", (), "tunnel", "deny", "port_not_allowed", None),
+        id="port-not-allowed-at-connect",
+    ),
+    pytest.param(
+        Row("DELETE", "https://api.test/repos", (), "request", "deny", "method_not_allowed", None,
+            "intercepted", message="allows DELETE to api.test"),
+        id="method-denied-inside-tunnel",
+    ),
+    pytest.param(
+        # the later "*.test" intercept: false rule would allow it, but not inside an intercepted tunnel
+        Row("GET", "https://api.test/admin", (), "request", "deny", "path_not_allowed", None, "intercepted"),
+        id="path-denied-intercepted-only",
+    ),
+    pytest.param(
+        Row("GET", "https://other.test/x", (f"Authorization: Bearer {P_GH}",), "request", "violation",
+            "placeholder_violation", "p.egress[1] other.test", "intercepted",
+            message="credential 'gh' in header Authorization is headed for other.test"),
+        id="violation-header-toward-unbound-host",
+    ),
+    pytest.param(
+        Row("GET", f"https://other.test/x?t={P_GH}", (), "request", "violation", "placeholder_violation",
+            "p.egress[1] other.test", "intercepted", message="in request target"),
+        id="violation-url-toward-unbound-host",
+    ),
+    pytest.param(
+        Row("GET", f"https://api.test/repos?token={P_GH}", (), "request", "allow", "allowed",
+            "p.egress[0] api.test", "intercepted", frozenset({INJ}), ("gh",)),
+        id="carried-in-query-toward-bound-host",
+    ),
+    pytest.param(
+        Row("POST", "https://api.test/user", (f"Authorization: Bearer {P_GH}",), "request", "allow",
+            "allowed", "p.egress[0] api.test", "intercepted", frozenset({("gh", "Authorization"), INJ})),
+        id="swap-in-header-and-injection",
+    ),
+    pytest.param(
+        Row("GET", f"https://git:{P_GH}@api.test/repos", (), "request", "allow", "allowed",
+            "p.egress[0] api.test", "intercepted", frozenset({("gh", "Authorization"), INJ})),
+        id="swap-in-basic-credentials-from-url",
+    ),
+    pytest.param(
+        Row("GET", "https://api.test/repos", ("X-Injected: sandbox-chosen",), "request", "allow",
+            "allowed", "p.egress[0] api.test", "intercepted", frozenset({INJ})),
+        id="injection-replaces-the-sandbox-header",
+    ),
+    pytest.param(
+        Row("GET", "https://api.test/repos", (f"Authorization: Bearer {P_OTHER}",), "request", "allow",
+            "allowed", "p.egress[0] api.test", "intercepted", frozenset({INJ})),
+        id="another-claims-placeholder-is-plain-text",
+    ),
+    pytest.param(
+        Row("GET", "https://opaque.test/", (f"Authorization: Bearer {P_GH}",), "tunnel", "allow",
+            "allowed", "p.egress[2] opaque.test", "opaque"),
+        id="opaque-tunnel-no-credential",
+    ),
+    pytest.param(
+        Row("GET", "http://api.test/repos", (f"Authorization: Bearer {P_GH}",), "request", "violation",
+            "cleartext_credential", "p.egress[3] api.test", message="cleartext HTTP"),
+        id="cleartext-http-with-placeholder",
+    ),
+    pytest.param(
+        Row("GET", "http://api.test/anything", (), "request", "allow", "allowed", "p.egress[3] api.test"),
+        id="cleartext-http-no-injection",
+    ),
+    pytest.param(
+        Row("GET", "https://api.test/repos", ("Host: other.test",), "request", "deny", "authority_mismatch",
+            None, "intercepted", message="does not match the tunnel's host api.test:443"),
+        id="host-header-disagrees",
+    ),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize("row", ROWS)
+def test_explain(policy: Policy, row: Row) -> None:
+    e = explain(policy, "c1", row.method, row.url, [parse_header(h) for h in row.headers], now=0.0)
+    rule = e.verdict.rule.label() if e.verdict.rule else None
+    assert (e.event, e.verdict.action.value, e.verdict.reason.value, rule) == (
+        row.event,
+        row.decision,
+        row.reason,
+        row.rule,
+    )
+    assert e.tunnel == row.tunnel
+    assert {(p.credential, p.header) for p in e.placements} == row.placed
+    assert e.carried == row.carried
+    assert row.message in e.verdict.message
+    if row.url.startswith("https"):
+        assert e.connect is not None
+    text, data = render(e), json.dumps(to_json(e))
+    assert_no_secret(text, data, repr(e))
+    assert f"verdict: {row.decision}" in text
+    doc = to_json(e)
+    assert (doc["decision"], doc["reason"], doc["rule"], doc["event"]) == (
+        row.decision,
+        row.reason,
+        row.rule,
+        row.event,
+    )
+    assert {(c["name"], c["header"]) for c in doc["credentials"]} == row.placed
+
+
+def test_render_names_headers_and_how(policy: Policy) -> None:
+    e = explain(policy, "c1", "GET", f"https://git:{P_GH}@api.test/repos?x={P_GH}", now=0.0)
+    text = render(e)
+    assert "credential gh: swapped in Basic credentials in header Authorization" in text
+    assert "credential inj: injected (format 'Token {value}') in header X-Injected" in text
+    assert "carried unchanged (found where its credential is not swapped)" in text and "gh" in text
+    assert "CONNECT api.test:443: allow (rule p.egress[0] api.test)" in text
+
+
+def test_another_claims_placeholder_is_noted(policy: Policy) -> None:
+    e = explain(policy, "c1", "GET", "https://api.test/repos", [("X-Key", P_OTHER)], now=0.0)
+    assert any(P_OTHER in n and "not a placeholder of claim 'c1'" in n for n in e.notes)
+
+
+def test_a_lower_case_method_is_decided_as_sent_and_said(policy: Policy) -> None:
+    """Was: the proxy decided on mitmproxy's upper-cased method but forwarded the raw one."""
+    e = explain(policy, "c1", "get", "https://api.test/repos", now=0.0)
+    assert (e.method, e.verdict.reason.value) == ("get", "method_not_allowed")
+    assert any("case-sensitive" in n for n in e.notes)
+
+
+def test_proxy_headers_are_dropped(policy: Policy) -> None:
+    e = explain(policy, "c1", "GET", "https://other.test/", [("Proxy-Authorization", P_GH)], now=0.0)
+    assert e.verdict.allowed  # the proxy strips Proxy-* before substitution sees the headers
+    assert any("Proxy-*" in n for n in e.notes)
+
+
+class Boom:
+    """A value source that fails the test if anything reads it."""
+
+    def current(self) -> tuple[Secret, int]:
+        raise AssertionError("explain read a secret")
+
+
+def _with_sources(policy: Policy, **changes: Any) -> Policy:
+    claims = {}
+    for cid, c in policy.claims.items():
+        creds = tuple(dataclasses.replace(k, source=Boom(), **changes) for k in c.credentials)
+        claims[cid] = Claim.build(c.id, c.pool, c.proxy_token, creds, c.origin, c.sources)
+    return Policy(policy.source, policy.pools, claims)
+
+
+def test_no_secret_is_read(policy: Policy) -> None:
+    e = explain(_with_sources(policy), "c1", "GET", "https://api.test/repos", [("Authorization", P_GH)])
+    assert {p.credential for p in e.placements} == {"gh", "inj"}
+
+
+def test_expired_credential_is_refused(policy: Policy) -> None:
+    e = explain(_with_sources(policy, expires_at=100.0), "c1", "GET", "https://api.test/repos", now=200.0)
+    assert (e.verdict.reason.value, e.verdict.rule.label() if e.verdict.rule else None) == (
+        "credential_expired",
+        "p.egress[0] api.test",
+    )
+    assert e.substitution == e.verdict
+
+
+def test_pool_missing_fails_closed(policy: Policy) -> None:
+    c = policy.claims["c1"]
+    claims = {"c9": Claim.build("c9", "gone", c.proxy_token, ())}
+    e = explain(Policy(policy.source, policy.pools, claims), "c9", "GET", "https://api.test/repos")
+    assert (e.event, e.verdict.reason.value, e.verdict.status) == ("tunnel", "internal_error", 400)
+
+
+@pytest.mark.parametrize(
+    ("claim", "url", "match"),
+    [
+        ("nobody", "https://api.test/", "no claim 'nobody'"),
+        ("c1", "ftp://api.test/", "not an http:// or https:// URL"),
+        ("c1", "https:///nohost", "not an http:// or https:// URL"),
+        ("c1", "https://api.test:99999/", "invalid port"),
+    ],
+    ids=["unknown-claim", "not-http", "no-host", "bad-port"],
+)
+def test_bad_input_is_a_clear_error(policy: Policy, claim: str, url: str, match: str) -> None:
+    with pytest.raises(ValueError, match=match):
+        explain(policy, claim, "GET", url)
+
+
+def test_bad_header_is_a_clear_error() -> None:
+    with pytest.raises(ValueError, match="is not 'Name: value'"):
+        parse_header("no colon here")
+
+
+@pytest.fixture
+def state_dir(tmp_path: Path) -> Iterator[tuple[Path, str]]:
+    """A state dir whose store holds claim s1 (pool p) with credential 'st' bound to api.test."""
+    state = tmp_path / "state"
+    state.mkdir()
+    with Store.open(state / "store.sqlite3", KeyRing.load_or_create(state / "store.key")) as store:
+        store.create_claim("s1", "p")
+        rec = store.put_credential("s1", "st", value=STORE_SECRET.encode(), hosts=["api.test"])
+    yield state, rec.placeholder
+
+
+def test_store_claims_through_a_registry(policy: Policy, state_dir: tuple[Path, str]) -> None:
+    state, placeholder = state_dir
+    with Store.open(state / "store.sqlite3", KeyRing.load_or_create(state / "store.key")) as store:
+        registry = Registry(policy, store)
+        registry.refresh()
+        e = explain(registry, "s1", "GET", "https://api.test/user", [("X-Api-Key", placeholder)])
+        bad = explain(registry, "s1", "GET", "https://other.test/", [("X-Api-Key", placeholder)])
+    assert [(p.credential, p.header, p.how) for p in e.placements] == [("st", "X-Api-Key", "swapped")]
+    assert bad.verdict.reason.value == "placeholder_violation"
+    assert_no_secret(render(e), render(bad))
+
+
+def ns(**kw: Any) -> argparse.Namespace:
+    return argparse.Namespace(**{"state_dir": None, "json": False, "header": [], **kw})
+
+
+def test_main_explain_text_and_json(rules_file: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    args = ns(rules=rules_file, claim="c1", method="GET", url="https://api.test/repos")
+    assert main_explain(args) == 0
+    assert "verdict: allow (rule p.egress[0] api.test)" in capsys.readouterr().out
+    args = ns(rules=rules_file, claim="c1", method="DELETE", url="https://api.test/repos", json=True)
+    assert main_explain(args) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert (doc["decision"], doc["reason"], doc["connect"]["decision"]) == (
+        "deny",
+        "method_not_allowed",
+        "allow",
+    )
+
+
+def test_main_explain_with_state_dir(
+    rules_file: Path, state_dir: tuple[Path, str], capsys: pytest.CaptureFixture[str]
+) -> None:
+    state, placeholder = state_dir
+    header = [f"Authorization: Bearer {placeholder}"]
+    args = ns(rules=rules_file, claim="s1", method="GET", url="https://api.test/user", header=header)
+    args.state_dir, args.json = state, True
+    assert main_explain(args) == 0
+    out = capsys.readouterr().out
+    assert json.loads(out)["credentials"] == [{"name": "st", "header": "Authorization", "how": "swapped"}]
+    assert_no_secret(out)
+
+
+def test_state_dir_without_a_store_is_refused(rules_file: Path, tmp_path: Path) -> None:
+    args = ns(
+        rules=rules_file, claim="c1", method="GET", url="https://api.test/", state_dir=tmp_path / "none"
+    )
+    with pytest.raises(ValueError, match="no credential store"):
+        main_explain(args)
+    assert not (tmp_path / "none").exists()  # a dry run creates nothing
+
+
+# --- audit why ------------------------------------------------------------------------------------
+
+
+def event(request_id: str, **fields: Any) -> dict[str, Any]:
+    base = {
+        "time": "2026-01-01T00:00:00Z", "event": "request", "request_id": request_id, "claim": "c1",
+        "pool": "p", "client": "127.0.0.1:5000", "method": "GET", "scheme": "https", "host": "api.test",
+        "port": 443, "path": "/repos", "status": 200, "decision": "allow", "reason": "allowed",
+        "rule": "p.egress[0] api.test", "message": None, "credentials": [], "carried": [],
+        "bytes_out": 0, "bytes_in": 0, "duration_ms": 1.0,
+    }  # fmt: skip
+    return {**base, **fields}
+
+
+EVENTS = [
+    event("r-allow"),
+    event("r-method", method="DELETE", status=403, decision="deny", reason="method_not_allowed", rule=None,
+          message="no egress rule of pool 'p' allows DELETE to api.test"),
+    event("r-query", path="/repos?token=REDACTED&flag", carried=["gh"]),
+    event("r-viol", host="other.test", path="/x", status=403, decision="violation",
+          reason="placeholder_violation", rule="p.egress[1] other.test",
+          message="placeholder of credential 'gh' in header Authorization is headed for other.test, "
+          "which that credential is not bound to"),
+    event("r-tunnel", event="tunnel", method="CONNECT", scheme=None, host="nowhere.example", path=None,
+          status=403, decision="deny", reason="no_rule", rule=None, message="no egress rule ..."),
+    event("r-opaque", event="tunnel", method="CONNECT", scheme=None, host="opaque.test", path=None,
+          status=200, rule="p.egress[2] opaque.test"),
+    event("r-stale", method="DELETE", rule="p.egress[0] api.test"),
+    event("r-noauth", claim=None, pool=None, status=407, decision="deny", reason="proxy_auth_required",
+          rule=None, message="proxy authentication required"),
+    event("r-gone", claim="ghost"),
+    event("r-421", status=421, decision="deny", reason="authority_mismatch", rule=None,
+          message="Host header 'x.test' does not match the tunnel's host api.test:443"),
+    {"time": "2026-01-01T00:00:00Z", "event": "control", "request_id": "r-control", "who": "socket",
+     "action": "claim.create", "claim": "s1", "credential": None, "old_version": None, "new_version": 1},
+]  # fmt: skip
+
+
+@pytest.fixture
+def audit_file(tmp_path: Path) -> Path:
+    path = tmp_path / "audit.jsonl"
+    lines = [json.dumps(e) for e in EVENTS]
+    path.write_text("not json\n" + "\n".join(lines) + '\n{"partial": ')
+    return path
+
+
+@pytest.mark.parametrize(
+    ("request_id", "expect"),
+    [
+        ("r-allow", ["the rules in force decide as the proxy did"]),
+        ("r-method", ["refused: deny method_not_allowed", "rule: none", "decide as the proxy did"]),
+        ("r-query", ["query values are REDACTED", "decide as the proxy did"]),
+        ("r-viol", ["refused: violation placeholder_violation", "rule: p.egress[1] other.test",
+                    "header values are never logged", "decide as the proxy did"]),
+        ("r-tunnel", ["CONNECT nowhere.example:443: deny no_rule", "decide as the proxy did"]),
+        ("r-opaque", ["tunnel: opaque", "decide as the proxy did"]),
+        ("r-stale", ["decide differently"]),
+        ("r-noauth", ["not identified as any claim"]),
+        ("r-gone", ["cannot replay: no claim 'ghost'", "decide differently"]),
+        ("r-421", ["decided outside the egress rules (authority_mismatch)"]),
+        ("r-control", ["control-API mutation (claim.create by socket)"]),
+    ],
+)  # fmt: skip
+def test_why(
+    rules_file: Path, audit_file: Path, request_id: str, expect: list[str], capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert main_why(ns(request_id=request_id, audit_file=audit_file, rules=rules_file)) == 0
+    out = capsys.readouterr().out
+    assert f'"request_id": "{request_id}"' in out
+    for text in expect:
+        assert text in out
+    assert_no_secret(out)
+
+
+def test_why_json(rules_file: Path, audit_file: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main_why(ns(request_id="r-viol", audit_file=audit_file, rules=rules_file, json=True)) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert doc["agrees"] is True and doc["event"]["request_id"] == "r-viol"
+    assert doc["explanation"]["request"]["rule"] == "p.egress[1] other.test"
+
+
+def test_why_unknown_id_exits_1(
+    rules_file: Path, audit_file: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert main_why(ns(request_id="nope", audit_file=audit_file, rules=rules_file)) == 1
+    captured = capsys.readouterr()
+    assert captured.out == ""
+    assert "no audit event with request_id 'nope'" in captured.err
+
+
+def test_explanation_is_frozen(policy: Policy) -> None:
+    e: Explanation = explain(policy, "c1", "GET", "https://api.test/repos", now=0.0)
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        e.claim = "c2"  # type: ignore[misc]
+
+
+def test_a_broken_source_never_matters(policy: Policy) -> None:
+    """Even a source that cannot be read gives an explanation (the proxy would answer 503)."""
+
+    class Gone:
+        def current(self) -> tuple[Secret, int]:
+            raise SecretUnavailable("gone")
+
+    c = policy.claims["c1"]
+    creds = tuple(dataclasses.replace(k, source=Gone()) for k in c.credentials)
+    claims = {"c1": Claim.build("c1", "p", c.proxy_token, creds)}
+    e = explain(Policy(policy.source, policy.pools, claims), "c1", "GET", "https://api.test/repos")
+    assert e.verdict.allowed
+    assert any("credential_unavailable" in n for n in e.notes)
+
+
+@pytest.mark.parametrize(
+    ("url", "reason"),
+    [
+        ("https://api.test/%72epos/x", "allowed"),  # /%72epos is /repos, as the proxy reads it
+        ("https://api.test/repos/%2e%2e/admin", "ambiguous_path"),
+        ("https://api.test/repos%2Fx", "ambiguous_path"),
+        ("https://other.test/a%2Fb", "allowed"),  # nothing on other.test matches on paths
+    ],
+    ids=["encoded-letter", "encoded-dot-dot", "encoded-slash", "no-path-matcher-on-host"],
+)
+def test_explain_reads_the_path_as_the_proxy_does(policy: Policy, url: str, reason: str) -> None:
+    exp = explain(policy, "c1", "GET", url, [])
+    assert exp.verdict.reason.value == reason
+    if reason == "ambiguous_path":
+        assert exp.verdict.status == 400 and "/admin" not in exp.verdict.message

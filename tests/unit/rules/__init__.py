@@ -1,0 +1,1 @@
+"""Unit tests of rules files and their value sources (proxy/rules/)."""
