@@ -10,7 +10,6 @@ import asyncio
 import ssl
 import subprocess
 import sys
-import textwrap
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -18,35 +17,18 @@ from pathlib import Path
 import canary
 import httpx
 import pytest
-from harness import ROOT, ProxyProcess
-from servers import TestCA, Upstream
+from harness import ROOT
+from world import Stage, egress, rules, wait_control
 
 pytestmark = pytest.mark.e2e
 
 
 class World:
-    def __init__(self, tmp: Path) -> None:
-        self.ca = TestCA(tmp)
-        self.upstream = Upstream(self.ca, ["api.test", "other.test"], tmpdir=tmp).start()
-        rules = tmp / "rules.yaml"
-        rules.write_text(
-            textwrap.dedent(f"""\
-            version: 1
-            pools:
-              p:
-                egress:
-                  - host: api.test
-                    ports: [{self.upstream.port}]
-                  - host: other.test
-                    ports: [{self.upstream.port}]
-            """)
-        )
-        self.proxy = ProxyProcess(
-            rules,
-            tmp,
-            upstream_ca=self.ca.ca_pem,
-            resolve={"api.test": "127.0.0.1", "other.test": "127.0.0.1"},
-        )
+    def __init__(self, st: Stage) -> None:
+        self.upstream = st.upstream(["api.test", "other.test"])
+        port = self.upstream.port
+        text = rules([egress("api.test", port), egress("other.test", port)], claims=[])
+        self.proxy = st.proxy(text, ["api.test", "other.test"], start=False)
         self.canaries: list[str] = []
 
     @property
@@ -80,20 +62,16 @@ class World:
 
 @pytest.fixture(scope="module")
 def world(tmp_path_factory: pytest.TempPathFactory) -> Iterator[World]:
-    w = World(tmp_path_factory.mktemp("control"))
-    try:
+    with Stage(tmp_path_factory.mktemp("control")) as st:
+        w = World(st)
+        st.canaries = w.canaries
         w.proxy.start()
-        deadline = time.monotonic() + 10
-        while not w.socket.exists() and time.monotonic() < deadline:
-            time.sleep(0.05)
+        wait_control(w.proxy)
+        # No value in the store file, its WAL, the audit file or the proxy's stderr.
+        st.scanned += [
+            w.proxy.state_dir / n for n in ("store.sqlite3", "store.sqlite3-wal", "store.sqlite3-shm")
+        ]
         yield w
-    finally:
-        w.proxy.stop()
-        w.upstream.stop()
-    # No value in the store file, its WAL, the audit file or the proxy's stderr.
-    files = [w.proxy.state_dir / n for n in ("store.sqlite3", "store.sqlite3-wal", "store.sqlite3-shm")]
-    files += [w.proxy.audit_path, w.proxy.stderr_path]
-    canary.assert_absent({f.name: f.read_bytes() for f in files if f.exists()}, w.canaries)
 
 
 def test_api_write_is_used_by_the_next_request_on_the_same_connection(world: World) -> None:

@@ -4,9 +4,7 @@ messages flow both ways as they are sent (the upstream answers before the client
 from __future__ import annotations
 
 import asyncio
-import secrets
 import ssl
-import textwrap
 import threading
 from collections.abc import Iterator
 from pathlib import Path
@@ -16,6 +14,7 @@ from harness import ProxyProcess, free_port
 from servers import TestCA
 from websockets.asyncio.server import ServerConnection, serve
 from websockets.sync.client import connect
+from world import Stage, credential, egress, rules
 
 pytestmark = pytest.mark.e2e
 PH = "surr_WebSocketPlaceholder0001"
@@ -65,38 +64,16 @@ class WsUpstream:
 
 @pytest.fixture
 def world(tmp_path: Path) -> Iterator[tuple[ProxyProcess, WsUpstream, str]]:
-    ca = TestCA(tmp_path)
-    secret = f"CANARYws{secrets.token_hex(10)}"
-    (tmp_path / "secret").write_text(secret)
-    (tmp_path / "token").write_text("tok")
-    with WsUpstream(ca) as upstream:
-        (tmp_path / "rules.yaml").write_text(
-            textwrap.dedent(f"""\
-            version: 1
-            pools:
-              p:
-                egress:
-                  - host: api.test
-                    ports: [{upstream.port}]
-            claims:
-              - id: c
-                pool: p
-                proxy_token: file:token
-                credentials:
-                  - name: ws
-                    value: file:secret
-                    placeholder: {PH}
-                    hosts: [api.test]
-            """)
+    with Stage(tmp_path) as st:
+        secret = st.secret("ws", file="secret")
+        st.token("tok", newline=False)
+        upstream = st.enter(WsUpstream(st.ca))
+        text = rules(
+            [egress("api.test", upstream.port)],
+            claim_id="c",
+            credentials=[credential("ws", PH, ["api.test"], "file:secret")],
         )
-        proxy = ProxyProcess(
-            tmp_path / "rules.yaml", tmp_path, upstream_ca=ca.ca_pem, resolve={"api.test": "127.0.0.1"}
-        ).start()
-        try:
-            yield proxy, upstream, secret
-        finally:
-            proxy.stop()
-        assert secret not in proxy.audit_path.read_text() + proxy.stderr()
+        yield st.proxy(text, ["api.test"]), upstream, secret
 
 
 def test_websocket_handshake_gets_the_secret_and_messages_stream(

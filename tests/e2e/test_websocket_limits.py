@@ -12,7 +12,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import ssl
-import textwrap
 import threading
 from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass
@@ -25,6 +24,7 @@ from servers import TestCA
 from websockets.asyncio.server import ServerConnection, serve
 from websockets.exceptions import ConnectionClosed
 from websockets.sync.client import ClientConnection, connect
+from world import Stage, claim, egress, rules
 
 pytestmark = pytest.mark.e2e
 MIB = 1024 * 1024
@@ -114,40 +114,18 @@ class World:
 
 @pytest.fixture(scope="module")
 def world(tmp_path_factory: pytest.TempPathFactory) -> Iterator[World]:
-    tmp = tmp_path_factory.mktemp("wslimits")
-    ca = TestCA(tmp)
-    (tmp / "token").write_text("tok")
-    with WsUpstream(ca) as upstream:
-        (tmp / "rules.yaml").write_text(
-            textwrap.dedent(f"""\
-            version: 1
-            pools:
-              default:
-                egress:
-                  - host: ws.test
-                    ports: [{upstream.port}]
-              small:
-                egress:
-                  - host: ws.test
-                    ports: [{upstream.port}]
-                limits: {{websocket_message_bytes: {SMALL}}}
-            claims:
-              - id: d
-                pool: default
-                proxy_token: file:token
-                credentials: []
-              - id: s
-                pool: small
-                proxy_token: file:token
-                credentials: []
-            """)
+    with Stage(tmp_path_factory.mktemp("wslimits")) as st:
+        st.token("tok", newline=False)
+        upstream = st.enter(WsUpstream(st.ca))
+        ws = [egress("ws.test", upstream.port)]
+        text = rules(
+            pools={
+                "default": {"egress": ws},
+                "small": {"egress": ws, "limits": {"websocket_message_bytes": SMALL}},
+            },
+            claims=[claim("d", pool="default"), claim("s", pool="small")],
         )
-        proxy = ProxyProcess(tmp / "rules.yaml", tmp, upstream_ca=ca.ca_pem, resolve={"ws.test": "127.0.0.1"})
-        proxy.start()
-        try:
-            yield World(proxy, upstream)
-        finally:
-            proxy.stop()
+        yield World(st.proxy(text, ["ws.test"]), upstream)
 
 
 def _close_code(ws: ClientConnection) -> int | None:

@@ -1,0 +1,287 @@
+"""One builder for the end-to-end world: a rules file, upstreams, proxy processes, the canary check.
+
+A test states only what differs from the usual world. Two halves:
+
+- **Rules pieces**, plain dicts dumped to YAML (the file the proxy loads): :func:`egress` (one
+  egress rule), :func:`credential`, :func:`claim` and :func:`rules` (the whole file: ``version: 1``,
+  one pool ``p`` with ``egress`` and one claim ``c1`` with ``credentials`` unless told otherwise).
+  A test that checks how a *spelling* of a rules file is read keeps its own literal text.
+- **A stage** (:class:`Stage`, a context manager over a temp dir): a test CA, canary secrets in
+  their source files, proxy tokens, upstreams (started now, stopped at exit), proxy processes
+  (pinned names, the stage's CA as upstream CA; stopped at exit), client env. When the stage
+  closes, every proxy's audit file and stderr and every byte kept in ``received`` is checked for
+  each canary the stage made or was given (DESIGN.md invariant 1).
+
+Shapes::
+
+    with Stage(tmp) as st:
+        token = st.token()
+        secret = st.secret("api")                     # a canary in tmp/secret-api
+        up = st.upstream(["api.test"])                # servers.Upstream, started
+        proxy = st.proxy(rules(egress=[egress("api.test", up.port)],
+                               credentials=[credential("api", PH, ["api.test"])]),
+                         resolve=["api.test"])        # ProxyProcess, started
+        yield ...
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import time
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from pathlib import Path
+from types import TracebackType
+from typing import Any, Protocol, Self, TypeVar
+
+import canary
+import yaml
+from harness import ProxyProcess
+from servers import TestCA, Upstream
+
+# ---------------------------------------------------------------------------- rules-file pieces
+
+
+def egress(
+    host: str, port: int | None = None, *, ports: Sequence[int] | None = None, **extra: Any
+) -> dict[str, Any]:
+    """One egress rule: ``host`` on ``[port]`` (or ``ports``; ``[]`` is any port), plus any other
+    field of rules/README.md as a keyword (``scheme="http"``, ``intercept=False``, ``methods=[...]``)."""
+    rule: dict[str, Any] = {"host": host}
+    if ports is not None:
+        rule["ports"] = list(ports)
+    elif port is not None:
+        rule["ports"] = [port]
+    return {**rule, **extra}
+
+
+def credential(
+    name: str, placeholder: str, hosts: Sequence[str], value: str | None = None, **extra: Any
+) -> dict[str, Any]:
+    """One credential; its value defaults to ``file:secret-<name>`` (what :meth:`Stage.secret` writes)."""
+    return {
+        "name": name,
+        "value": value or f"file:secret-{name}",
+        "placeholder": placeholder,
+        "hosts": list(hosts),
+        **extra,
+    }
+
+
+def claim(
+    id: str = "c1",
+    credentials: Sequence[Mapping[str, Any]] = (),
+    *,
+    pool: str = "p",
+    token: str = "file:token",
+    **extra: Any,
+) -> dict[str, Any]:
+    """One claim in ``pool`` whose proxy token comes from ``token`` (a value source)."""
+    creds = [dict(c) for c in credentials]
+    return {"id": id, "pool": pool, "proxy_token": token, "credentials": creds, **extra}
+
+
+def rules(
+    egress: Sequence[Mapping[str, Any]] = (),
+    *,
+    credentials: Sequence[Mapping[str, Any]] = (),
+    pool: str = "p",
+    pool_extra: Mapping[str, Any] | None = None,
+    pools: Mapping[str, Mapping[str, Any]] | None = None,
+    claims: Sequence[Mapping[str, Any]] | None = None,
+    claim_id: str = "c1",
+    **top: Any,
+) -> str:
+    """A rules file's text. Default: pool ``pool`` with ``egress`` (and ``pool_extra`` fields such
+    as ``unsafe_any_host``), one claim ``claim_id`` holding ``credentials``. ``pools`` (name -> pool
+    body) and ``claims`` replace those defaults; ``claims=[]`` writes no claim. ``top``: more
+    top-level sections (``hooks``, ``oauth``, ...)."""
+    if pools is None:
+        pools = {pool: {"egress": [dict(r) for r in egress], **(pool_extra or {})}}
+    if claims is None:
+        claims = [claim(claim_id, credentials, pool=pool)]
+    doc: dict[str, Any] = {"version": 1, "pools": {k: dict(v) for k, v in pools.items()}}
+    if claims:
+        doc["claims"] = [dict(c) for c in claims]
+    doc.update(top)
+    return dump(doc)
+
+
+class _Dumper(yaml.SafeDumper):
+    """Block style as people write rules files: nested lists indented, lists of plain values on
+    one line (``ports: [443]``, ``hosts: [api.test]``), so tests may still edit the text."""
+
+    def increase_indent(self, flow: bool = False, indentless: bool = False) -> None:
+        super().increase_indent(flow, False)
+
+
+def _list(dumper: yaml.SafeDumper, data: list[Any]) -> yaml.Node:
+    flat = all(not isinstance(v, dict | list) for v in data)
+    return dumper.represent_sequence("tag:yaml.org,2002:seq", data, flow_style=flat)
+
+
+_Dumper.add_representer(list, _list)
+
+
+def dump(doc: Mapping[str, Any]) -> str:
+    """YAML text of ``doc`` (keys in the order given)."""
+    return yaml.dump(dict(doc), Dumper=_Dumper, sort_keys=False, allow_unicode=True, width=1000)
+
+
+# ---------------------------------------------------------------------------------- the stage
+
+
+class _Server(Protocol):
+    port: int
+
+    def start(self) -> Any: ...
+
+    def stop(self) -> None: ...
+
+
+S = TypeVar("S", bound=_Server)
+C = TypeVar("C")
+
+
+class Stage:
+    """The temp dir of one world and everything started in it; see the module docstring."""
+
+    def __init__(self, tmp: Path) -> None:
+        self.tmp = tmp
+        self.ca = TestCA(tmp)
+        self.canaries: list[str] = []
+        self.received: list[bytes] = []  # every byte a client got back, for the canary check
+        self.proxies: list[ProxyProcess] = []
+        self.check_canaries = True  # False: the test does its own scan (it knows more artifacts)
+        self.scanned: list[Path] = []  # more files the closing check reads (those that exist then)
+        self._stack = contextlib.ExitStack()
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(
+        self, kind: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self._stack.close()
+        if kind is None and self.check_canaries:
+            self.assert_no_canary()
+
+    def artifacts(self) -> dict[str, bytes]:
+        """Every proxy's audit file and stderr, and the client-received bytes, by name."""
+        out: dict[str, bytes] = {}
+        for i, p in enumerate(self.proxies):
+            tag = f" #{i}" if len(self.proxies) > 1 else ""
+            out[f"audit file{tag}"] = p.audit_path.read_bytes() if p.audit_path.exists() else b""
+            out[f"proxy stderr{tag}"] = p.stderr_path.read_bytes() if p.stderr_path.exists() else b""
+        out["client-received bytes"] = b"".join(self.received)
+        for f in self.scanned:
+            if f.exists():
+                out[str(f.relative_to(self.tmp) if f.is_relative_to(self.tmp) else f)] = f.read_bytes()
+        return out
+
+    def assert_no_canary(self, more: Mapping[str, bytes] | None = None) -> None:
+        canary.assert_absent({**self.artifacts(), **(more or {})}, self.canaries)
+
+    # -- values
+
+    def secret(self, name: str = "secret", tag: str | None = None, file: str | None = None) -> str:
+        """A fresh canary, written to ``tmp/secret-<name>`` (``file``: another file name) as its
+        registered source."""
+        value = canary.make(tag or name)
+        canary.source(self.tmp / (file or f"secret-{name}"), value)
+        self.canaries.append(value)
+        return value
+
+    def watch(self, *values: str) -> None:
+        """More canaries the closing check looks for (values a test made itself)."""
+        self.canaries.extend(values)
+
+    def token(self, value: str | None = None, file: str = "token", newline: bool = True) -> str:
+        """A proxy token (random unless given) in ``tmp/<file>``."""
+        value = value or "tok-" + os.urandom(8).hex()
+        (self.tmp / file).write_text(value + ("\n" if newline else ""))
+        return value
+
+    def write(self, text: str, name: str = "rules.yaml") -> Path:
+        path = self.tmp / name
+        path.write_text(text)
+        return path
+
+    # -- servers
+
+    def upstream(self, names: Sequence[str], **kw: Any) -> Upstream:
+        """A started :class:`servers.Upstream` under the stage's CA covering ``names``."""
+        kw.setdefault("tmpdir", self.tmp)
+        return self.serve(Upstream(self.ca, list(names), **kw))
+
+    def serve(self, server: S) -> S:
+        """Start ``server`` (anything with start/stop) now and stop it when the stage closes."""
+        server.start()
+        self._stack.callback(server.stop)
+        return server
+
+    def defer(self, fn: Callable[..., object], *args: Any) -> None:
+        """Call ``fn(*args)`` when the stage closes (before what was started earlier is stopped)."""
+        self._stack.callback(fn, *args)
+
+    def enter(self, cm: contextlib.AbstractContextManager[C]) -> C:
+        """Enter a context manager (a server that is one) until the stage closes."""
+        return self._stack.enter_context(cm)
+
+    def proxy(
+        self,
+        rules_text: str | Path,
+        resolve: Iterable[str] | Mapping[str, str] = (),
+        *,
+        workdir: Path | None = None,
+        rules_name: str = "rules.yaml",
+        start: bool = True,
+        control: bool = False,
+        upstream_ca: Path | None | bool = True,
+        args: Sequence[str] = (),
+        **kw: Any,
+    ) -> ProxyProcess:
+        """A :class:`harness.ProxyProcess` on the rules text (written to ``rules_name``) or file,
+        with ``resolve`` names pinned to 127.0.0.1 (or a name -> address map), trusting the stage's
+        CA upstream. ``start``: started now (``control``: and its control socket is there);
+        stopped when the stage closes either way. ``args``: more ``surrogate run`` arguments;
+        ``kw``: ProxyProcess's ``env``, ``workers``."""
+        path = rules_text if isinstance(rules_text, Path) else self.write(rules_text, rules_name)
+        pins = dict(resolve) if isinstance(resolve, Mapping) else {n: "127.0.0.1" for n in resolve}
+        ca = self.ca.ca_pem if upstream_ca is True else (upstream_ca or None)
+        proxy = ProxyProcess(path, workdir or self.tmp, upstream_ca=ca, resolve=pins, **kw)
+        proxy.args += list(args)
+        self.proxies.append(proxy)
+        self._stack.callback(proxy.stop)
+        if start:
+            proxy.start()
+            if control:
+                wait_control(proxy)
+        return proxy
+
+    def client_env(self, proxy: ProxyProcess, claim: str, token: str, **more: str) -> dict[str, str]:
+        """The env a real client process runs with: this proxy as HTTP(S)_PROXY, its CA trusted."""
+        url = proxy.url(claim, token)
+        ca = str(proxy.ca_pem)
+        return {
+            **os.environ,
+            "HTTPS_PROXY": url,
+            "HTTP_PROXY": url,
+            "https_proxy": url,
+            "http_proxy": url,
+            "NO_PROXY": "",
+            "no_proxy": "",
+            "SSL_CERT_FILE": ca,
+            "REQUESTS_CA_BUNDLE": ca,
+            "CURL_CA_BUNDLE": ca,
+            **more,
+        }
+
+
+def wait_control(proxy: ProxyProcess, timeout: float = 10) -> Path:
+    """The proxy's control socket, once it exists (it is bound just after the listener)."""
+    sock = proxy.state_dir / "control.sock"
+    deadline = time.monotonic() + timeout
+    while not sock.exists() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    return sock
