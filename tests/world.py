@@ -114,6 +114,9 @@ class _Dumper(yaml.SafeDumper):
     def increase_indent(self, flow: bool = False, indentless: bool = False) -> None:
         super().increase_indent(flow, False)
 
+    def ignore_aliases(self, data: Any) -> bool:
+        return True  # a piece used twice is written twice: rules files take no anchors
+
 
 def _list(dumper: yaml.SafeDumper, data: list[Any]) -> yaml.Node:
     flat = all(not isinstance(v, dict | list) for v in data)

@@ -19,7 +19,6 @@ import secrets
 import socket
 import ssl
 import subprocess
-import textwrap
 import threading
 import time
 import zlib
@@ -43,6 +42,7 @@ from websockets.asyncio.server import ServerConnection, serve
 from websockets.datastructures import Headers
 from websockets.http11 import Request, Response
 from websockets.sync.client import connect
+from world import Stage, credential, egress, rules
 from wsproto import events as wse
 
 pytestmark = pytest.mark.e2e
@@ -381,68 +381,37 @@ def _unicode_body(s: str) -> bytes:
 
 @pytest.fixture(scope="module")
 def world(tmp_path_factory: pytest.TempPathFactory) -> Iterator[World]:
-    tmp = tmp_path_factory.mktemp("paths")
-    secret = canary.make("paths")
-    uni = canary.register(f"CANARYuni{secrets.token_hex(8)}äöü€𝄞")
-    canary.source(tmp / "secret", secret)
-    canary.source(tmp / "secret-uni", uni)
-    (tmp / "token").write_text("tok\n")
-    ca = TestCA(tmp)
-    raw = RawUpstream(ca, ["api.test"]).start()
-    raw.responses.update(_bodies(secret))
-    raw.responses.update(_hostile(secret))
-    raw.responses["/dribble"] = _dribble(secret)
-    raw.responses["/unicode"] = _unicode_body(uni)
-    raw.responses["/reflect-all"] = _reflect_all
-    raw.responses["/upload"] = b"HTTP/1.1 200 OK\r\nContent-Length: 4\r\n\r\ngot\n"
-    raw.responses["/ok"] = lambda req: (
-        b"HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\nContent-Length: 3\r\n\r\n"
-        + (b"" if req.startswith(b"HEAD ") else b"ok\n")
-    )
-    h2 = H2Trailers(ca, tmp, secret).start()
-    with WsReflect(ca) as ws:
-        (tmp / "rules.yaml").write_text(
-            textwrap.dedent(f"""\
-            version: 1
-            pools:
-              p:
-                egress:
-                  - host: api.test
-                    ports: [{raw.port}, {h2.port}, {ws.port}]
-            claims:
-              - id: c
-                pool: p
-                proxy_token: file:token
-                credentials:
-                  - name: resp
-                    value: file:secret
-                    placeholder: {PH}
-                    hosts: [api.test]
-                  - name: uni
-                    value: file:secret-uni
-                    placeholder: {PH_UNI}
-                    hosts: [api.test]
-                    headers: [X-Uni]  # not a default slot (proxy/core/slots.py)
-            """)
+    st = Stage(tmp_path_factory.mktemp("paths"))
+    with st:
+        secret = st.secret("resp", tag="paths", file="secret")
+        uni = canary.register(f"CANARYuni{secrets.token_hex(8)}äöü€𝄞")
+        canary.source(st.tmp / "secret-uni", uni)
+        st.watch(uni)
+        st.token("tok")
+        raw = st.serve(RawUpstream(st.ca, ["api.test"]))
+        raw.responses.update(_bodies(secret))
+        raw.responses.update(_hostile(secret))
+        raw.responses["/dribble"] = _dribble(secret)
+        raw.responses["/unicode"] = _unicode_body(uni)
+        raw.responses["/reflect-all"] = _reflect_all
+        raw.responses["/upload"] = b"HTTP/1.1 200 OK\r\nContent-Length: 4\r\n\r\ngot\n"
+        raw.responses["/ok"] = lambda req: (
+            b"HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\nContent-Length: 3\r\n\r\n"
+            + (b"" if req.startswith(b"HEAD ") else b"ok\n")
         )
-        proxy = ProxyProcess(
-            tmp / "rules.yaml", tmp, upstream_ca=ca.ca_pem, resolve={"api.test": "127.0.0.1"}
+        h2 = st.serve(H2Trailers(st.ca, st.tmp, secret))
+        ws = st.enter(WsReflect(st.ca))
+        text = rules(
+            [egress("api.test", ports=[raw.port, h2.port, ws.port])],
+            claim_id="c",
+            credentials=[
+                credential("resp", PH, ["api.test"], "file:secret"),
+                # X-Uni is not a default slot (proxy/core/slots.py)
+                credential("uni", PH_UNI, ["api.test"], headers=["X-Uni"]),
+            ],
         )
-        w = World(proxy, raw, h2, ws, secret, uni)
-        try:
-            proxy.start()
-            yield w
-        finally:
-            proxy.stop()
-            h2.stop()
-            raw.stop()
-    artifacts = {
-        "audit file": proxy.audit_path.read_bytes() if proxy.audit_path.exists() else b"",
-        "proxy stderr": proxy.stderr_path.read_bytes(),
-        "client-received bytes": b"".join(w.received),
-    }
-    canary.assert_absent(artifacts, [secret, uni])
-    found = [f"{what}: {name}" for what, data in artifacts.items() for v in (secret, uni)
+        yield World(st.proxy(text, ["api.test"]), raw, h2, ws, secret, uni, st.received)
+    found = [f"{what}: {name}" for what, data in st.artifacts().items() for v in (secret, uni)
              for name, form in _claimed(v).items() if form in data]  # fmt: skip
     assert not found, found
 
