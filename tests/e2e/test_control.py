@@ -7,6 +7,7 @@ keep-alive tunnel; deleting the claim closes that tunnel and its token stops wor
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import ssl
 import subprocess
 import sys
@@ -18,7 +19,7 @@ import canary
 import httpx
 import pytest
 from harness import ROOT
-from world import Stage, egress, rules, wait_control
+from world import Stage, egress, rules
 
 pytestmark = pytest.mark.e2e
 
@@ -28,8 +29,8 @@ class World:
         self.upstream = st.upstream(["api.test", "other.test"])
         port = self.upstream.port
         text = rules([egress("api.test", port), egress("other.test", port)], claims=[])
-        self.proxy = st.proxy(text, ["api.test", "other.test"], start=False)
-        self.canaries: list[str] = []
+        self.proxy = st.proxy(text, ["api.test", "other.test"], control=True)
+        self.canaries = st.canaries  # values a test pushed, checked for when the stage closes
 
     @property
     def socket(self) -> Path:
@@ -60,17 +61,19 @@ class World:
         ]
 
 
+@contextlib.contextmanager
+def control_world(tmp: Path) -> Iterator[World]:
+    """A started proxy (its control socket up) with no claim, in front of one upstream."""
+    with Stage(tmp) as st:
+        w = World(st)
+        # No value in the store file, its WAL, the audit file or the proxy's stderr.
+        st.scanned += [w.proxy.state_dir / f"store.sqlite3{x}" for x in ("", "-wal", "-shm")]
+        yield w
+
+
 @pytest.fixture(scope="module")
 def world(tmp_path_factory: pytest.TempPathFactory) -> Iterator[World]:
-    with Stage(tmp_path_factory.mktemp("control")) as st:
-        w = World(st)
-        st.canaries = w.canaries
-        w.proxy.start()
-        wait_control(w.proxy)
-        # No value in the store file, its WAL, the audit file or the proxy's stderr.
-        st.scanned += [
-            w.proxy.state_dir / n for n in ("store.sqlite3", "store.sqlite3-wal", "store.sqlite3-shm")
-        ]
+    with control_world(tmp_path_factory.mktemp("control")) as w:
         yield w
 
 
