@@ -31,6 +31,7 @@ import os
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
+from subprocess import PIPE, Popen
 from types import TracebackType
 from typing import Any, Protocol, Self, TypeVar
 
@@ -157,6 +158,7 @@ class Stage:
         self.proxies: list[ProxyProcess] = []
         self.check_canaries = True  # False: the test does its own scan (it knows more artifacts)
         self.scanned: list[Path] = []  # more files the closing check reads (those that exist then)
+        self.every_canary = False  # True: the closing check looks for every canary of the session
         self._stack = contextlib.ExitStack()
 
     def __enter__(self) -> Self:
@@ -183,7 +185,9 @@ class Stage:
         return out
 
     def assert_no_canary(self, more: Mapping[str, bytes] | None = None) -> None:
-        canary.assert_absent({**self.artifacts(), **(more or {})}, self.canaries)
+        canary.assert_absent(
+            {**self.artifacts(), **(more or {})}, None if self.every_canary else self.canaries
+        )
 
     # -- values
 
@@ -227,6 +231,15 @@ class Stage:
         """Call ``fn(*args)`` when the stage closes (before what was started earlier is stopped)."""
         self._stack.callback(fn, *args)
 
+    def process(self, argv: Sequence[str], *, kill: bool = False, timeout: float = 30) -> Popen[str]:
+        """A helper server process (``ip netns exec NS python -c ...``) that prints "ready" once it
+        serves and stops when its stdin closes; waited for now, stopped when the stage closes
+        (``kill``: killed too, for one that would not stop by itself)."""
+        proc = Popen(list(argv), stdin=PIPE, stdout=PIPE, text=True)
+        self._stack.callback(stop_process, proc, kill, timeout)
+        assert proc.stdout is not None and proc.stdout.readline().strip() == "ready"
+        return proc
+
     def enter(self, cm: contextlib.AbstractContextManager[C]) -> C:
         """Enter a context manager (a server that is one) until the stage closes."""
         return self._stack.enter_context(cm)
@@ -242,17 +255,19 @@ class Stage:
         control: bool = False,
         upstream_ca: Path | None | bool = True,
         args: Sequence[str] = (),
+        cls: Callable[..., ProxyProcess] = ProxyProcess,
         **kw: Any,
     ) -> ProxyProcess:
         """A :class:`harness.ProxyProcess` on the rules text (written to ``rules_name``) or file,
         with ``resolve`` names pinned to 127.0.0.1 (or a name -> address map), trusting the stage's
         CA upstream. ``start``: started now (``control``: and its control socket is there);
         stopped when the stage closes either way. ``args``: more ``surrogate run`` arguments;
-        ``kw``: ProxyProcess's ``env``, ``workers``."""
+        ``cls``: what builds it (``functools.partial(NsProxy, ns)`` runs it in a network
+        namespace); ``kw``: ProxyProcess's ``env``, ``workers``."""
         path = rules_text if isinstance(rules_text, Path) else self.write(rules_text, rules_name)
         pins = dict(resolve) if isinstance(resolve, Mapping) else {n: "127.0.0.1" for n in resolve}
         ca = self.ca.ca_pem if upstream_ca is True else (upstream_ca or None)
-        proxy = ProxyProcess(path, workdir or self.tmp, upstream_ca=ca, resolve=pins, **kw)
+        proxy = cls(path, workdir or self.tmp, upstream_ca=ca, resolve=pins, **kw)
         proxy.args += list(args)
         self.proxies.append(proxy)
         self._stack.callback(proxy.stop)
@@ -279,6 +294,17 @@ class Stage:
             "CURL_CA_BUNDLE": ca,
             **more,
         }
+
+
+def stop_process(proc: Popen[str], kill: bool = False, timeout: float = 30) -> None:
+    """Close a :meth:`Stage.process`'s stdin (its signal to stop), then wait for it."""
+    if proc.stdin and not proc.stdin.closed:
+        proc.stdin.close()
+    if kill:
+        proc.kill()
+    proc.wait(timeout=timeout)
+    if proc.stdout:
+        proc.stdout.close()
 
 
 def wait_control(proxy: ProxyProcess, timeout: float = 10) -> Path:

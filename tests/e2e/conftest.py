@@ -10,49 +10,14 @@ from __future__ import annotations
 
 import secrets
 from collections.abc import Iterator
-from pathlib import Path
 
 import canary
 import pytest
+from _env import env_rules
 from harness import Env
-from world import Stage, claim, credential, egress, rules
+from world import Stage
 
 NAMES = ["api.test", "other.test", "denied.test", "opaque.test"]
-
-
-def write_rules(tmp: Path, port: int) -> Path:
-    text = rules(
-        egress=[
-            egress("api.test", port),
-            egress("other.test", port),
-            egress("opaque.test", port, intercept=False),
-            egress("api.test", 80, scheme="http"),
-        ],
-        claims=[
-            claim(
-                "c1",
-                [
-                    credential("gh", "surr_E2eGithubPlaceholder0001", ["api.test"]),
-                    credential(
-                        "inj",
-                        "surr_E2eInjectedPlaceholder03",
-                        ["api.test"],
-                        value="env:E2E_INJECTED_SECRET",
-                        inject={"set_header": "X-Injected", "format": "Token {value}"},
-                    ),
-                ],
-                token="file:token1",
-            ),
-            claim(
-                "c2",
-                [credential("gh2", "surr_E2eOtherClaimPlaceholder2", ["api.test"])],
-                token="file:token2",
-            ),
-        ],
-    )
-    path = tmp / "rules.yaml"
-    path.write_text(text)
-    return path
 
 
 @pytest.fixture(scope="module")
@@ -66,7 +31,7 @@ def env(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Env]:
             st.token(secrets.token_urlsafe(16), "token2"),
         )
         upstream = st.upstream(NAMES, git_password=secret)
-        proxy = st.proxy(write_rules(st.tmp, upstream.port), NAMES, env={"E2E_INJECTED_SECRET": injected})
+        proxy = st.proxy(env_rules(upstream.port), NAMES, env={"E2E_INJECTED_SECRET": injected})
         e = Env(
             upstream,
             st.ca.ca_pem,

@@ -47,7 +47,7 @@ def test_rotation_keeps_backups_and_sequence_numbers_have_no_gap(tmp_path: Path)
 
 
 def test_why_on_a_missing_audit_file_says_so(tmp_path: Path) -> None:
-    (tmp_path / "rules.yaml").write_text("version: 1\npools: {}\n")
+    (tmp_path / "rules.yaml").write_text(rules(pools={}, claims=[]))
     why = subprocess.run(
         [sys.executable, "-m", "proxy", "audit", "why", "some-id",
          "--audit-file", str(tmp_path / "nowhere.jsonl"), "--rules", str(tmp_path / "rules.yaml")],
