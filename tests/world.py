@@ -1,16 +1,19 @@
 """One builder for the end-to-end world: a rules file, upstreams, proxy processes, the canary check.
 
-A test states only what differs from the usual world. Two halves:
+A test states only what differs from the usual world. Three parts:
 
 - **Rules pieces**, plain dicts dumped to YAML (the file the proxy loads): :func:`egress` (one
   egress rule), :func:`credential`, :func:`claim` and :func:`rules` (the whole file: ``version: 1``,
   one pool ``p`` with ``egress`` and one claim ``c1`` with ``credentials`` unless told otherwise).
   A test that checks how a *spelling* of a rules file is read keeps its own literal text.
 - **A stage** (:class:`Stage`, a context manager over a temp dir): a test CA, canary secrets in
-  their source files, proxy tokens, upstreams (started now, stopped at exit), proxy processes
-  (pinned names, the stage's CA as upstream CA; stopped at exit), client env. When the stage
-  closes, every proxy's audit file and stderr and every byte kept in ``received`` is checked for
-  each canary the stage made or was given (DESIGN.md invariant 1).
+  their source files, proxy tokens, upstreams (started now, stopped at exit), helper server
+  processes (:meth:`Stage.process`, the network-namespace tests' upstreams), proxy processes
+  (pinned names, the stage's CA as upstream CA, in a namespace with ``cls``; stopped at exit).
+  When the stage closes, every proxy's audit file and stderr and every byte kept in
+  ``received`` is checked for each canary the stage made or was given (DESIGN.md invariant 1).
+- **Servers and clients**: :class:`WsServer` (a TLS WebSocket upstream; a subclass writes the
+  handler), :func:`control` and :func:`metric` (the control socket and its /metrics).
 
 Shapes::
 
@@ -26,8 +29,11 @@ Shapes::
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import os
+import ssl
+import threading
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
@@ -36,9 +42,11 @@ from types import TracebackType
 from typing import Any, Protocol, Self, TypeVar
 
 import canary
+import httpx
 import yaml
-from harness import ProxyProcess
+from harness import ProxyProcess, free_port
 from servers import TestCA, Upstream
+from websockets.asyncio.server import ServerConnection, serve
 
 # ---------------------------------------------------------------------------- rules-file pieces
 
@@ -277,23 +285,42 @@ class Stage:
                 wait_control(proxy)
         return proxy
 
-    def client_env(self, proxy: ProxyProcess, claim: str, token: str, **more: str) -> dict[str, str]:
-        """The env a real client process runs with: this proxy as HTTP(S)_PROXY, its CA trusted."""
-        url = proxy.url(claim, token)
-        ca = str(proxy.ca_pem)
-        return {
-            **os.environ,
-            "HTTPS_PROXY": url,
-            "HTTP_PROXY": url,
-            "https_proxy": url,
-            "http_proxy": url,
-            "NO_PROXY": "",
-            "no_proxy": "",
-            "SSL_CERT_FILE": ca,
-            "REQUESTS_CA_BUNDLE": ca,
-            "CURL_CA_BUNDLE": ca,
-            **more,
-        }
+
+class WsServer:
+    """A TLS WebSocket upstream on 127.0.0.1 (the ``websockets`` library) whose certificate, from
+    ``ca``, covers ``names``; a subclass answers each connection in :meth:`handler`. ``serve``:
+    more arguments of ``websockets.asyncio.server.serve`` (``max_size``, ``process_response``).
+    A context manager (:meth:`Stage.enter` runs it until the stage closes)."""
+
+    def __init__(self, ca: TestCA, names: Sequence[str], **serve: Any) -> None:
+        self.port = free_port()
+        self.ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+        ca.ca.issue_cert(*names).configure_cert(self.ctx)
+        self._serve = serve
+        self.loop = asyncio.new_event_loop()
+        self.stop_event: asyncio.Event | None = None
+        self.ready = threading.Event()
+        self.thread = threading.Thread(target=self.loop.run_until_complete, args=(self._main(),), daemon=True)
+
+    async def handler(self, ws: ServerConnection) -> None:
+        raise NotImplementedError
+
+    async def _main(self) -> None:
+        self.stop_event = asyncio.Event()
+        async with serve(self.handler, "127.0.0.1", self.port, ssl=self.ctx, **self._serve):
+            self.ready.set()
+            await self.stop_event.wait()
+
+    def __enter__(self) -> Self:
+        self.thread.start()
+        assert self.ready.wait(10)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        assert self.stop_event is not None
+        self.loop.call_soon_threadsafe(self.stop_event.set)
+        self.thread.join(10)
+        self.loop.close()
 
 
 def stop_process(proc: Popen[str], kill: bool = False, timeout: float = 30) -> None:
@@ -305,6 +332,19 @@ def stop_process(proc: Popen[str], kill: bool = False, timeout: float = 30) -> N
     proc.wait(timeout=timeout)
     if proc.stdout:
         proc.stdout.close()
+
+
+def control(proxy: ProxyProcess, **kw: Any) -> httpx.Client:
+    """An HTTP client of ``proxy``'s control socket (``/metrics``, ``/v1/...``)."""
+    sock = proxy.state_dir / "control.sock"
+    return httpx.Client(transport=httpx.HTTPTransport(uds=str(sock)), base_url="http://control", **kw)
+
+
+def metric(proxy: ProxyProcess, sample: str) -> float:
+    """The sum of the /metrics samples whose line starts with ``sample`` (all workers' together)."""
+    with control(proxy) as api:
+        text = api.get("/metrics").text
+    return sum(float(x.rsplit(" ", 1)[1]) for x in text.splitlines() if x.startswith(sample))
 
 
 def wait_control(proxy: ProxyProcess, timeout: float = 10) -> Path:

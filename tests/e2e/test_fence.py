@@ -31,7 +31,7 @@ from pathlib import Path
 
 import canary
 import pytest
-from _netns import Lab, NsProxy, flush_rules, load_printed, missing, sh
+from _netns import Lab, NsProxy, flush_rules, load_printed, missing, sh, upstream_argv
 from harness import ROOT, free_port
 from world import Stage, claim, credential, egress, rules
 
@@ -43,28 +43,6 @@ BOUND = ("10.241.0.12", "fd00:241::12")
 SANDBOX_UID = 4241
 UP4, UP6, DENIED4, DENIED6 = "10.242.0.2", "fd00:242::2", "10.242.0.3", "fd00:242::3"
 
-UPSTREAM = """
-import json, pathlib, sys, threading, time
-sys.path.insert(0, {tests!r})
-import trustme
-from servers import TestCA, Upstream
-class CA(TestCA):
-    def __init__(self): pass
-ca = CA()
-ca.ca = trustme.CA.from_pem(pathlib.Path({cert!r}).read_bytes(), pathlib.Path({key!r}).read_bytes())
-names = ["api.test", "api6.test", "denied.test"]
-ups = [Upstream(ca, names, bind=(a, 443)).start() for a in {binds!r}]
-print("ready", flush=True)
-def dump():
-    while True:
-        rows = [{{"path": r.path, "headers": r.headers}} for u in ups for r in list(u.requests)]
-        pathlib.Path({record!r}).write_text("".join(json.dumps(r) + "\\n" for r in rows))
-        time.sleep(0.1)
-threading.Thread(target=dump, daemon=True).start()
-sys.stdin.read()
-for u in ups:
-    u.stop()
-"""
 
 COUNTERS = """
 table inet sgcount {
@@ -219,14 +197,10 @@ def fence(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Fence]:
             lab.route(ns, "default", "via", v6)
         lab.forwarding(host)
         sh("nft", "-f", "-", ns=up, input=COUNTERS)
-        script = UPSTREAM.format(
-            tests=str(ROOT / "tests"),
-            cert=str(st.ca.ca_pem),
-            key=str(tmp / "ca-key.pem"),
-            binds=[UP4, UP6],
-            record=str(record),
+        key = tmp / "ca-key.pem"
+        st.process(
+            upstream_argv(up, st.ca.ca_pem, key, ["api.test", "api6.test", "denied.test"], [UP4, UP6], record)
         )
-        st.process(["ip", "netns", "exec", up, sys.executable, "-c", script])
         tport = free_port()
         transparent = ["--transparent", f"[::]:{tport}"]
         pins = {"api.test": UP4, "api6.test": UP6}

@@ -220,17 +220,7 @@ def test_source_alone_is_refused_and_why(tmp_path: object) -> None:
         pytest.skip(why)
     lab = R3Lab()
     try:
-        host, sbx, up = lab.add("h"), lab.add("s"), lab.add("u")
-        hs, hu = f"r3hs{lab.tag}", f"r3hu{lab.tag}"
-        lab.link(host, hs, sbx, "eth0")
-        lab.link(host, hu, up, "eth0")
-        lab.addr(host, hs, "10.250.1.1/24")
-        lab.addr(sbx, "eth0", "10.250.1.2/24")
-        lab.addr(host, hu, "10.250.2.1/24")
-        lab.addr(up, "eth0", "10.250.2.2/24")
-        lab.route(sbx, "default", "via", "10.250.1.1")
-        lab.route(up, "default", "via", "10.250.2.1")
-        lab.forwarding(host)
+        host, sbx, up = lab.routed("10.250.1", "10.250.2", f"r3hs{lab.tag}", f"r3hu{lab.tag}")
         count = (
             "table inet r3count {\n counter c_udp {}\n chain p {\n"
             "  type filter hook prerouting priority -400; policy accept;\n"
@@ -398,17 +388,8 @@ def routed(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Routed]:
         accepted.write_text("")
         lab = R3Lab()
         st.defer(lab.teardown)
-        host, sbx, up = lab.add("h"), lab.add("s"), lab.add("u")
-        hs, hu = f"r3hs{lab.tag}", f"r3hu{lab.tag}"
-        lab.link(host, hs, sbx, "eth0")
-        lab.link(host, hu, up, "eth0")
-        lab.addr(host, hs, "10.250.11.1/24")
-        lab.addr(sbx, "eth0", "10.250.11.2/24")
-        lab.addr(host, hu, "10.250.12.1/24")
-        lab.addr(up, "eth0", "10.250.12.2/24")
-        lab.route(sbx, "default", "via", "10.250.11.1")
-        lab.route(up, "default", "via", "10.250.12.1")
-        lab.forwarding(host)
+        hs = f"r3hs{lab.tag}"
+        host, sbx, up = lab.routed("10.250.11", "10.250.12", hs, f"r3hu{lab.tag}")
         st.process(["ip", "netns", "exec", up, sys.executable, "-c", RAW_UPSTREAM, str(accepted)], kill=True)
         tport = free_port()
         pins = {n: "10.250.12.2" for n in ("10.250.12.2", "api.test", "opaque.test")}

@@ -27,7 +27,7 @@ from pathlib import Path
 
 import canary
 import pytest
-from _netns import Lab, NsProxy, flush_rules, load_printed, missing, sh
+from _netns import Lab, NsProxy, flush_rules, load_printed, missing, sh, upstream_argv
 from harness import ROOT, free_port
 from world import Stage, claim, credential, egress, rules
 
@@ -38,28 +38,6 @@ UP = "10.246.0.2"
 UP6 = "fd00:246::2"
 A = ("10.245.0.2", "fd00:245::2")
 B = ("10.245.0.3", "fd00:245::3")
-
-UPSTREAM = """
-import json, pathlib, sys, threading, time
-sys.path.insert(0, {tests!r})
-import trustme
-from servers import TestCA, Upstream
-class CA(TestCA):
-    def __init__(self): pass
-ca = CA()
-ca.ca = trustme.CA.from_pem(pathlib.Path({cert!r}).read_bytes(), pathlib.Path({key!r}).read_bytes())
-ups = [Upstream(ca, ["api.test", "api6.test"], bind=(a, 443)).start() for a in {up!r}]
-print("ready", flush=True)
-def dump():
-    while True:
-        rows = [{{"path": r.path, "headers": r.headers}} for u in ups for r in list(u.requests)]
-        pathlib.Path({record!r}).write_text("".join(json.dumps(r) + "\\n" for r in rows))
-        time.sleep(0.1)
-threading.Thread(target=dump, daemon=True).start()
-sys.stdin.read()
-for u in ups:
-    u.stop()
-"""
 
 
 @dataclass
@@ -147,10 +125,8 @@ def bridge(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Bridge]:
         lab.route(up, "default", "via", "10.246.0.1")
         lab.route(up, "default", "via", "fd00:246::1")
         lab.forwarding(host)
-        script = UPSTREAM.format(
-            tests=str(ROOT / "tests"), cert=str(st.ca.ca_pem), key=str(tmp / "ca-key.pem"), up=[UP, UP6],
-            record=str(record))  # fmt: skip
-        st.process(["ip", "netns", "exec", up, sys.executable, "-c", script])
+        key = tmp / "ca-key.pem"
+        st.process(upstream_argv(up, st.ca.ca_pem, key, ["api.test", "api6.test"], [UP, UP6], record))
         tport = free_port()
         transparent = ["--transparent", f"[::]:{tport}"]
         pins = {"api.test": UP, "api6.test": UP6}

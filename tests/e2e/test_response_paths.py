@@ -9,7 +9,6 @@ tests/canary.py knows."""
 
 from __future__ import annotations
 
-import asyncio
 import base64
 import contextlib
 import gzip
@@ -19,7 +18,6 @@ import secrets
 import socket
 import ssl
 import subprocess
-import threading
 import time
 import zlib
 from collections.abc import Iterator
@@ -34,15 +32,15 @@ import h11
 import httpx
 import pytest
 import wsproto
-from harness import ProxyProcess, free_port
+from harness import ProxyProcess
 from hypercorn_server import HypercornServer
 from rawserver import RawUpstream
 from servers import TestCA, echo_lines
-from websockets.asyncio.server import ServerConnection, serve
+from websockets.asyncio.server import ServerConnection
 from websockets.datastructures import Headers
 from websockets.http11 import Request, Response
 from websockets.sync.client import connect
-from world import Stage, credential, egress, rules
+from world import Stage, WsServer, credential, egress, rules
 from wsproto import events as wse
 
 pytestmark = pytest.mark.e2e
@@ -75,20 +73,14 @@ class H2Trailers(HypercornServer):
         await send({"type": "http.response.trailers", "headers": trailers})
 
 
-class WsReflect:
+class WsReflect(WsServer):
     """A TLS WebSocket upstream that hands back the Authorization it got: in its 101 head (a
     header value, a header name), then on each client message as one text and one binary
     message holding every escaped form tests/servers.py ``echo_lines`` makes."""
 
     def __init__(self, ca: TestCA) -> None:
-        self.port = free_port()
-        self.ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
-        ca.ca.issue_cert("api.test").configure_cert(self.ctx)
+        super().__init__(ca, ["api.test"], process_response=self._head)
         self.auth: list[str] = []
-        self.loop = asyncio.new_event_loop()
-        self.stop_event: asyncio.Event | None = None
-        self.ready = threading.Event()
-        self.thread = threading.Thread(target=self.loop.run_until_complete, args=(self._main(),), daemon=True)
 
     @staticmethod
     def _head(conn: ServerConnection, request: Request, response: Response) -> Response:
@@ -99,7 +91,7 @@ class WsReflect:
         headers[f"X-{token}"] = "1"
         return Response(response.status_code, response.reason_phrase, headers, response.body)
 
-    async def _handler(self, ws: ServerConnection) -> None:
+    async def handler(self, ws: ServerConnection) -> None:
         auth = ws.request.headers.get("Authorization", "") if ws.request else ""
         self.auth.append(auth)
         lines = b"\n".join(echo_lines([("authorization", auth)], "/ws", b""))
@@ -122,23 +114,6 @@ class WsReflect:
                 continue
             await ws.send(lines.decode("utf-8", "replace"))
             await ws.send(b"\x00\x01binary:" + lines)
-
-    async def _main(self) -> None:
-        self.stop_event = asyncio.Event()
-        async with serve(self._handler, "127.0.0.1", self.port, ssl=self.ctx, process_response=self._head):
-            self.ready.set()
-            await self.stop_event.wait()
-
-    def __enter__(self) -> WsReflect:
-        self.thread.start()
-        assert self.ready.wait(10)
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        assert self.stop_event is not None
-        self.loop.call_soon_threadsafe(self.stop_event.set)
-        self.thread.join(10)
-        self.loop.close()
 
 
 @dataclass

@@ -3,18 +3,16 @@ messages flow both ways as they are sent (the upstream answers before the client
 
 from __future__ import annotations
 
-import asyncio
 import ssl
-import threading
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from harness import ProxyProcess, free_port
+from harness import ProxyProcess
 from servers import TestCA
-from websockets.asyncio.server import ServerConnection, serve
+from websockets.asyncio.server import ServerConnection
 from websockets.sync.client import connect
-from world import Stage, credential, egress, rules
+from world import Stage, WsServer, credential, egress, rules
 
 pytestmark = pytest.mark.e2e
 PH = "surr_WebSocketPlaceholder0001"
@@ -26,40 +24,17 @@ def rss_kib(proxy: ProxyProcess) -> int:
     return int(next(line for line in status.splitlines() if line.startswith("VmRSS:")).split()[1])
 
 
-class WsUpstream:
+class WsUpstream(WsServer):
     """A TLS WebSocket server on loopback that records the handshake's Authorization header."""
 
     def __init__(self, ca: TestCA) -> None:
-        self.port = free_port()
-        self.ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
-        ca.ca.issue_cert("api.test").configure_cert(self.ctx)
+        super().__init__(ca, ["api.test"])
         self.auth: list[str] = []
-        self.loop = asyncio.new_event_loop()
-        self.stop_event: asyncio.Event | None = None
-        self.ready = threading.Event()
-        self.thread = threading.Thread(target=self.loop.run_until_complete, args=(self._main(),), daemon=True)
 
-    async def _handler(self, ws: ServerConnection) -> None:
+    async def handler(self, ws: ServerConnection) -> None:
         self.auth.append(ws.request.headers.get("Authorization", "") if ws.request else "")
         async for message in ws:
             await ws.send(f"echo:{message}")
-
-    async def _main(self) -> None:
-        self.stop_event = asyncio.Event()
-        async with serve(self._handler, "127.0.0.1", self.port, ssl=self.ctx):
-            self.ready.set()
-            await self.stop_event.wait()
-
-    def __enter__(self) -> WsUpstream:
-        self.thread.start()
-        assert self.ready.wait(10)
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        assert self.stop_event is not None
-        self.loop.call_soon_threadsafe(self.stop_event.set)
-        self.thread.join(10)
-        self.loop.close()
 
 
 @pytest.fixture

@@ -17,13 +17,12 @@ import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 
-import httpx
 import pytest
 from harness import ProxyProcess
 from test_websocket_limits import MIB, WsUpstream, rss_kib
 from websockets.exceptions import ConnectionClosed
 from websockets.sync.client import ClientConnection, connect
-from world import Stage, claim, egress, rules
+from world import Stage, claim, egress, metric, rules
 
 pytestmark = pytest.mark.e2e
 
@@ -49,11 +48,7 @@ class World:
         )
 
     def metric(self, limit: str) -> float:
-        sock = self.proxy.state_dir / "control.sock"
-        with httpx.Client(transport=httpx.HTTPTransport(uds=str(sock)), base_url="http://control") as api:
-            text = api.get("/metrics").text
-        line = f'surrogate_limit_refusals_total{{limit="{limit}"}}'
-        return sum(float(x.rsplit(" ", 1)[1]) for x in text.splitlines() if x.startswith(line))
+        return metric(self.proxy, f'surrogate_limit_refusals_total{{limit="{limit}"}}')
 
 
 @pytest.fixture(scope="module")
