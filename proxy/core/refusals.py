@@ -110,7 +110,7 @@ ROWS: dict[Reason, Row | None] = {
 }
 
 # An upstream failure, by what mitmproxy 12.3's message says (lower-cased substrings, first match
-# wins; measured in tests/e2e/test_refusals.py): (needles, RFC 9209 type, surrogate's sentence).
+# wins; measured in tests/e2e/test_refusals.py and test_refusals_netns.py): (needles, RFC 9209 type, surrogate's sentence).
 _UPSTREAM_KINDS: tuple[tuple[tuple[str, ...], str, str], ...] = (
     # first: these messages quote the upstream's bytes, which may say anything
     (("cannot parse", "from server"), "http_protocol_error", "the upstream's response is not valid HTTP"),

@@ -115,8 +115,8 @@ def test_grpc_message_is_percent_encoded_as_grpc_says(message: str) -> None:
 # prints them in the audit event), and the kind each is.
 UPSTREAM_MESSAGES = [
     ("[Errno 111] Connect call failed ('127.0.0.1', 53845)", True, "connection_refused"),
-    ("[Errno 110] Connect call failed ('10.0.0.1', 443)", True, "connection_timeout"),
-    ("[Errno 113] Connect call failed ('10.0.0.1', 443)", True, "destination_ip_unroutable"),
+    ("[Errno 110] Connect call failed ('10.245.9.2', 443)", True, "connection_timeout"),
+    ("[Errno 113] No route to host", True, "destination_ip_unroutable"),
     ("[Errno 101] Network is unreachable", True, "destination_ip_unroutable"),
     ("Certificate verify failed: hostname mismatch", True, "tls_certificate_error"),
     ("Certificate verify failed: unable to get local issuer certificate", True, "tls_certificate_error"),
