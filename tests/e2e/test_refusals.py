@@ -36,9 +36,11 @@ PH = "surr_RefusalsTestPlaceholder01"
 
 class Hangup:
     """A TLS server for hangup.test: reads a request head, then for ``/close`` closes without a
-    byte, for anything else writes bytes that are not HTTP and closes."""
+    byte, for ``/quote`` writes the secret and bytes that are not HTTP, for anything else bytes
+    that are not HTTP, and closes."""
 
-    def __init__(self, ca: TestCA) -> None:
+    def __init__(self, ca: TestCA, secret: str) -> None:
+        self.secret = secret.encode()
         self.ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
         ca.ca.issue_cert("hangup.test").configure_cert(self.ctx)
         self.sock = socket.create_server(("127.0.0.1", 0))
@@ -59,7 +61,10 @@ class Hangup:
             head = b""
             while b"\r\n\r\n" not in head and (chunk := tls.recv(4096)):
                 head += chunk
-            if head.split(b" ", 2)[1:2] != [b"/close"]:
+            path = head.split(b" ", 2)[1:2]
+            if path == [b"/quote"]:  # a hostile upstream quoting the secret in garbage
+                tls.sendall(self.secret + b" IS NOT HTTP\r\n\r\n")
+            elif path != [b"/close"]:
                 tls.sendall(b"THIS IS NOT HTTP\r\n\r\n")
 
     def stop(self) -> None:
@@ -127,7 +132,7 @@ def world(tmp_path_factory: pytest.TempPathFactory) -> Iterator[World]:
     (tmp / "token").write_text(token)
     ca = TestCA(tmp)
     upstream = Upstream(ca, ["api.test"], tmpdir=tmp).start()
-    hangup = Hangup(ca)
+    hangup = Hangup(ca, secret)
     dead = free_port()  # nothing listens there: connection refused
     (tmp / "rules.yaml").write_text(rules(upstream.port, dead, hangup.port))
     pins = {n: "127.0.0.1" for n in ("api.test", "dead.test", "mismatch.test", "hangup.test")}
@@ -209,6 +214,19 @@ def test_an_upstream_failure_is_surrogates_json_with_its_proxy_status(
     assert body["decision"] == "error" and host in str(body["message"])
     event = world.proxy.wait_event(request_id=body["request_id"])
     assert (event["reason"], event["status"]) == ("upstream_error", 502)
+
+
+def test_the_answer_to_an_upstream_failure_never_quotes_the_upstream(world: World) -> None:
+    """mitmproxy's message quotes the upstream's bytes; surrogate's answer does not, and one
+    quoting the secret is withheld (the connection closes: addons/scrub.py ``error``)."""
+    url = f"https://hangup.test:{world.hangup_port}"
+    done = world.curl("--http1.1", "-H", f"Authorization: Bearer {PH}", url + "/garbage")
+    assert (
+        b"NOT HTTP" not in done.stdout + done.stderr and json.loads(done.stdout)["error"] == "upstream_error"
+    )
+    done = world.curl("--http1.1", "-H", f"Authorization: Bearer {PH}", url + "/quote")
+    assert world.secret.encode() not in done.stdout + done.stderr
+    assert not any(h.startswith("HTTP/1.1 502") for h in _heads(done.stderr)), done.stderr  # closed
 
 
 def test_a_refused_request_inside_a_tunnel_has_proxy_status(world: World) -> None:
