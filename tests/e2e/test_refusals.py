@@ -299,3 +299,43 @@ def test_a_request_head_mitmproxy_cannot_parse_gets_the_json_refusal(world: Worl
     assert b"mitmproxy" not in data.lower() and b"<html" not in data.lower()
     assert json.loads(body)["error"] == "bad_request_head"
     assert b'proxy-status: surrogate;error=http_request_error;details="bad_request_head"' in head.lower()
+
+
+def _raw(w: World, data: bytes) -> bytes:
+    """Send raw bytes to the proxy's listener; everything read back until it closes."""
+    got = b""
+    with socket.create_connection(("127.0.0.1", w.proxy.port), timeout=10) as s:
+        try:
+            s.sendall(data)
+            while chunk := s.recv(65536):
+                got += chunk
+        except (ConnectionError, TimeoutError):
+            pass  # closed while we still wrote: what it sent is in `got`
+    w.received.append(got)
+    return got
+
+
+@pytest.mark.parametrize(
+    ("data", "status", "reason"),
+    [
+        (
+            b"POST http://api.test/x HTTP/1.1\r\nHost: api.test\r\nTransfer-Encoding: chunked\r\n\r\nzz\r\n",
+            b"400 Bad Request",
+            b"bad_request_body",
+        ),
+        (
+            b"GET http://api.test/x HTTP/1.1\r\nHost: api.test\r\nX-Big: " + b"a" * (200 * 1024),
+            b"431 Request Header Fields Too Large",
+            b"bad_request_head",
+        ),
+    ],
+    ids=["malformed-chunk", "unfinished-head"],
+)
+def test_refusals_made_inside_mitmproxys_readers_carry_proxy_status(
+    world: World, data: bytes, status: bytes, reason: bytes
+) -> None:
+    """Refused before any flow exists (addons/malformed.py, addons/headlimit.py): no request id."""
+    head, _, body = _raw(world, data).partition(b"\r\n\r\n")
+    assert head.startswith(b"HTTP/1.1 " + status + b" (" + reason + b")"), head
+    assert b'proxy-status: surrogate;error=http_request_error;details="' + reason + b'"' in head.lower()
+    assert json.loads(body)["error"] == reason.decode() and b"mitmproxy" not in head.lower()
