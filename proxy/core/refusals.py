@@ -110,7 +110,8 @@ ROWS: dict[Reason, Row | None] = {
 }
 
 # An upstream failure, by what mitmproxy 12.3's message says (lower-cased substrings, first match
-# wins; measured in tests/e2e/test_refusals.py and test_refusals_netns.py): (needles, RFC 9209 type, surrogate's sentence).
+# wins; measured in tests/e2e/test_refusals.py and test_refusals_netns.py):
+# (needles, RFC 9209 type, surrogate's sentence).
 _UPSTREAM_KINDS: tuple[tuple[tuple[str, ...], str, str], ...] = (
     # first: these messages quote the upstream's bytes, which may say anything
     (("cannot parse", "from server"), "http_protocol_error", "the upstream's response is not valid HTTP"),
@@ -149,7 +150,9 @@ def upstream_failure(message: str, connecting: bool) -> tuple[str, str]:
 def row(reason: Reason) -> Row:
     """The table's row for a refusal's reason (an allow reason, never refused, gets surrogate's
     internal-error row rather than none: a refusal always says something)."""
-    return ROWS.get(reason) or ROWS[Reason.INTERNAL_ERROR]  # type: ignore[return-value]
+    found = ROWS.get(reason) or ROWS[Reason.INTERNAL_ERROR]
+    assert found is not None  # the internal-error row is a row
+    return found
 
 
 def details(reason: Reason, request_id: str | None) -> str:

@@ -229,9 +229,12 @@ def test_the_answer_to_an_upstream_failure_never_quotes_the_upstream(world: Worl
     assert not any(h.startswith("HTTP/1.1 502") for h in _heads(done.stderr)), done.stderr  # closed
 
 
-def test_a_refused_request_inside_a_tunnel_has_proxy_status(world: World) -> None:
-    done = world.curl("-X", "POST", f"https://api.test:{world.upstream.port}/v1/x")
+@pytest.mark.parametrize("proto", ["--http1.1", "--http2"])
+def test_a_refused_request_inside_a_tunnel_has_proxy_status(world: World, proto: str) -> None:
+    done = world.curl(proto, "-X", "POST", f"https://api.test:{world.upstream.port}/v1/x")
     body = _check_refusal(world, done, 403, "method_not_allowed", "http_request_denied")
+    if proto == "--http1.1":
+        assert "HTTP/1.1 403 Forbidden (method_not_allowed)" in _heads(done.stderr)
     assert world.proxy.wait_event(request_id=body["request_id"])["status"] == 403
 
 
