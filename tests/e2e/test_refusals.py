@@ -6,7 +6,9 @@ through a real proxy process, real loopback upstreams under a test CA.
 The world: claim ``agent`` (pool ``p``) may GET /v1 on api.test, reach dead.test on a port
 where nothing listens (connection refused), mismatch.test (pinned to the upstream, whose
 certificate does not name it), and hangup.test (a TLS server that reads a request and closes, or
-answers bytes that are not HTTP). Its credential ``api`` is bound to api.test.
+answers bytes that are not HTTP); 127.0.0.1 (a special-purpose address) and own.test on the
+proxy's own port are allowed by rules, and refused after resolution. Its credential ``api`` is
+bound to api.test and hangup.test.
 """
 
 from __future__ import annotations
@@ -28,6 +30,8 @@ import http_sf
 import pytest
 from harness import ProxyProcess, free_port
 from servers import TestCA, Upstream
+
+from proxy.core import refusals as table
 
 pytestmark = pytest.mark.e2e
 
@@ -96,7 +100,7 @@ class World:
         return done
 
 
-def rules(port: int, dead: int, hangup: int) -> str:
+def rules(port: int, dead: int, hangup: int, own: int) -> str:
     return textwrap.dedent(f"""\
         version: 1
         pools:
@@ -112,6 +116,10 @@ def rules(port: int, dead: int, hangup: int) -> str:
                 ports: [{port}]
               - host: hangup.test
                 ports: [{hangup}]
+              - host: 127.0.0.1
+                ports: [{port}]
+              - host: own.test
+                ports: [{own}]
         claims:
           - id: agent
             pool: p
@@ -134,9 +142,9 @@ def world(tmp_path_factory: pytest.TempPathFactory) -> Iterator[World]:
     upstream = Upstream(ca, ["api.test"], tmpdir=tmp).start()
     hangup = Hangup(ca, secret)
     dead = free_port()  # nothing listens there: connection refused
-    (tmp / "rules.yaml").write_text(rules(upstream.port, dead, hangup.port))
-    pins = {n: "127.0.0.1" for n in ("api.test", "dead.test", "mismatch.test", "hangup.test")}
+    pins = {n: "127.0.0.1" for n in ("api.test", "dead.test", "mismatch.test", "hangup.test", "own.test")}
     proxy = ProxyProcess(tmp / "rules.yaml", tmp, upstream_ca=ca.ca_pem, resolve=pins)
+    (tmp / "rules.yaml").write_text(rules(upstream.port, dead, hangup.port, proxy.port))
     w = World(proxy, upstream, token, secret, dead, hangup.port)
     try:
         proxy.start()
@@ -214,6 +222,32 @@ def test_an_upstream_failure_is_surrogates_json_with_its_proxy_status(
     assert body["decision"] == "error" and host in str(body["message"])
     event = world.proxy.wait_event(request_id=body["request_id"])
     assert (event["reason"], event["status"]) == ("upstream_error", 502)
+
+
+# Refusals of each kind this world can provoke (denied in a tunnel, by the address check, for a
+# placeholder): each carries its table row's Proxy-Status type (proxy/core/refusals.py ROWS).
+IN_TUNNEL = [
+    ("method_not_allowed", "api.test", "-XPOST", 403),
+    ("path_not_allowed", "api.test", "", 403),
+    ("special_address", "127.0.0.1", "", 403),
+    ("own_listener", "own.test", "", 403),
+    ("placeholder_violation", "dead.test", f"Authorization: Bearer {PH}", 403),
+]
+
+
+@pytest.mark.parametrize(("reason", "host", "extra", "status"), IN_TUNNEL, ids=[r[0] for r in IN_TUNNEL])
+def test_each_kind_of_refusal_carries_its_tables_type(
+    world: World, reason: str, host: str, extra: str, status: int
+) -> None:
+    port = {"dead.test": world.dead_port, "own.test": world.proxy.port}.get(host, world.upstream.port)
+    path = "/elsewhere" if reason == "path_not_allowed" else "/v1/x"
+    args = ["-H", extra] if extra.startswith("Authorization") else [extra] if extra else []
+    done = world.curl("--http1.1", *args, f"https://{host}:{port}{path}")
+    row = table.ROWS[table.Reason(reason)]
+    assert row is not None
+    body = _check_refusal(world, done, status, reason, row.proxy_error)
+    assert f"HTTP/1.1 {status} Forbidden ({reason})" in _heads(done.stderr)
+    assert world.proxy.wait_event(request_id=body["request_id"])["reason"] == reason
 
 
 def test_the_answer_to_an_upstream_failure_never_quotes_the_upstream(world: World) -> None:
