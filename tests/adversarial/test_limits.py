@@ -23,7 +23,7 @@ import httpx
 import pytest
 from harness import ProxyProcess
 from servers import TestCA, Upstream
-from world import Stage, claim, egress, rules
+from world import Stage, claim, control, egress, rules
 
 pytestmark = pytest.mark.e2e
 
@@ -251,8 +251,7 @@ def test_no_http2_switch_leaves_an_h2_client_on_http11(world: World, tmp_path: P
 
 def test_limit_refusals_are_counted_with_bounded_labels(world: World) -> None:
     """Runs after the tests above in this module (file order): each limit has refused by now."""
-    sock = world.proxy.state_dir / "control.sock"
-    with httpx.Client(transport=httpx.HTTPTransport(uds=str(sock)), base_url="http://control") as api:
+    with control(world.proxy) as api:
         text = api.get("/metrics").text
     counted = {
         line.split('"')[1]: float(line.rsplit(" ", 1)[1])

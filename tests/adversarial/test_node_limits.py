@@ -33,7 +33,7 @@ import httpx
 import pytest
 from harness import ProxyProcess
 from servers import Upstream
-from world import Stage, claim, credential, egress, rules
+from world import Stage, claim, control, credential, egress, rules
 
 pytestmark = pytest.mark.e2e
 
@@ -95,8 +95,7 @@ class Node:
             return c.get(f"https://api.test:{self.upstream.port}{path}", headers=headers)
 
     def api(self) -> httpx.Client:
-        sock = self.proxy.state_dir / "control.sock"
-        return httpx.Client(transport=httpx.HTTPTransport(uds=str(sock)), base_url="http://control")
+        return control(self.proxy)
 
     def workers(self) -> set[int]:
         assert self.proxy.proc is not None

@@ -21,7 +21,7 @@ import httpx
 import pytest
 from harness import ProxyProcess
 from servers import Upstream
-from world import Stage, claim, credential, egress, rules
+from world import Stage, claim, control, credential, egress, rules
 
 from proxy.core import placeholders
 
@@ -57,10 +57,7 @@ class World:
         return int(code), body
 
     def api(self) -> httpx.Client:
-        sock = self.proxy.state_dir / "control.sock"
-        return httpx.Client(
-            transport=httpx.HTTPTransport(uds=str(sock)), base_url="http://control", timeout=10
-        )
+        return control(self.proxy, timeout=10)
 
     def seen(self, path: str) -> list[list[tuple[str, str]]]:
         """The header fields (names lower-cased) of each request the upstream got at ``path``."""

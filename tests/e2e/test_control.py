@@ -19,7 +19,7 @@ import canary
 import httpx
 import pytest
 from harness import ROOT
-from world import Stage, egress, rules
+from world import Stage, control, egress, rules
 
 pytestmark = pytest.mark.e2e
 
@@ -37,7 +37,7 @@ class World:
         return self.proxy.state_dir / "control.sock"
 
     def api(self) -> httpx.Client:
-        return httpx.Client(transport=httpx.HTTPTransport(uds=str(self.socket)), base_url="http://control")
+        return control(self.proxy)
 
     def canary(self) -> str:
         value = canary.make("ctl")

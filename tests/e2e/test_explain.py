@@ -24,7 +24,7 @@ import httpx
 import pytest
 from harness import ProxyProcess
 from servers import Upstream
-from world import Stage, credential, egress, rules
+from world import Stage, control, credential, egress, rules
 
 from proxy.audit import redact_path
 from proxy.cli.explain import main_explain, main_why
@@ -243,8 +243,7 @@ def test_explain_sees_control_api_claims_with_state_dir(
 ) -> None:
     value = canary.make("xstore")
     world.canaries.append(value)
-    transport = httpx.HTTPTransport(uds=str(world.proxy.state_dir / "control.sock"))
-    with httpx.Client(transport=transport, base_url="http://control") as api:
+    with control(world.proxy) as api:
         token = api.post("/v1/claims", json={"id": "s7", "pool": "p"}).json()["proxy_token"]
         r = api.put("/v1/claims/s7/credentials/st", json={"hosts": ["api.test"], "value": value})
         assert r.status_code == 201, r.text

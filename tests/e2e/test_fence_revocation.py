@@ -20,11 +20,10 @@ from collections.abc import Iterator
 from functools import partial
 from pathlib import Path
 
-import httpx
 import pytest
 from _netns import Lab, NsProxy, load_printed, missing, sh
 from harness import ROOT, free_port
-from world import Stage, claim, egress, rules
+from world import Stage, claim, control, egress, rules
 
 pytestmark = pytest.mark.e2e
 
@@ -127,11 +126,6 @@ def ends_within(client: subprocess.Popen[str], seconds: float) -> str | None:
     return out.strip()
 
 
-def control(proxy: NsProxy) -> httpx.Client:
-    transport = httpx.HTTPTransport(uds=str(proxy.state_dir / "control.sock"))
-    return httpx.Client(transport=transport, base_url="http://control", timeout=10)
-
-
 @pytest.mark.parametrize("how", ["store-claim-deleted", "rules-claim-reloaded-away"])
 def test_a_revoked_transparent_claims_open_stream_is_closed(
     world: tuple[Lab, str, NsProxy, Path], how: str
@@ -142,7 +136,7 @@ def test_a_revoked_transparent_claims_open_stream_is_closed(
         assert proxy.proc is not None
         os.kill(proxy.proc.pid, signal.SIGHUP)  # the rules-file claim goes: a store claim takes the source
         time.sleep(0.5)
-        with control(proxy) as api:
+        with control(proxy, timeout=10) as api:
             made = api.post("/v1/claims", json={"id": "sbx", "pool": "p", "sources": [f"{SANDBOX}/32"]})
             assert made.status_code == 201, made.text
         time.sleep(0.5)  # the next poll sees it
@@ -151,7 +145,7 @@ def test_a_revoked_transparent_claims_open_stream_is_closed(
         assert ends_within(client, 1.5) is None  # a live stream: it does not end on its own
         revoked_at = time.monotonic()
         if how == "store-claim-deleted":
-            with control(proxy) as api:
+            with control(proxy, timeout=10) as api:
                 assert api.delete("/v1/claims/sbx").status_code == 204
         else:
             rules.write_text(RULES)

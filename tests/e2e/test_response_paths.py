@@ -29,7 +29,6 @@ from urllib.parse import quote, quote_plus
 import brotli
 import canary
 import h11
-import httpx
 import pytest
 import wsproto
 from harness import ProxyProcess
@@ -40,7 +39,7 @@ from websockets.asyncio.server import ServerConnection
 from websockets.datastructures import Headers
 from websockets.http11 import Request, Response
 from websockets.sync.client import connect
-from world import Stage, WsServer, credential, egress, rules
+from world import Stage, WsServer, control, credential, egress, rules
 from wsproto import events as wse
 
 pytestmark = pytest.mark.e2e
@@ -726,10 +725,7 @@ def test_a_value_rotated_while_a_websocket_is_open_is_scrubbed_on_it(world: Worl
     value reaches the upstream on another connection, and the upstream broadcasts it on the old
     one: it comes back as the placeholder there too (the claim is read as it is now)."""
     old, new = canary.make("wsrot"), canary.make("wsrot")
-    api = httpx.Client(
-        transport=httpx.HTTPTransport(uds=str(world.proxy.state_dir / "control.sock")), base_url="http://control"
-    )
-    with api:
+    with control(world.proxy) as api:
         token = api.post("/v1/claims", json={"id": "wsrot", "pool": "p"}).json()["proxy_token"]
         r = api.put("/v1/claims/wsrot/credentials/k", json={"hosts": ["api.test"], "value": old})
         assert r.status_code == 201, r.text
@@ -785,10 +781,7 @@ def test_a_value_rotated_while_an_sse_stream_is_open_is_scrubbed_in_it(world: Wo
     placeholder (the claim is read as it is now, each read)."""
     old, new = canary.make("sserot"), canary.make("sserot")
     _after_note(world)
-    api = httpx.Client(
-        transport=httpx.HTTPTransport(uds=str(world.proxy.state_dir / "control.sock")), base_url="http://control"
-    )
-    with api:
+    with control(world.proxy) as api:
         token = api.post("/v1/claims", json={"id": "sserot", "pool": "p"}).json()["proxy_token"]
         r = api.put("/v1/claims/sserot/credentials/k", json={"hosts": ["api.test"], "value": old})
         assert r.status_code == 201, r.text

@@ -22,7 +22,7 @@ from pathlib import Path
 import httpx
 import pytest
 from harness import ROOT, ProxyProcess
-from world import Stage, claim, egress, rules, wait_control
+from world import Stage, claim, control, egress, rules, wait_control
 
 pytestmark = pytest.mark.e2e
 
@@ -62,8 +62,7 @@ class World:
         self.rules.write_text(rules([egress(h, self.upstream.port) for h in hosts], claims=[claim("c")]))
 
     def api(self) -> httpx.Client:
-        sock = self.proxy.state_dir / "control.sock"
-        return httpx.Client(transport=httpx.HTTPTransport(uds=str(sock)), base_url="http://control")
+        return control(self.proxy)
 
     def get(self, path: str, claim: str = "c", token: str = "workers-token", **headers: str) -> int:
         """One request on a new connection (a new CONNECT: the kernel picks a worker)."""
@@ -196,10 +195,10 @@ def test_the_workers_never_connect_to_their_own_port(world: World) -> None:
 
 
 def test_a_busy_port_is_refused_before_any_worker_starts(world: World, tmp_path: Path) -> None:
-    other = ProxyProcess(world.rules, tmp_path, workers=WORKERS)
-    other.port = world.proxy.port
-    other.args[other.args.index("--listen") + 1] = f"127.0.0.1:{world.proxy.port}"
-    done = subprocess.run(other.args, capture_output=True, text=True, timeout=60, check=False)
+    with Stage(tmp_path) as st:  # its arguments only: it is run here, on the busy port
+        other = st.proxy(world.rules, upstream_ca=None, workers=WORKERS, start=False)
+        other.args[other.args.index("--listen") + 1] = f"127.0.0.1:{world.proxy.port}"
+        done = subprocess.run(other.args, capture_output=True, text=True, timeout=60, check=False)
     assert done.returncode == 1
     assert f"127.0.0.1:{world.proxy.port} is already in use" in done.stderr
     assert "Traceback" not in done.stderr
