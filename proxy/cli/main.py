@@ -27,6 +27,7 @@ import asyncio
 import ipaddress
 import os
 import secrets
+import socket
 import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -40,6 +41,7 @@ from proxy.core.errors import HostError, SurrogateError
 from proxy.core.hosts import canonical_host
 from proxy.core.limits import DEFAULT_NODE_HOOK_PROCESSES, DEFAULT_WEBSOCKET_HELD
 from proxy.core.netrules import transparent_rules
+from proxy.core.node import node_name
 from proxy.core.policy import Policy, SourceToken
 from proxy.engine import hardening, workers
 from proxy.engine.state import State
@@ -81,6 +83,25 @@ def _resolve(value: str) -> tuple[str, str]:
         raise argparse.ArgumentTypeError(
             f"{value!r} is not NAME:ADDR with an IP address (e.g. api.example.com:127.0.0.1)"
         ) from None
+
+
+def _node_arg(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--node",
+        metavar="NAME",
+        help="this node's name in every audit event and in /metrics (default: the host name)",
+    )
+
+
+def _node(args: argparse.Namespace) -> str:
+    """``--node``, else the host name; raises ValueError naming which was not a node name."""
+    if args.node is not None:
+        return node_name(args.node)
+    host = socket.gethostname()
+    try:
+        return node_name(host)
+    except ValueError as e:
+        raise ValueError(f"the host name is not a node name ({e}); name this node with --node NAME") from None
 
 
 def _audit_args(p: argparse.ArgumentParser) -> None:
@@ -161,6 +182,7 @@ def _parser() -> argparse.ArgumentParser:
         help="connect to ADDR for NAME, like curl --resolve (repeatable)",
     )
     _audit_args(run)
+    _node_arg(run)
     run.add_argument(
         "--transparent",
         type=_listen,
@@ -180,6 +202,7 @@ def _parser() -> argparse.ArgumentParser:
     control = sub.add_parser("control", parents=[state], help="serve only the control API (sidecar)")
     control.add_argument("--rules", type=Path, required=True, help="the rules file the proxy uses")
     _audit_args(control)
+    _node_arg(control)
     _control_args(control)
     client.add_commands(sub, state)
 
@@ -422,6 +445,7 @@ def _supervise(args: argparse.Namespace, argv: list[str]) -> int:
     policy = load_rules(args.rules)
     for warning in policy.warnings:
         print(warning, file=sys.stderr)
+    node = _node(args)
     control = _control_config(args)
     args.state_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
     ports = [args.listen, *([args.transparent] if args.transparent else [])]
@@ -433,7 +457,7 @@ def _supervise(args: argparse.Namespace, argv: list[str]) -> int:
     counters.SharedCounters.create(table, args.workers)  # empty: no count outlives the node
     shared = counters.SharedCounters.open(table, 0)
     workers.share_metrics(args.state_dir / "metrics")
-    audit.configure(args.audit_file, args.audit_max_bytes, args.audit_backups)
+    audit.configure(args.audit_file, args.audit_max_bytes, args.audit_backups, node)
     try:
         return asyncio.run(
             workers.supervise(workers.worker_command(argv), args.workers, shared.release_worker)
@@ -452,12 +476,13 @@ def _run(args: argparse.Namespace) -> int:
     if not worker:
         for warning in policy.warnings:
             print(warning, file=sys.stderr)
+    node = _node(args)
     control = _control_config(args)
     args.state_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
     if worker is None:
-        audit.configure(args.audit_file, args.audit_max_bytes, args.audit_backups)
+        audit.configure(args.audit_file, args.audit_max_bytes, args.audit_backups, node)
     else:
-        audit.configure(None)  # a pipe to the supervisor, which writes the one audit stream
+        audit.configure(None, node=node)  # a pipe to the supervisor, which writes the one audit stream
     host, port = args.listen
     table = args.state_dir / counters.FILENAME
     if worker is None:
@@ -481,7 +506,9 @@ def _run(args: argparse.Namespace) -> int:
             http2=not args.no_http2,
             shared_ports=worker is not None,
             serve_control=not worker,
+            node=node,
         )
+        config.state.metrics.name_node(node)
         ready = (lambda: _banner(policy, args, host, port, control)) if not worker else None
         prefix = f"[worker {worker}] " if worker is not None else ""
         asyncio.run(serve(config, ready, prefix))
@@ -522,12 +549,15 @@ def _control(args: argparse.Namespace) -> int:
     from proxy.engine.master import serve_control_only
 
     policy = load_rules(args.rules)
+    node = _node(args)
     control = _control_config(args)
     args.state_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
-    audit.configure(args.audit_file, args.audit_max_bytes, args.audit_backups)
+    audit.configure(args.audit_file, args.audit_max_bytes, args.audit_backups, node)
     with open_state_store(args.state_dir) as store:
         print(f"surrogate: control API on {control.socket_path or ''} {control.tcp or ''}", file=sys.stderr)
-        asyncio.run(serve_control_only(Control(Registry(policy, store), store), control))
+        service = Control(Registry(policy, store), store)
+        service.metrics.name_node(node)
+        asyncio.run(serve_control_only(service, control, node))
     return 0
 
 
