@@ -125,6 +125,21 @@ def _control_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--control-token-file", type=Path, help="file holding the operator bearer token")
 
 
+def _served_control_args(p: argparse.ArgumentParser) -> None:
+    """``surrogate control`` only (never a proxy node, where sandboxes are): a TCP listener
+    beyond loopback, for a cluster's Service, over TLS and under the names its clients use."""
+    p.add_argument("--control-tls-cert", type=Path, metavar="PEM", help="serve --control-tcp over TLS")
+    p.add_argument("--control-tls-key", type=Path, metavar="PEM", help="the key of --control-tls-cert")
+    p.add_argument(
+        "--control-name",
+        action="append",
+        default=[],
+        metavar="NAME",
+        help="a name clients reach --control-tcp by (its Host header), e.g. a Service's DNS name "
+        "(repeatable; needed, with TLS, for an address other than loopback)",
+    )
+
+
 def _control_config(args: argparse.Namespace) -> ControlConfig:
     from proxy.engine.master import ControlConfig
 
@@ -134,6 +149,8 @@ def _control_config(args: argparse.Namespace) -> ControlConfig:
         else Path(args.control_socket or args.state_dir / "control.sock")
     )
     token = None
+    if args.control_tcp is None and getattr(args, "control_tls_cert", None) is not None:
+        raise ValueError("--control-tls-cert serves --control-tcp over TLS: name the listener too")
     if args.control_tcp is not None:
         if args.control_token_file is None:
             raise ValueError("--control-tcp needs --control-token-file (the operator bearer token)")
@@ -141,8 +158,17 @@ def _control_config(args: argparse.Namespace) -> ControlConfig:
         if len(token) < 16:
             raise ValueError(f"{args.control_token_file}: the operator token must be at least 16 characters")
         host = args.control_tcp[0]
-        if host not in ("127.0.0.1", "::1", "localhost"):
-            raise ValueError("--control-tcp must be a loopback address (127.0.0.1 or ::1)")
+        tls = getattr(args, "control_tls_cert", None), getattr(args, "control_tls_key", None)
+        names = [canonical_host(n) for n in getattr(args, "control_name", [])]
+        if (tls[0] is None) != (tls[1] is None):
+            raise ValueError("--control-tls-cert and --control-tls-key go together")
+        if host not in ("127.0.0.1", "::1", "localhost") and (tls[0] is None or not names):
+            raise ValueError(
+                "--control-tcp must be a loopback address (127.0.0.1 or ::1)"
+                + ("; surrogate control serves another address only with --control-tls-cert, "
+                   "--control-tls-key and --control-name" if hasattr(args, "control_name") else "")
+            )  # fmt: skip
+        return ControlConfig(socket_path, args.control_tcp, token, tls[0], tls[1], tuple(names))
     return ControlConfig(socket_path, args.control_tcp, token)
 
 
@@ -204,6 +230,7 @@ def _parser() -> argparse.ArgumentParser:
     _audit_args(control)
     _node_arg(control)
     _control_args(control)
+    _served_control_args(control)
     client.add_commands(sub, state)
 
     env = sub.add_parser("env", parents=[state], help="print the environment a sandbox needs (shell or .env)")

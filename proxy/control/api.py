@@ -31,7 +31,7 @@ from __future__ import annotations
 import hmac
 import logging
 import socket
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from datetime import UTC, datetime
 from typing import Annotated, Any, Literal
 
@@ -350,15 +350,17 @@ def make_app(
     operator_token: str | None = None,
     listen: tuple[str, int] | None = None,
     readiness: Readiness | None = None,
+    names: Sequence[str] = (),
 ) -> FastAPI:
     """The API for one listener. ``operator_token``: required as a Bearer token (TCP listener);
     None: no token (the 0600 Unix socket). ``listen``: the TCP listener's address, required with
-    a token: ``Host`` (and ``Origin`` when sent) must name it, else 403 (:mod:`proxy.control.apiedge`).
+    a token: ``Host`` (and ``Origin`` when sent) must name it or one of ``names``, else 403
+    (:mod:`proxy.control.apiedge`).
     ``/metrics`` serves ``control.metrics``; ``/readyz`` answers ``readiness`` (default: ready while
     the store answers, for this host's name). Raises ValueError for a token without ``listen``."""
     if operator_token is not None and listen is None:
         raise ValueError("a TCP control listener needs its own address for the Host check")
-    authorities = allowed_authorities(*listen) if listen is not None else None
+    authorities = allowed_authorities(*listen, names) if listen is not None else None
     ready = readiness or Readiness(control.store, socket.gethostname())
     app = FastAPI(title="surrogate control API", version="1", docs_url=None, redoc_url=None)
     calls = control.metrics.control_requests

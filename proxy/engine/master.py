@@ -56,6 +56,9 @@ class ControlConfig:
     socket_path: Path | None  # the Unix socket (mode 0600); None: no socket listener
     tcp: tuple[str, int] | None = None  # loopback TCP listener, requires the operator token
     operator_token: str | None = None
+    tls_cert: Path | None = None  # the TCP listener over TLS (surrogate control: uvicorn's ssl_*)
+    tls_key: Path | None = None
+    names: tuple[str, ...] = ()  # more Host names the TCP listener answers (a Service's)
 
 
 @dataclass(slots=True)
@@ -186,8 +189,10 @@ def control_servers(
         if not config.operator_token:
             raise ValueError("a TCP control listener needs an operator token (--control-token-file)")
         host, port = config.tcp
-        app = make_app(control, config.operator_token, (host, port), readiness)
-        servers.append((_ApiServer(uvicorn.Config(app, host=host, port=port, **quiet)), None))  # type: ignore[arg-type]
+        app = make_app(control, config.operator_token, (host, port), readiness, config.names)
+        tls = {"ssl_certfile": config.tls_cert, "ssl_keyfile": config.tls_key} if config.tls_cert else {}
+        server = _ApiServer(uvicorn.Config(app, host=host, port=port, **quiet, **tls))  # type: ignore[arg-type]
+        servers.append((server, None))
     return servers
 
 
