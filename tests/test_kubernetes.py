@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
+import canary
 import kubernetes_validate
 import pytest
 import yaml
@@ -321,19 +322,22 @@ def test_the_init_container_leaves_what_surrogate_accepts(tmp_path: Path, kind: 
     [w] = [w for w in workloads() if w["kind"] == kind]
     etc, var = tmp_path / "etc", tmp_path / "var"
     source = tmp_path / "source"
+    password = canary.make("pgpass")  # a database password is a credential: a canary
     KeyRing.load_or_create(source / "store.key")
     ca.ensure_ca(source)
     secrets = {
         "keys/store.key": (source / "store.key").read_bytes(),
         "ca/mitmproxy-ca.pem": (source / "ca" / "mitmproxy-ca.pem").read_bytes(),
         "ca/mitmproxy-ca-cert.pem": (source / "ca" / "mitmproxy-ca-cert.pem").read_bytes(),
-        "db/pgpass": b"postgres.database.svc:5432:surrogate:surrogate:not-a-real-password\n",
+        "db/pgpass": f"postgres.database.svc:5432:surrogate:surrogate:{password}\n".encode(),
         "db/pg_service.conf": b"[surrogate]\nhost=postgres.database.svc\n",
     }
     for rel, data in secrets.items():
         (etc / rel).parent.mkdir(parents=True, exist_ok=True)
         (etc / rel).write_bytes(data)
         (etc / rel).chmod(0o440)
+    canary.exempt(etc / "db" / "pgpass")  # the Secret as mounted and its copy: by design
+    canary.exempt(var / "state" / "pgpass")
     var.mkdir()
     with pytest.raises(KeyFileError, match="group or others"):
         KeyRing.load_or_create(etc / "keys" / "store.key")
