@@ -18,6 +18,8 @@ heap each time (~90 ms measured on the bench, issue 7) and walks only what was m
 
 The control API runs on the proxy's event loop (its handlers are short: one SQLite transaction),
 so the proxy and the API share one store connection and one index.
+Its ``/readyz`` (:mod:`proxy.control.ready`) says not ready until mitmproxy's ``running`` hook
+(the proxy's listeners are up), and again from the first moment of a SIGTERM or SIGINT.
 """
 
 from __future__ import annotations
@@ -200,7 +202,8 @@ async def serve(config: RunConfig, on_ready: Callable[[], None] | None = None, l
     """Run the proxy (and the control API, when configured) until SIGINT or SIGTERM."""
     _log_to_stderr(log_prefix)
     registry = config.state.registry
-    readiness = Readiness(registry.store, config.node, listening=False) if registry.store else None
+    store = registry.store
+    readiness = Readiness(store, config.node, listening=False) if store is not None else None
 
     def listening() -> None:  # the proxy's listeners are up (mitmproxy's `running` hook)
         if readiness is not None:
