@@ -11,6 +11,7 @@ parses, and an init container whose script, run here, leaves the files surrogate
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import signal
@@ -433,3 +434,101 @@ def test_the_probe_commands_pass_against_a_live_process_and_fail_without_one(
     os.kill(proc.pid, signal.SIGTERM)
     proc.wait(timeout=10)
     assert run(probes(w)["livenessProbe"]) != 0 and run(probes(w)["readinessProbe"]) != 0
+
+
+# -- the pod, emulated: read-only root, tmpfs state, the init script, the probes -----------------
+
+POD = r"""
+import json, os, subprocess, sys, time
+tmp, script = sys.argv[1:3]
+argv, env, ready, live = map(json.loads, sys.argv[3:7])
+run = lambda *a: subprocess.run(a, check=True)
+run("mount", "--make-rprivate", "/")
+run("mount", "-t", "tmpfs", "-o", "size=64m,mode=0777", "tmpfs", tmp + "/var")
+run("mount", "-t", "tmpfs", "-o", "size=16m,mode=1777", "tmpfs", tmp + "/tmp")
+run("mount", "-o", "remount,bind,ro", "/")
+out = {}
+try:
+    open(tmp + "/outside", "w")
+    out["root_writable"] = True
+except OSError as e:
+    out["root_writable"] = e.strerror
+out["init"] = subprocess.run(["sh", "-ec", script], capture_output=True, text=True).returncode
+env = {**env, "PATH": os.environ["PATH"], "TMPDIR": tmp + "/tmp", "PYTHONDONTWRITEBYTECODE": "1"}
+with open(tmp + "/tmp/stderr", "wb") as err:
+    proc = subprocess.Popen(argv, env=env, stdout=subprocess.DEVNULL, stderr=err)
+probe = lambda a: subprocess.run(a, env=env, capture_output=True, timeout=10).returncode
+deadline = time.monotonic() + 90
+while probe(ready) != 0 and time.monotonic() < deadline and proc.poll() is None:
+    time.sleep(0.2)
+out["ready"], out["live"] = probe(ready), probe(live)
+proc.terminate()
+proc.wait(timeout=20)
+out["stderr"] = open(tmp + "/tmp/stderr").read()[-2000:]
+print(json.dumps(out))
+"""
+
+
+@pytest.mark.e2e
+@pytest.mark.skipif(
+    os.geteuid() != 0 or not Path("/usr/bin/unshare").exists(), reason="needs root and unshare(1)"
+)
+def test_the_proxy_pod_runs_on_a_read_only_root_with_only_its_state_dir(tmp_path: Path) -> None:
+    """The DaemonSet's pod, emulated in a mount namespace of this test's own: the root file
+    system read-only, the state dir and /tmp tmpfs, the Secrets as 0440 files, the init script,
+    then the proxy container's own arguments and environment, and its probes. It comes up ready,
+    so nothing it needs writes outside the two empty dirs. (As root: the test's Python lives
+    where UID 10001 cannot read; the UID is checked above. The shared store is another test's:
+    ``--store`` is left out, and the SQLite store lands in the state dir.)"""
+    ds = one("DaemonSet", "surrogate-proxy")
+    pod = ds["spec"]["template"]["spec"]
+    [main] = pod["containers"]
+    etc, var = tmp_path / "etc", tmp_path / "var"
+    (tmp_path / "tmp").mkdir()
+    var.mkdir()
+    source = tmp_path / "source"
+    KeyRing.load_or_create(source / "store.key")
+    ca.ensure_ca(source)
+    files = {
+        "keys/store.key": source / "store.key",
+        "ca/mitmproxy-ca.pem": source / "ca" / "mitmproxy-ca.pem",
+        "ca/mitmproxy-ca-cert.pem": source / "ca" / "mitmproxy-ca-cert.pem",
+    }
+    for rel, src in files.items():
+        (etc / rel).parent.mkdir(parents=True, exist_ok=True)
+        (etc / rel).write_bytes(src.read_bytes())
+    (etc / "db").mkdir()
+    pgpass = canary.exempt(etc / "db" / "pgpass")  # its copy lives in the namespace's tmpfs only
+    pgpass.write_text(f"postgres.database.svc:5432:surrogate:surrogate:{canary.make('podpass')}\n")
+    (etc / "db" / "pg_service.conf").write_text("[surrogate]\nhost=postgres.database.svc\n")
+    (etc / "rules").mkdir()
+    (etc / "rules" / "rules.yaml").write_text(one("ConfigMap", "surrogate-rules")["data"]["rules.yaml"])
+    for f in etc.rglob("*"):
+        if f.is_file():
+            f.chmod(0o440)
+
+    def moved(text: str) -> str:
+        return text.replace("/etc/surrogate", str(etc)).replace("/var/lib/surrogate", str(var))
+
+    argv = [moved(a) for a in argv_of(main)]
+    at = argv.index("--store")
+    del argv[at : at + 2]
+    argv[argv.index("--listen") + 1] = f"127.0.0.1:{free_port()}"  # tests listen on loopback only
+    argv = [sys.executable, "-m", "proxy", *argv]
+    env = {e["name"]: moved(e["value"]) for e in main["env"] if "value" in e}
+    [ready, live] = [[sys.executable, *probes(ds)[k][1:]] for k in ("readinessProbe", "livenessProbe")]
+    args = [str(tmp_path), moved(init_script(ds)), *map(json.dumps, (argv, env, ready, live))]
+    done = subprocess.run(
+        ["unshare", "--mount", sys.executable, "-c", POD, *args],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=180,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    out = json.loads(done.stdout.strip().splitlines()[-1])
+    assert out["root_writable"] == "Read-only file system"
+    assert out["init"] == 0
+    assert (out["ready"], out["live"]) == (0, 0), out["stderr"]
+    assert "Traceback" not in out["stderr"]
