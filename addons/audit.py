@@ -6,6 +6,11 @@ transparent-mode TLS pass-through (no CONNECT, no flow) is logged as a tunnel ev
 method and status once its upstream connection opened, or failed (then with the reason). An
 intercepted connection closed because its bytes were not HTTP (addons/tunnel.py) is logged the
 same way, reason ``not_http``, when the client connection closes.
+
+How a flow ended (a client that stops reading a stream after its last event is ``allow``
+``client_closed``, not an error; an upstream failure ``upstream_error``), which credentials count
+as used (only those whose secret left the proxy) and which rule a late refusal names: the rules
+are written once, in :mod:`addons.ending`, and the metrics use the same.
 """
 
 from __future__ import annotations
@@ -17,37 +22,18 @@ from typing import Any
 from mitmproxy import connection, http, tls
 from mitmproxy.proxy import server_hooks
 
-from addons import facts
+from addons import ending, facts
 from addons.limits import REFUSED_CONNECTIONS, REFUSED_RATE
 from proxy import audit as a
 from proxy.core.decide import Action, Decision, Reason
 
 
-def _client_hung_up(flow: http.HTTPFlow) -> bool:
-    """Which side ended a flow early, from mitmproxy 12.3's messages (the error hook carries no
-    more): its HTTP/1 server side says "Client disconnected.", its HTTP/1 client side "server
-    closed connection", and either HTTP/2 side "peer closed connection" — the client's when only
-    the client speaks HTTP/2."""
-    msg = flow.error.msg if flow.error else ""
-    if msg == "Client disconnected.":
-        return True
-    return (
-        msg == "peer closed connection" and flow.client_conn.alpn == b"h2" and flow.server_conn.alpn != b"h2"
-    )
-
-
 def _event(flow: http.HTTPFlow, kind: str) -> dict[str, Any]:
     req = flow.request
-    decision: Decision | None = flow.metadata.get(facts.DECISION)
+    decision = ending.decision(flow)  # how it ended, in the metrics' words too (addons/ending.py)
     claim = flow.metadata.get(facts.CLAIM)
-    if flow.error and (decision is None or decision.allowed):
-        rule = decision.rule if decision else None
-        reason = Reason.CLIENT_CLOSED if flow.response and _client_hung_up(flow) else Reason.UPSTREAM_ERROR
-        decision = Decision(Action.ERROR, reason, flow.error.msg, rule, status=502)
     counts = flow.metadata.get(facts.BYTES, (0, 0))
-    used = flow.metadata.get(facts.USED, {})
-    if flow.error and not flow.server_conn.timestamp_tls_setup and flow.request.scheme == "https":
-        used = {}  # the upstream's TLS never completed: no secret left the proxy
+    used = ending.used(flow)  # only credentials whose secret left
     end = (flow.response.timestamp_end if flow.response else None) or time.time()
     peer = flow.client_conn.peername
     return {
@@ -134,6 +120,9 @@ class Audit:
             a.emit(kind, _event(flow, kind))
         except Exception as e:  # an audit failure must not take the flow down; say so on stderr
             logging.getLogger("surrogate").error("audit event for %s failed: %s", flow.id, type(e).__name__)
+
+    def responseheaders(self, flow: http.HTTPFlow) -> None:
+        ending.watch(flow)  # last in the chain's stream wrappers: sees what the client was sent
 
     def response(self, flow: http.HTTPFlow) -> None:
         self._emit(flow, "request")
