@@ -122,7 +122,8 @@ def world(tmp_path_factory: pytest.TempPathFactory) -> Iterator[World]:
         tmp / "rules.yaml",
         tmp,
         upstream_ca=ca.ca_pem,
-        resolve={"api.test": "127.0.0.1", "closed.test": "127.0.0.1"},
+        # tlsbad.test reaches the raw upstream, whose certificate names only api.test
+        resolve={"api.test": "127.0.0.1", "closed.test": "127.0.0.1", "tlsbad.test": "127.0.0.1"},
     )
     (tmp / "rules.yaml").write_text(
         textwrap.dedent(f"""\
@@ -138,6 +139,8 @@ def world(tmp_path_factory: pytest.TempPathFactory) -> Iterator[World]:
                 ports: [{raw.port}]
               - host: 127.0.0.1
                 ports: [{proxy.port}]
+              - host: tlsbad.test
+                ports: [{raw.port}]
             hooks:
               - host: api.test
                 paths: [/hook]
@@ -150,7 +153,7 @@ def world(tmp_path_factory: pytest.TempPathFactory) -> Iterator[World]:
               - name: k
                 value: file:secret
                 placeholder: {PH}
-                hosts: [api.test, closed.test, 127.0.0.2, 127.0.0.1]
+                hosts: [api.test, closed.test, 127.0.0.2, 127.0.0.1, tlsbad.test]
               - name: metered
                 value: file:metered
                 placeholder: {PH_METERED}
@@ -285,6 +288,7 @@ REFUSALS_AFTER_SUBSTITUTION = [
         "upstream_error",
         1,
     ),
+    ("upstream-tls-failed", lambda w: w.url("/tlsbad", "tlsbad.test"), BEARER, 502, "upstream_error", 4),
     ("hook-failed", lambda w: w.url("/hook?row"), BEARER, 502, "hook_failed", 0),
 ]
 
@@ -301,7 +305,7 @@ def test_a_refusal_after_substitution_lists_no_credential_and_keeps_the_rule(
     assert _request(world, target, headers) == status
     event = world.proxy.wait_event(path="/" + target.split("/", 3)[3], timeout=10)
     assert event["reason"] == reason
-    hosts = ["api.test", "closed.test", "127.0.0.2", "127.0.0.1"]
+    hosts = ["api.test", "closed.test", "127.0.0.2", "127.0.0.1", "tlsbad.test"]
     assert event["credentials"] == [], event
     assert event["rule"] == f"p.egress[{rule}] {hosts[rule]}"
     assert (event["decision"], event["status"]) == ("error" if status >= 500 else "deny", status)
