@@ -7,10 +7,23 @@ method and status once its upstream connection opened, or failed (then with the 
 intercepted connection closed because its bytes were not HTTP (addons/tunnel.py) is logged the
 same way, reason ``not_http``, when the client connection closes.
 
-How a flow ended (a client that stops reading a stream after its last event is ``allow``
-``client_closed``, not an error; an upstream failure ``upstream_error``), which credentials count
-as used (only those whose secret left the proxy) and which rule a late refusal names: the rules
-are written once, in :mod:`addons.ending`, and the metrics use the same.
+How a flow that the rules allowed ended (issue 18 item 6; decided in :mod:`addons.ending`, which
+the metrics use too, so both say it in the same words):
+
+- the upstream ended the response: ``allow`` ``allowed``, whatever the client did afterwards;
+- the client went away after the response head, and everything forwarded of a
+  ``text/event-stream`` body ends with a blank line (an event boundary), or of an NDJSON / JSON
+  Lines body with a newline, or nothing of the body was forwarded yet: ``allow``
+  ``client_closed`` (it stopped reading a stream it had received whole: the OpenAI SDK after
+  ``data: [DONE]``);
+- the client went away before the head, mid-event, mid-line or in any other body: ``error``
+  ``client_closed`` (it cut the response short; not the upstream's failure);
+- anything else (the upstream refused, failed TLS, closed or broke the response): ``error``
+  ``upstream_error``.
+
+``credentials`` lists only the credentials whose secret left the proxy (none for a request
+refused before it was sent, or whose upstream TLS never completed), and a refusal after the
+egress rules allowed a request names the rule that allowed it (issue 18 item 7).
 """
 
 from __future__ import annotations
