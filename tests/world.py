@@ -256,6 +256,7 @@ class Stage:
         rules_text: str | Path,
         resolve: Iterable[str] | Mapping[str, str] = (),
         *,
+        workdir: Path | None = None,
         start: bool = True,
         control: bool = False,
         upstream_ca: Path | None | bool = True,
@@ -265,14 +266,15 @@ class Stage:
     ) -> ProxyProcess:
         """A :class:`harness.ProxyProcess` on the rules text (written to ``rules.yaml``) or file,
         with ``resolve`` names pinned to 127.0.0.1 (or a name -> address map), trusting the stage's
-        CA upstream. ``start``: started now (``control``: and its control socket is there);
-        stopped when the stage closes either way. ``args``: more ``surrogate run`` arguments;
-        ``cls``: what builds it (``functools.partial(NsProxy, ns)`` runs it in a network
-        namespace); ``kw``: ProxyProcess's ``env``, ``workers``."""
+        CA upstream; its state, audit file and stderr in ``workdir`` (default: the stage's dir,
+        one per proxy when a stage runs several). ``start``: started now (``control``: and its
+        control socket is there); stopped when the stage closes either way. ``args``: more
+        ``surrogate run`` arguments; ``cls``: what builds it (``functools.partial(NsProxy, ns)``
+        runs it in a network namespace); ``kw``: ProxyProcess's ``env``, ``workers``."""
         path = rules_text if isinstance(rules_text, Path) else self.write(rules_text)
         pins = dict(resolve) if isinstance(resolve, Mapping) else {n: "127.0.0.1" for n in resolve}
         ca = self.ca.ca_pem if upstream_ca is True else (upstream_ca or None)
-        proxy = cls(path, self.tmp, upstream_ca=ca, resolve=pins, **kw)
+        proxy = cls(path, workdir or self.tmp, upstream_ca=ca, resolve=pins, **kw)
         proxy.args += list(args)
         self.proxies.append(proxy)
         self._stack.callback(proxy.stop)
