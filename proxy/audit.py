@@ -219,6 +219,12 @@ class _Sink:
         if mapped is not None:
             self._put(self._ocsf, _render(mapped))
 
+    def close(self) -> None:
+        with self._lock:
+            for f in (self._file, self._ocsf):
+                if f is not None:
+                    f.close()
+
     def _log(self, **event: Any) -> None:
         self.event(event)
 
@@ -307,6 +313,7 @@ def configure(
     request and tunnel events as OCSF to that file, rotated the same way.
     """
     global _sink
+    _sink.close()  # a sink configured before (tests; a CLI that configures twice)
     _sink = sink = _Sink(path, max_bytes, backups, chain, ocsf)
     counter = itertools.count(1)
     pid = os.getpid()

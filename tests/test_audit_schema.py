@@ -68,9 +68,10 @@ def constants_used(source: Path) -> set[str]:
         for node in ast.walk(tree)
         if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) and node.value.id in aliases
     }
-    # `time`, `seq` and `worker` are added by processors in proxy.audit.configure, `event` is structlog's
-    # event name.
-    return {fields[n] for n in names if n in fields} | {audit.TIME, audit.EVENT, audit.SEQ, audit.WORKER}
+    # `time`, `seq` and `worker` are added by processors in proxy.audit.configure, `prev` by its sink
+    # (the hash chain), `event` is structlog's event name.
+    added = {audit.TIME, audit.EVENT, audit.SEQ, audit.WORKER, audit.PREV}
+    return {fields[n] for n in names if n in fields} | added
 
 
 # -- the schema against the code -------------------------------------------------------------
@@ -123,7 +124,7 @@ def test_flow_event_properties_are_the_fields_addons_audit_writes(kind: str) -> 
 
 
 def test_control_event_properties_are_the_fields_proxy_control_writes() -> None:
-    used = constants_used(ROOT / "proxy" / "control.py")
+    used = constants_used(ROOT / "proxy" / "control" / "service.py")
     assert set(branch("control")["properties"]) == used
     assert set(branch("control")["required"]) == used
 
@@ -143,7 +144,7 @@ def test_every_field_constant_is_documented_with_a_description() -> None:
 
 
 def test_control_action_enum_is_what_proxy_control_writes() -> None:
-    tree = ast.parse((ROOT / "proxy" / "control.py").read_text(encoding="utf-8"))
+    tree = ast.parse((ROOT / "proxy" / "control" / "service.py").read_text(encoding="utf-8"))
     actions = {
         node.args[1].value
         for node in ast.walk(tree)
@@ -184,6 +185,7 @@ GOOD_REQUEST: Event = {
     "bytes_out": 0,
     "bytes_in": 12,
     "duration_ms": 3.5,
+    "prev": "5d41402abc4b2a76b9719d911017c592" * 2,
 }
 
 
@@ -200,6 +202,8 @@ GOOD_REQUEST: Event = {
         {"event": "tunnel"},
         {"violation_surface": "cookie"},
         {"carried_on": [{"name": "github"}]},
+        {"prev": "5D41402ABC4B2A76B9719D911017C592" * 2},
+        {"prev": "abc"},
     ],
     ids=[
         "extra-field",
@@ -212,6 +216,8 @@ GOOD_REQUEST: Event = {
         "tunnel-with-a-path",
         "unknown-surface",
         "carried-without-surface",
+        "prev-upper-case",
+        "prev-not-a-sha256",
     ],
 )
 def test_schema_refuses_events_that_break_the_contract(change: Event) -> None:

@@ -26,7 +26,8 @@ Mapping (OCSF attribute ← native field):
 ``src_endpoint``           ``client`` (ip, port) and ``claim`` (uid: the sandbox)
 ``dst_endpoint``           ``host`` (hostname, or ip for an address literal) and ``port``
 ``http_request``           method, url (scheme, hostname, port, path, query_string from the
-                           redacted ``path``), ``uid``: ``request_id``, ``length``: ``bytes_out``
+                           redacted ``path``; url_string: those together, or ``host:port`` for
+                           a tunnel), ``uid``: ``request_id``, ``length``: ``bytes_out``
 ``http_response``          ``code``: ``status``, ``length``: ``bytes_in`` (only with a status)
 ``time``, ``end_time``     the event's time; ``start_time`` = time - ``duration_ms``
 ``metadata``               version 1.5.0, product surrogate, ``uid``: ``request_id``,
@@ -147,11 +148,15 @@ def _request(event: Mapping[str, Any], activity_id: int) -> dict[str, Any]:
     if event.get("scheme"):
         url["scheme"] = event["scheme"]
     target = event.get("path")
-    if isinstance(target, str):
+    if isinstance(target, str) and "scheme" in url:
         path, _, query = target.partition("?")
         url["path"] = path
         if query:
             url["query_string"] = query
+    host = str(event.get("host"))
+    authority = f"[{host}]:{event.get('port')}" if ":" in host else f"{host}:{event.get('port')}"
+    # the request target as the proxy saw it: the authority of a CONNECT (RFC 9110 section 9.3.6)
+    url["url_string"] = f"{url['scheme']}://{authority}{target}" if "path" in url else authority
     request: dict[str, Any] = {"url": {k: v for k, v in url.items() if v is not None}}
     if activity_id != _OTHER[0]:
         request["http_method"] = event.get("method")

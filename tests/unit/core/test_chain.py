@@ -30,7 +30,8 @@ def make(n: int, workers: int = 2, per_file: int = 4, run: int = 0) -> Files:
     for i in range(n):
         w = i % workers
         seqs[w] += 1
-        rendered = json.dumps({"event": "request", "host": f"h{i}.test", "worker": 100 + w + run, "seq": seqs[w]})
+        fields = {"event": "request", "host": f"h{i}.test", "worker": 100 + w + run, "seq": seqs[w]}
+        rendered = json.dumps(fields)
         line = chain.splice(rendered, KEY, prev)
         assert line is not None
         raw = line.encode()
