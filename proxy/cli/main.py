@@ -519,7 +519,8 @@ def _start_traces(endpoint: str | None) -> Callable[[], None]:
         from proxy.engine import traces
     except ImportError as e:
         raise ValueError(
-            f"--otlp-endpoint needs OpenTelemetry ({e.name} is missing): pip install 'surrogate[otel]'"
+            f"--otlp-endpoint needs the OpenTelemetry SDK and its OTLP exporter ({e}): "
+            "pip install 'surrogate[otel]'"
         ) from None
     return traces.start(endpoint)
 

@@ -5,6 +5,7 @@ placeholder (the SDK's in-memory exporter; tests/e2e/test_audit_chain.py exports
 from __future__ import annotations
 
 import json
+import sys
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
@@ -127,3 +128,15 @@ def test_a_failing_exporter_never_fails_the_audit(tmp_path: Path) -> None:
         audit.unsubscribe(broken)
         audit.configure(None)
     assert len((tmp_path / "audit.jsonl").read_text().splitlines()) == 1
+
+
+def test_without_the_otel_extra_the_option_says_what_to_install(monkeypatch: pytest.MonkeyPatch) -> None:
+    import proxy.engine
+    from proxy.cli import main
+
+    monkeypatch.delitem(sys.modules, "proxy.engine.traces")
+    monkeypatch.delattr(proxy.engine, "traces")
+    monkeypatch.setitem(sys.modules, "opentelemetry.exporter.otlp.proto.http.trace_exporter", None)
+    with pytest.raises(ValueError, match=r"pip install 'surrogate\[otel\]'"):
+        main._start_traces("http://127.0.0.1:4318/v1/traces")
+    assert main._start_traces(None)() is None  # no option: nothing imported, nothing to stop
