@@ -193,7 +193,10 @@ class _Sink:
                 line = spliced
             self._put(self._file, line)
             if self._ocsf is not None:
-                self._put_ocsf(json.loads(line))
+                try:
+                    self._put_ocsf(json.loads(line))
+                except ValueError:  # never stop the relay of a worker's lines (its pipe would fill)
+                    logging.getLogger("surrogate").error("a relayed audit line is not JSON: no OCSF event")
 
     def _put(self, f: logging.handlers.RotatingFileHandler | None, line: str) -> None:
         try:

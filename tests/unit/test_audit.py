@@ -137,6 +137,7 @@ def test_ocsf_goes_to_its_own_file_beside_the_native_lines(tmp_path: Path) -> No
     audit.emit("request", {**event(1), audit.METHOD: "GET", audit.REASON: "allowed"})
     audit.logger().info("reload", **{audit.OUTCOME: "applied"})  # not HTTP activity: native only
     audit.write_line(json.dumps({"event": "tunnel", "method": "CONNECT", "decision": "deny", "host": "x"}))
+    audit.write_line('{"event": "request", broken}')  # still relayed (and chained); no OCSF event
     got = [json.loads(r) for r in lines(ocsf)]
     assert [(e["class_uid"], e["activity_id"]) for e in got] == [(4002, 3), (4002, 1)]
-    assert len(lines(path)) == 3
+    assert len(lines(path)) == 4
