@@ -58,6 +58,7 @@ Rules reloads (``"event": "reload"``), one per attempt:
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import itertools
 import json
 import logging
@@ -214,6 +215,7 @@ class _Sink:
             f.stream = f._open()
         if f.maxBytes > 0 and f.stream.tell() + len(line) + 1 >= f.maxBytes and f.stream.tell():
             f.doRollover()
+            _claim(f)
         f.stream.write(line + "\n")
         f.stream.flush()
 
@@ -236,9 +238,28 @@ class _Sink:
 
 
 def _rotating(path: Path, max_bytes: int, backups: int) -> logging.handlers.RotatingFileHandler:
-    return logging.handlers.RotatingFileHandler(
+    f = logging.handlers.RotatingFileHandler(
         path, maxBytes=max_bytes, backupCount=backups if max_bytes else 0, encoding="utf-8"
     )
+    if not _claim(f):
+        f.close()
+        raise OSError(
+            f"audit file {path} is being written by another process: give each process its own file "
+            "(one writer per file keeps its hash chain whole, and only the writer may rotate it)"
+        )
+    return f
+
+
+def _claim(f: logging.handlers.RotatingFileHandler) -> bool:
+    """Take the exclusive advisory lock (flock) on ``f``'s open file: False when another open
+    file holds it. Released when the file is closed (a rollover, an exit, even ``kill -9``)."""
+    if f.stream is None:
+        return True
+    try:
+        fcntl.flock(f.stream.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        return False
+    return True
 
 
 def _follow(path: Path, f: logging.handlers.RotatingFileHandler) -> str | None:

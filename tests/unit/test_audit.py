@@ -5,11 +5,14 @@ mid-line; and a line the encoder cannot write as UTF-8 is still written (and cha
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
+from harness import ROOT
 
 from proxy import audit
 from proxy.cli.main import main
@@ -141,3 +144,16 @@ def test_ocsf_goes_to_its_own_file_beside_the_native_lines(tmp_path: Path) -> No
     got = [json.loads(r) for r in lines(ocsf)]
     assert [(e["class_uid"], e["activity_id"]) for e in got] == [(4002, 3), (4002, 1)]
     assert len(lines(path)) == 4
+
+
+def test_a_second_process_on_the_same_file_is_refused(tmp_path: Path) -> None:
+    """Two writers would interleave two chains (and both would rotate): the second one stops."""
+    path = tmp_path / "audit.jsonl"
+    audit.configure(path, max_bytes=300, backups=3)
+    for i in range(5):  # rotated: the lock follows the new file
+        audit.emit("request", event(i))
+    code = f"from pathlib import Path; from proxy import audit; audit.configure(Path({str(path)!r}))"
+    done = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, check=False)
+    assert done.returncode != 0 and "is being written by another process" in done.stderr
+    audit.configure(None)  # closed: free again
+    assert subprocess.run([sys.executable, "-c", code], cwd=ROOT, check=False).returncode == 0
