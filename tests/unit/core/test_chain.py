@@ -154,7 +154,10 @@ def cut_rotated(files: Files, f: int, keep: int) -> Edited:
     files[f] = files[f][:keep]
     files = [raws for raws in files if raws]
     nxt = f + 1 if keep else f
-    return Edited(files, {(f"f{nxt}", 1, "removed")})
+    expected = {(f"f{nxt}", 1, "removed")}
+    if nxt:  # no later line of the removed lines' worker shows a seq gap: the line before is named
+        expected.add((f"f{nxt - 1}", len(files[nxt - 1]), "changed"))
+    return Edited(files, expected)
 
 
 # -- intact ---------------------------------------------------------------------------------
@@ -237,7 +240,8 @@ def edits(draw: st.DrawFn) -> Edited:
     n = draw(st.integers(6, 30))
     files = make(n, draw(st.integers(1, 3)), draw(st.integers(2, 8)))
     last = n - 1
-    kind = draw(st.sampled_from(["change", "prev", "delete", "swap", "forged", "garbage", "copy", "cut"]))
+    kinds = ["change", "prev", "delete", "swap", "forged", "garbage", "copy", "cut"]
+    kind = draw(st.sampled_from(kinds + (["cut rotated"] if len(files) > 1 else [])))
     # Not covered by a chain without a key (module doc): the newest line (nothing follows it),
     # and lines before the oldest one (they look rotated away).
     if kind == "change":
@@ -254,6 +258,9 @@ def edits(draw: st.DrawFn) -> Edited:
         return insert_garbage(files, draw(st.integers(1, last)))
     if kind == "copy":
         return insert_copy(files, draw(st.integers(1, last)), draw(st.integers(0, last)))
+    if kind == "cut rotated":
+        f = draw(st.integers(0, len(files) - 2))
+        return cut_rotated(files, f, draw(st.integers(1, len(files[f]) - 1)))  # a rotated file has 2+
     return truncate(files, draw(st.integers(0, last)), draw(st.integers(0, 10_000)))
 
 
