@@ -129,12 +129,14 @@ def verify(lines: Sequence[Line], key: str) -> Report:
     parsed: list[_Parsed] = []
     starts: list[tuple[str, int, str | None]] = []
     unchained = 0
+    older: str | None = None  # the hash of the last line from before the chain
     for line in lines:
         try:
             parsed.append(_parse(line, key))
         except _Unreadable as e:
             if not parsed and e.kind == "unreadable" and line.complete:
                 unchained += 1  # older lines, from before the chain
+                older = line_hash(line.raw)
                 continue
             broken = Break(line.file, line.number, e.kind, e.message)
             return Report(len(lines), starts, None, broken, unchained)
@@ -146,8 +148,8 @@ def verify(lines: Sequence[Line], key: str) -> Report:
         if first < i:  # no two written lines are alike (time, seq and prev differ)
             copy = _at(p, "inserted", f"a copy of {_name(parsed[first])} (inserted)", None, p.digest)
             return Report(len(lines), starts, None, copy, unchained)
-        if i and p.prev is not None and p.prev == parsed[i - 1].digest:
-            continue
+        if p.prev is not None and p.prev == (parsed[i - 1].digest if i else older):
+            continue  # (the first chained line of an upgraded file follows its last older line)
         later = [j for j in where.get(p.prev or "", []) if j > i]
         if later:
             return Report(len(lines), starts, None, _reordered(parsed, i, later[0]), unchained)

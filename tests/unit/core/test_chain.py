@@ -187,6 +187,15 @@ def test_lines_from_before_the_chain_are_counted_not_covered() -> None:
     assert report.broken is None and report.unchained == 2
 
 
+def test_an_upgraded_file_chains_on_from_its_last_older_line() -> None:
+    """The sink continues a file from its last line, also one written before the chain."""
+    older = [b'{"event": "request", "seq": 1}', b'{"event": "request", "seq": 2}']
+    line = chain.splice('{"event": "request", "seq": 1}', KEY, chain.line_hash(older[-1]))
+    assert line is not None
+    report = chain.verify(lines_of([[*older, line.encode()]]), KEY)
+    assert report.broken is None and report.unchained == 2 and report.starts == []
+
+
 def test_a_fresh_chain_inside_a_file_is_a_restart_not_a_break() -> None:
     """stdout: a writer that restarts has nothing to follow (the line after it still must)."""
     a, b = flat(make(4)), flat(make(3, run=10))
