@@ -33,8 +33,9 @@ from typing import TYPE_CHECKING
 
 from certs import ca
 from proxy import audit
-from proxy.cli.explain import main_explain, main_why
+from proxy.cli.explain import main_explain
 from proxy.cli.provision import render, sandbox_env
+from proxy.cli.why import main_why
 from proxy.control import client
 from proxy.core.errors import HostError, SurrogateError
 from proxy.core.hosts import canonical_host

@@ -28,7 +28,8 @@ from harness import ProxyProcess
 from servers import TestCA, Upstream
 
 from proxy.audit import redact_path
-from proxy.cli.explain import main_explain, main_why
+from proxy.cli.explain import main_explain
+from proxy.cli.why import main_why
 
 pytestmark = pytest.mark.e2e
 
