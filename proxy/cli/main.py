@@ -28,6 +28,7 @@ import ipaddress
 import os
 import secrets
 import sys
+from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -37,7 +38,7 @@ from proxy.cli.explain import main_explain
 from proxy.cli.provision import render, sandbox_env
 from proxy.cli.why import main_why
 from proxy.control import client
-from proxy.core.errors import HostError, SurrogateError
+from proxy.core.errors import HostError, RulesError, SurrogateError
 from proxy.core.hosts import canonical_host
 from proxy.core.limits import DEFAULT_NODE_HOOK_PROCESSES, DEFAULT_WEBSOCKET_HELD
 from proxy.core.netrules import transparent_rules
@@ -348,10 +349,18 @@ def _check(files: list[Path]) -> int:
             for w in policy.warnings:
                 print(w, file=sys.stderr)
             print(f"{f}: ok" + (f" ({len(policy.warnings)} warnings)" if policy.warnings else ""))
+        except RulesError as e:  # every error and warning of the file, then how many
+            print(e, file=sys.stderr)
+            print(f"{f}: {_count(e.problems, 'error')}, {_count(e.warnings, 'warning')}", file=sys.stderr)
+            status = 1
         except SurrogateError as e:
             print(e, file=sys.stderr)
             status = 1
     return status
+
+
+def _count(items: Sequence[object], what: str) -> str:
+    return f"{len(items)} {what}{'' if len(items) == 1 else 's'}"
 
 
 def _demo_init(state_dir: Path) -> int:

@@ -9,7 +9,6 @@ the claim's pool that no opaque rule shadows. A secret value never appears in a 
 
 from __future__ import annotations
 
-import dataclasses
 import ipaddress
 from pathlib import Path
 
@@ -19,7 +18,6 @@ from proxy.core.hosts import HostPattern
 from proxy.core.policy import (
     INTERFACE_NAME,
     SURFACES,
-    Claim,
     Credential,
     Injection,
     Misplaced,
@@ -34,16 +32,17 @@ from proxy.rules.risks import credential_host_risk, opaque_shadow
 from proxy.rules.sources import ValueSource
 
 
-def bind_interface(claim: Claim, cm: ClaimModel, loc: Loc, marks: Marks) -> Claim:
-    """A claim's ``interface``: its transparent connections must arrive there (issue 21)."""
+def bind_interface(cm: ClaimModel, loc: Loc, marks: Marks) -> str | None:
+    """A claim's ``interface``: its transparent connections must arrive there (issue 21). The
+    name to bind, or None (none given, or a problem, said)."""
     if cm.interface is None:
-        return claim
+        return None
     if not INTERFACE_NAME.match(cm.interface):
         marks.add(loc + ("interface",), f"{cm.interface!r} is not an interface name")
-        return claim
+        return None
     if not cm.sources:
         marks.add(loc + ("interface",), "interface needs sources: it binds the claim's source addresses")
-    return dataclasses.replace(claim, interface=cm.interface)
+    return cm.interface
 
 
 def networks(
@@ -65,12 +64,16 @@ def networks(
     return tuple(out)
 
 
-def value_source(spec: str, base_dir: Path, loc: Loc, marks: Marks) -> ValueSource | None:
+def value_source(spec: str, base_dir: Path, loc: Loc, marks: Marks, read: bool = True) -> ValueSource | None:
+    """The ``env:``/``file:`` source ``spec``; with ``read``, also read now (a source that cannot
+    be read is a problem that names it, never its value). Without it, only its form is checked."""
     try:
         source = ValueSource.parse(spec, base_dir)
     except ValueError as e:
         marks.add(loc, str(e))
         return None
+    if not read:
+        return source
     try:
         source.current()
     except SecretUnavailable as e:
@@ -87,6 +90,7 @@ def build_credential(
     marks: Marks,
     seen: dict[str, str],
     claim_id: str,
+    read: bool = True,
 ) -> Credential | None:
     before = len(marks.problems)
     if not placeholders.is_placeholder(km.placeholder):
@@ -141,7 +145,7 @@ def build_credential(
         )
     surfaces = _surfaces(km, loc, marks)
     headers, parts = _slots(km, surfaces, loc, marks)
-    source = value_source(km.value, base_dir, loc + ("value",), marks)
+    source = value_source(km.value, base_dir, loc + ("value",), marks, read)
     if source is None or len(marks.problems) != before:
         return None
     return Credential(

@@ -103,9 +103,10 @@ def model_at(loc: Loc) -> Any:
     return cur
 
 
-def pydantic_problems(err: ValidationError, marks: Marks) -> None:
+def pydantic_problems(err: ValidationError, marks: Marks, prefix: Loc = ()) -> None:
+    """Record pydantic's errors as problems; ``prefix`` is where the validated section is."""
     for e in err.errors():
-        loc: Loc = tuple(e["loc"])
+        loc: Loc = prefix + tuple(e["loc"])
         if e["type"] == "extra_forbidden":
             model = model_at(loc[:-1])
             is_model = isinstance(model, type) and issubclass(model, BaseModel)
@@ -117,3 +118,9 @@ def pydantic_problems(err: ValidationError, marks: Marks) -> None:
             marks.add(loc, "must be a string 'env:NAME' or 'file:PATH'")
         else:
             marks.add(loc, e["msg"])
+
+
+def rule_loc(rule_id: str) -> Loc:
+    """Where the egress rule ``pool.egress[i]`` (an :class:`EgressRule` id) is in the file."""
+    pool, _, index = rule_id.rpartition(".egress[")
+    return ("pools", pool, "egress", int(index.rstrip("]")))

@@ -121,3 +121,18 @@ def build_limits(lm: LimitsModel, loc: Loc, marks: Marks) -> Limits:
         why = f"websocket_message_bytes {ws} must be from {MIN_WS_MESSAGE} to {MAX_WS_MESSAGE}"
         marks.add(loc + ("websocket_message_bytes",), why)
     return Limits(lm.connections, lm.requests_per_second, lm.burst, lm.hook_processes, websocket_message=ws)
+
+
+def coverage_rule(pool: str, i: int, rm: RuleModel) -> EgressRule | None:
+    """A rule whose ports, methods or paths are wrong, reduced to what decides whether it covers
+    a credential host (its host, scheme and ``intercept``), so a claim's hosts are still checked
+    in the same run; None when one of those is wrong too (its problem is already said)."""
+    try:
+        host = HostPattern.parse(rm.host)
+    except HostError:
+        return None
+    if rm.scheme == "http" and not rm.intercept:
+        return None
+    return EgressRule(
+        f"{pool}.egress[{i}]", host, frozenset(), frozenset(), ("/",), rm.intercept, scheme=rm.scheme
+    )

@@ -9,14 +9,18 @@ warnings of a loaded file (the file loads; ``rules check`` and ``run`` print the
 from __future__ import annotations
 
 import dataclasses
+from typing import TYPE_CHECKING
 
 from proxy.core import slots
 from proxy.core.errors import HostError, Problem
 from proxy.core.hosts import HostPattern
-from proxy.core.policy import Claim, EgressRule, Pool
+from proxy.core.policy import EgressRule, Pool
 from proxy.core.suffixes import confusable, internal, wildcard_risk
-from proxy.rules.marks import Loc, Marks
-from proxy.rules.models import RulesModel
+from proxy.rules.marks import Loc, Marks, rule_loc
+from proxy.rules.models import CredentialModel
+
+if TYPE_CHECKING:
+    from proxy.rules.shape import Shape
 
 
 def credential_host_risk(pattern: HostPattern) -> str | None:
@@ -47,25 +51,25 @@ def opaque_shadow(pool: Pool, host: HostPattern) -> EgressRule | None:
     return None
 
 
-def find_warnings(
-    model: RulesModel, pools: dict[str, Pool], claims: dict[str, Claim], marks: Marks
-) -> list[Problem]:
+def find_warnings(shape: Shape, pools: dict[str, Pool], marks: Marks) -> list[Problem]:
     """Risky but valid: '*' in a pool whose claims hold credentials, wildcards over shared-hosting
     suffixes, rules an earlier rule overlaps so that order decides (for CONNECT, the first
     host-and-port match picks interception or an opaque tunnel), port 80 under scheme https
     (likely meant as plain HTTP), and header slots that hosts commonly reflect
-    (proxy.core.slots.REFLECTED)."""
+    (proxy.core.slots.REFLECTED). Found in every section whose shape is right, whether or not
+    the file has errors elsewhere."""
     before = len(marks.problems)
-    credentialed = {c.pool for c in claims.values() if c.credentials}
+    credentialed = {c.model.pool for c in shape.claims if c and c.model and c.credentials}
     for name, pool in pools.items():
         for i, rule in enumerate(pool.egress):
-            loc: Loc = ("pools", name, "egress", i, "host")
+            at = rule_loc(rule.id)
+            loc: Loc = (*at, "host")
             if rule.host.any_host and name in credentialed and pool.unsafe_any_host:
                 message = "'*' allows any host in a pool whose claims hold credentials (unsafe_any_host)"
                 marks.add(loc, message)
             if rule.scheme == "https" and 80 in rule.ports:
                 marks.add(
-                    ("pools", name, "egress", i, "ports"),
+                    (*at, "ports"),
                     "port 80 under scheme https (the default) allows only a CONNECT there: for "
                     "plain http:// requests write a rule with 'scheme: http'",
                 )
@@ -85,26 +89,28 @@ def find_warnings(
                         f"{'intercepted' if earlier.intercept else 'an opaque tunnel'} "
                         "whatever this rule says",
                     )
-    for ci, cm in enumerate(model.claims):  # addresses and internal names as credential hosts
-        for ki, km in enumerate(cm.credentials):
-            for j, raw in enumerate(km.hosts):
-                try:
-                    pattern = HostPattern.parse(raw)
-                except HostError:
-                    continue
-                name = (pattern.suffix or "").lstrip(".") or pattern.text
-                if not pattern.any_host and (why := internal(name)) is not None:
-                    where: Loc = ("claims", ci, "credentials", ki, "hosts", j)
-                    marks.add(where, f"credential host {pattern}: {why}")
-    for ci, km_claim in enumerate(model.claims):
-        for k, km in enumerate(km_claim.credentials):
-            for j, header in enumerate(km.headers or ()):
-                if header.lower() in slots.REFLECTED:
-                    where = ("claims", ci, "credentials", k, "headers", j)
-                    marks.add(
-                        where,
-                        f"{header} is a header hosts commonly reflect: a secret swapped there may come back",
-                    )
+    for ci, cs in enumerate(shape.claims):
+        for ki, km in enumerate(cs.credentials if cs else ()):
+            if km is not None:
+                _credential_warnings(km, ("claims", ci, "credentials", ki), marks)
     found = marks.problems[before:]
     del marks.problems[before:]
     return [dataclasses.replace(p, severity="warning") for p in found]
+
+
+def _credential_warnings(km: CredentialModel, loc: Loc, marks: Marks) -> None:
+    """Addresses and internal names as credential hosts; header slots hosts commonly reflect."""
+    for j, raw in enumerate(km.hosts):
+        try:
+            pattern = HostPattern.parse(raw)
+        except HostError:
+            continue
+        name = (pattern.suffix or "").lstrip(".") or pattern.text
+        if not pattern.any_host and (why := internal(name)) is not None:
+            marks.add(loc + ("hosts", j), f"credential host {pattern}: {why}")
+    for j, header in enumerate(km.headers or ()):
+        if header.lower() in slots.REFLECTED:
+            marks.add(
+                loc + ("headers", j),
+                f"{header} is a header hosts commonly reflect: a secret swapped there may come back",
+            )
