@@ -157,9 +157,10 @@ def url_host(host: str) -> str:
 
 
 @contextlib.contextmanager
-def loaded_claims(rules: Path, state_dir: Path | None) -> Iterator[Claims]:
-    """The rules file's claims, plus the store's when ``state_dir`` is given (never created)."""
-    policy = load_rules(rules)
+def loaded_claims(rules: Path, state_dir: Path | None, read_sources: bool = False) -> Iterator[Claims]:
+    """The rules file's claims, plus the store's when ``state_dir`` is given (never created).
+    The rules file's value sources are read only with ``read_sources`` (a dry run needs none)."""
+    policy = load_rules(rules, read_secrets=read_sources)
     if state_dir is None:
         yield policy
         return

@@ -315,7 +315,7 @@ def render(e: Explanation) -> str:
 def main_explain(args: argparse.Namespace) -> int:
     """``surrogate rules explain``: args rules, claim, method, url, header (list), state_dir, json."""
     headers = [parse_header(h) for h in args.header or ()]
-    with loaded_claims(args.rules, args.state_dir) as claims:
+    with loaded_claims(args.rules, args.state_dir, getattr(args, "check_sources", False)) as claims:
         exp = explain(claims, args.claim, args.method, args.url, headers, time.time())
     print(json.dumps(to_json(exp), indent=2) if args.json else render(exp))
     return 0

@@ -7,8 +7,9 @@
     surrogate creds put|patch|get|list|delete ...
     surrogate keys rotate [--state-dir DIR] [--resume]
     surrogate ca export [--state-dir DIR]
-    surrogate rules check FILE...
-    surrogate rules explain --rules FILE --claim ID [--state-dir DIR] [--json] METHOD URL [-H 'N: V']...
+    surrogate rules check [--check-sources] FILE...
+    surrogate rules explain --rules FILE --claim ID [--state-dir DIR] [--json] [--check-sources]
+                            METHOD URL [-H 'N: V']...
     surrogate audit why REQUEST_ID --audit-file FILE --rules FILE [--state-dir DIR] [--json]
     surrogate demo init [--state-dir DIR]
 
@@ -240,6 +241,7 @@ def _parser() -> argparse.ArgumentParser:
     rules_sub = rules.add_subparsers(dest="rules_command", required=True)
     check = rules_sub.add_parser("check", help="validate rules files without starting anything")
     check.add_argument("files", type=Path, nargs="+")
+    _sources_arg(check)
     explain = rules_sub.add_parser(
         "explain", help="dry-run one request through the rules: decision, rule, credentials (no network)"
     )
@@ -257,6 +259,7 @@ def _parser() -> argparse.ArgumentParser:
         help="a request header (repeatable)",
     )
     explain.add_argument("--json", action="store_true", help="print JSON instead of text")
+    _sources_arg(explain)
     explain.add_argument("method", metavar="METHOD", help="e.g. GET")
     explain.add_argument("url", metavar="URL", help="http:// or https:// URL")
 
@@ -303,7 +306,7 @@ def main(argv: list[str] | None = None) -> int:
         if args.command == "rules" and args.rules_command == "explain":
             return main_explain(args)
         if args.command == "rules":
-            return _check(args.files)
+            return _check(args.files, args.check_sources)
         if args.command == "audit":
             return main_why(args)
         if args.command == "demo":
@@ -341,11 +344,20 @@ def main(argv: list[str] | None = None) -> int:
     return 2
 
 
-def _check(files: list[Path]) -> int:
+def _sources_arg(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--check-sources",
+        action="store_true",
+        help="also read every env:/file: value source now, as 'run' does, and report one that "
+        "cannot be read (by default only their form is checked: no secret is read)",
+    )
+
+
+def _check(files: list[Path], read_sources: bool = False) -> int:
     status = 0
     for f in files:
         try:
-            policy = load_rules(f)
+            policy = load_rules(f, read_secrets=read_sources)
             for w in policy.warnings:
                 print(w, file=sys.stderr)
             print(f"{f}: ok" + (f" ({len(policy.warnings)} warnings)" if policy.warnings else ""))
