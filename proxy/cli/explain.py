@@ -283,8 +283,12 @@ def _line(d: Decision, message: bool = True) -> str:
     return f"{d.action.value} {d.reason.value}, status {d.status} (rule {rule}){said}"
 
 
-def render(e: Explanation) -> str:
-    """The explanation for people: the steps, then the verdict, then what was not checked."""
+def render(e: Explanation, egress_only: bool = False) -> str:
+    """The explanation for people: the steps, then the verdict, then what was not checked.
+
+    ``egress_only``: the replay of a request the proxy decided for a reason the replay cannot
+    repeat (``audit why``): only the egress steps, and a last line that says what the egress rules
+    say, never a verdict."""
     target = f"{e.scheme}://{url_host(e.host)}:{e.port}{e.target}"
     lines = [f"{e.method} {target}  as claim {e.claim} (pool {e.pool})"]
     if e.connect is not None:
@@ -295,19 +299,24 @@ def render(e: Explanation) -> str:
         lines.append("  tunnel: opaque (intercept: false; TLS passes through untouched)")
     if e.request is not None:
         lines.append(f"  request {e.method} {e.target}: {_line(e.request)}")
-    if e.substitution is not None:
+    if e.substitution is not None and not egress_only:
         lines.append(f"  substitution: {_line(e.substitution)}")
-    for p in e.placements:
+    for p in () if egress_only else e.placements:  # the refusal came before any substitution
         lines.append(f"  credential {p.credential}: {p.how} in header {p.header}")
-    if e.carried:
+    if e.carried and not egress_only:
         lines.append(
             f"  carried unchanged (found where its credential is not swapped): {', '.join(e.carried)}"
         )
     shown = e.verdict in (e.connect, e.request, e.substitution)  # its sentence is printed above
-    lines.append(f"verdict: {_line(e.verdict, message=not shown)}")
-    lines.append(
-        f"audited as: event {e.event!r}, decision {e.verdict.action.value}, reason {e.verdict.reason.value}"
-    )
+    if egress_only:
+        said = e.egress or e.verdict  # a refusal before the egress rules (a bad host) has no step
+        lines.append(f"the egress rules in force: {_line(said, message=said not in (e.connect, e.request))}")
+    else:
+        lines.append(f"verdict: {_line(e.verdict, message=not shown)}")
+        lines.append(
+            f"audited as: event {e.event!r}, decision {e.verdict.action.value}, "
+            f"reason {e.verdict.reason.value}"
+        )
     lines += [f"note: {n}" for n in (*e.notes, NOT_REPLAYED)]
     return "\n".join(lines)
 

@@ -21,33 +21,84 @@ from typing import Any
 from proxy import audit
 from proxy.cli.dryrun import Claims, loaded_claims, url_host
 from proxy.cli.explain import Explanation, explain, explain_connect, render, to_json
+from proxy.core.decide import Reason
 
-_EGRESS = {
-    "allowed",
-    "no_rule",
-    "port_not_allowed",
-    "scheme_not_allowed",
-    "method_not_allowed",
-    "path_not_allowed",
-    "ambiguous_path",
+# Decided by the egress rules (host, port, scheme, method, path): a replay repeats them exactly.
+EGRESS = frozenset({
+    Reason.ALLOWED, Reason.NO_RULE, Reason.PORT_NOT_ALLOWED, Reason.SCHEME_NOT_ALLOWED,
+    Reason.METHOD_NOT_ALLOWED, Reason.PATH_NOT_ALLOWED, Reason.AMBIGUOUS_PATH,
+})  # fmt: skip
+
+# Every other reason: where in the proxy it is decided, and what that step checked. None of them
+# can be replayed from an audit event (header values, bodies, counters, timing and the network
+# are not in it); what the egress rules say about the same request is still shown.
+_BY_STAGE: dict[str, dict[Reason, str]] = {
+    "identification": {
+        Reason.PROXY_AUTH_REQUIRED: "the proxy credential was missing or wrong",
+        Reason.UNKNOWN_SOURCE: "the source address belongs to no claim (transparent mode)",
+        Reason.WRONG_INTERFACE: "the connection arrived on another interface than its claim's",
+    },
+    "request checks": {
+        Reason.AUTHORITY_MISMATCH: "the CONNECT host, SNI, Host header or target authority disagreed",
+        Reason.BAD_REQUEST_HEAD: "the request line or a header is one no HTTP/1 request may hold",
+        Reason.BAD_REQUEST_BODY: "the request body could not be checked (encoding or chunk framing)",
+        Reason.NOT_HTTP: "the bytes inside the tunnel were not HTTP; nothing was relayed",
+    },
+    "internal": {
+        Reason.INTERNAL_ERROR: "a check failed unexpectedly; the request was refused, not passed",
+    },
+    "limits": {
+        Reason.TOO_MANY_CONNECTIONS: "the claim already held its pool's limits.connections",
+        Reason.RATE_LIMITED: "the claim was over its pool's limits.requests_per_second and burst",
+        Reason.HOOK_POOL_LIMIT: "the pool already ran its limits.hook_processes hook commands",
+        Reason.HOOK_NODE_LIMIT: "the node already ran --hook-processes hook commands",
+    },
+    "substitution": {
+        Reason.PLACEHOLDER_VIOLATION: "a placeholder was headed for a host its credential is not bound to",
+        Reason.CLEARTEXT_CREDENTIAL: "a placeholder was sent over plain http://, where no secret goes",
+        Reason.FORGED_PLACEHOLDER: "a placeholder with surrogate's checksum that the claim does not hold",
+        Reason.PLACEHOLDER_MISPLACED: "a placeholder on a surface its credential does not enable",
+        Reason.CREDENTIAL_EXPIRED: "the credential's expires_at had passed",
+        Reason.CREDENTIAL_BUDGET_SPENT: "the credential's max_requests were used up (counted in the store)",
+        Reason.CREDENTIAL_UNAVAILABLE: "the credential's value source could not be read then",
+    },
+    "connecting": {
+        Reason.UNRESOLVABLE: "the destination name did not resolve",
+        Reason.SPECIAL_ADDRESS: "the name resolved to a special-purpose address not in allow_cidrs",
+        Reason.OWN_LISTENER: "the destination was one of surrogate's own listeners, or a loop",
+        Reason.UPSTREAM_ERROR: "the upstream could not be reached, or its TLS did not verify",
+    },
+    "response": {
+        Reason.CLIENT_CLOSED: "the client hung up before the response ended",
+        Reason.UNSCANNABLE_RESPONSE: "the response body could not be scanned for secrets: not passed",
+    },
+    "hook route": {
+        Reason.HOOK_ANSWERED: "a hook route's command answered; the upstream was not contacted",
+        Reason.HOOK_TIMEOUT: "the hook route's command ran past its timeout",
+        Reason.HOOK_FAILED: "the hook route's command failed or printed no HTTP response",
+    },
 }
-# Reached only after the egress rules allowed the request (substitution, resolution, upstream).
-_AFTER_EGRESS = {
-    "placeholder_violation",
-    "placeholder_misplaced",
-    "cleartext_credential",
-    "credential_expired",
-    "credential_unavailable",
-    "unresolvable",
-    "own_listener",
-    "special_address",
-    "upstream_error",
-    "client_closed",
-    "unscannable_response",
-    "hook_answered",
-    "hook_timeout",
-    "hook_failed",
-}
+STAGES = {r: (stage, said) for stage, rows in _BY_STAGE.items() for r, said in rows.items()}
+# Reached only once the egress rules allowed the request: the replay must allow it too.
+_AFTER_STAGES = ("substitution", "connecting", "response", "hook route")
+_AFTER_EGRESS = {r.value for r, (stage, _) in STAGES.items() if stage in _AFTER_STAGES}
+_AFTER_EGRESS |= {Reason.HOOK_POOL_LIMIT.value, Reason.HOOK_NODE_LIMIT.value}  # a hook route matched
+_EGRESS = {r.value for r in EGRESS}
+NOT_IN_EVENT = (
+    "an audit event holds no header value, body, counter, clock or network answer of that "
+    "moment, so this step cannot be replayed"
+)
+
+
+def stage_of(reason: str) -> tuple[str, str]:
+    """Where the proxy decides ``reason`` and what that step checked (an unknown reason, say from
+    a newer release, is said to be decided outside the egress rules)."""
+    if reason in EGRESS:
+        return "egress rules", "decided by the egress rules (host, port, scheme, method, path)"
+    try:
+        return STAGES[Reason(reason)]
+    except (ValueError, KeyError):
+        return "outside the egress rules", f"reason {reason!r} is not one this version knows"
 
 
 @dataclass(frozen=True, slots=True)
@@ -59,6 +110,22 @@ class Why:
     explanation: Explanation | None
     notes: tuple[str, ...]
     agrees: bool | None
+
+    @property
+    def refused(self) -> bool:
+        return self.event.get(audit.DECISION) not in (None, "allow")
+
+    @property
+    def stage(self) -> tuple[str, str] | None:
+        """Where the event was decided and what that step checked; None for a control event."""
+        if self.event.get(audit.EVENT) == "control":
+            return None
+        return stage_of(str(self.event.get(audit.REASON)))
+
+    @property
+    def outside_egress(self) -> bool:
+        """Decided by a step a replay of the egress rules cannot repeat."""
+        return self.stage is not None and self.event.get(audit.REASON) not in _EGRESS
 
 
 def audit_files(path: Path) -> list[Path]:
@@ -159,33 +226,55 @@ def _agrees(event: dict[str, Any], exp: Explanation) -> bool | None:
 
 
 def render_why(w: Why) -> str:
-    e = w.event
+    """The event, where it was decided, and what the rules in force say about it now. A request
+    refused outside the egress rules is never shown as allowed: the replay's last word is what the
+    egress rules say, beside the step that refused it."""
+    e, stage = w.event, w.stage
     lines = [f"audit event {e.get(audit.REQUEST_ID)}:", json.dumps(e, indent=2, ensure_ascii=False), ""]
-    if e.get(audit.DECISION) not in (None, "allow"):
+    if w.refused:
         lines.append(f"refused: {e.get(audit.DECISION)} {e.get(audit.REASON)}: {e.get(audit.MESSAGE)}")
         lines.append(f"rule: {e.get(audit.RULE) or 'none'}")
+    if stage is not None and w.outside_egress:
+        lines.append(f"decided at: {stage[0]}: {stage[1]}")
+    if len(lines) > 3:
         lines.append("")
     if w.explanation is not None:
-        lines += ["the rules in force, replayed:", render(w.explanation)]
+        heading = (
+            "the egress rules in force, replayed:" if w.outside_egress else "the rules in force, replayed:"
+        )
+        lines += [heading, render(w.explanation, egress_only=w.outside_egress)]
     lines += [f"note: {n}" for n in w.notes]
-    if w.agrees is True:
+    done = "refused" if w.refused else "handled"
+    if w.agrees is True and not w.outside_egress:
         lines.append("the rules in force decide as the proxy did")
+    elif w.agrees is True and stage is not None:
+        lines.append(
+            f"the egress rules in force allow this request, as they did then; the proxy {done} it at "
+            f"{stage[0]} ({e.get(audit.REASON)}): {NOT_IN_EVENT}"
+        )
     elif w.agrees is False:
         lines.append(
             "the rules in force decide differently from this event (the rules or the store have "
             "changed since, or the proxy ran with other rules)"
         )
-    elif w.explanation is not None:
+    elif w.explanation is not None and stage is not None:
         lines.append(
-            f"this event was decided outside the egress rules ({e.get(audit.REASON)}): the replay "
-            "shows only what the rules say about the same request"
+            f"the proxy {done} this request at {stage[0]} ({e.get(audit.REASON)}), outside the "
+            f"egress rules: {NOT_IN_EVENT}; the replay shows only what the egress rules say about "
+            "the same request"
         )
     return "\n".join(lines)
 
 
 def why_json(w: Why) -> dict[str, Any]:
+    """The event, its ``stage`` (``{"name", "checked"}``; null for a control event), whether it
+    was decided ``outside_egress`` (then ``explanation`` is only what the egress rules in force
+    say, never the proxy's verdict), the replay and the notes."""
+    stage = w.stage
     return {
         "event": w.event,
+        "stage": {"name": stage[0], "checked": stage[1]} if stage else None,
+        "outside_egress": w.outside_egress,
         "explanation": to_json(w.explanation) if w.explanation is not None else None,
         "notes": list(w.notes),
         "agrees": w.agrees,

@@ -9,7 +9,8 @@ from typing import Any
 
 import pytest
 
-from proxy.cli.why import main_why
+from proxy.cli.why import EGRESS, STAGES, main_why
+from proxy.core.decide import Action, Reason, deny
 from unit.cli.world import assert_no_secret, ns
 
 
@@ -63,13 +64,16 @@ def audit_file(tmp_path: Path) -> Path:
         ("r-method", ["refused: deny method_not_allowed", "rule: none", "decide as the proxy did"]),
         ("r-query", ["query values are REDACTED", "decide as the proxy did"]),
         ("r-viol", ["refused: violation placeholder_violation", "rule: p.egress[1] other.test",
-                    "header values are never logged", "decide as the proxy did"]),
+                    "header values are never logged", "decided at: substitution",
+                    "the egress rules in force: allow (rule p.egress[1] other.test)",
+                    "the egress rules in force allow this request, as they did then; the proxy refused "
+                    "it at substitution (placeholder_violation)"]),
         ("r-tunnel", ["CONNECT nowhere.example:443: deny no_rule", "decide as the proxy did"]),
         ("r-opaque", ["tunnel: opaque", "decide as the proxy did"]),
         ("r-stale", ["decide differently"]),
         ("r-noauth", ["not identified as any claim"]),
         ("r-gone", ["cannot replay: no claim 'ghost'", "decide differently"]),
-        ("r-421", ["decided outside the egress rules (authority_mismatch)"]),
+        ("r-421", ["decided at: request checks", "at request checks (authority_mismatch), outside"]),
         ("r-control", ["control-API mutation (claim.create by socket)"]),
     ],
 )  # fmt: skip
@@ -98,3 +102,60 @@ def test_why_unknown_id_exits_1(
     captured = capsys.readouterr()
     assert captured.out == ""
     assert "no audit event with request_id 'nope'" in captured.err
+
+
+# --- refusals outside the egress rules are explained as what they were (issue 18 item 5) ------
+
+
+def test_every_reason_has_its_place() -> None:
+    """A reason code added to proxy/core/decide.py must be given its stage here too."""
+    assert set(Reason) == EGRESS | set(STAGES)
+    assert not EGRESS & set(STAGES)
+
+
+OUTSIDE = [r for r in Reason if r not in EGRESS]
+
+
+@pytest.mark.parametrize("reason", OUTSIDE, ids=[r.value for r in OUTSIDE])
+def test_why_never_calls_a_refusal_outside_the_egress_rules_allowed(
+    reason: Reason, rules_file: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The egress rules allow the request (rule p.egress[0]); the proxy refused it (or, for
+    hook_answered, answered it) at another step: the replay says what the egress rules say and
+    which step decided, never "verdict: allow" nor that the rules decide as the proxy did."""
+    action = Action.ALLOW if reason is Reason.HOOK_ANSWERED else deny(reason, "m").action
+    refused = action is not Action.ALLOW
+    ev = event(
+        f"r-{reason.value}", decision=action.value, reason=reason.value, status=403 if refused else 200,
+        message=f"refused: {reason.value}" if refused else None,
+    )  # fmt: skip
+    audit_file = tmp_path / "one.jsonl"
+    audit_file.write_text(json.dumps(ev) + "\n")
+    assert main_why(ns(request_id=ev["request_id"], audit_file=audit_file, rules=rules_file)) == 0
+    out = capsys.readouterr().out
+    stage, checked = STAGES[reason]
+    assert f"decided at: {stage}: {checked}" in out
+    assert "verdict:" not in out and "decide as the proxy did" not in out
+    assert "the egress rules in force: allow (rule p.egress[0] api.test)" in out
+    assert (f"refused: {action.value} {reason.value}" in out) is refused
+    assert f"at {stage} ({reason.value})" in out
+    assert_no_secret(out)
+    assert main_why(ns(request_id=ev["request_id"], audit_file=audit_file, rules=rules_file, json=True)) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert doc["stage"] == {"name": stage, "checked": checked}
+    assert doc["outside_egress"] is True
+
+
+@pytest.mark.parametrize("reason", sorted(EGRESS - {Reason.ALLOWED}), ids=lambda r: r.value)
+def test_an_egress_refusal_is_replayed_as_the_proxy_decided_it(
+    reason: Reason, rules_file: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The refusals the egress rules make are replayed whole: the verdict, and whether the rules
+    in force agree (here they do not: the rules allow GET /repos)."""
+    ev = event("r-egress", decision="deny", reason=reason.value, status=403, rule=None, message="m")
+    audit_file = tmp_path / "one.jsonl"
+    audit_file.write_text(json.dumps(ev) + "\n")
+    assert main_why(ns(request_id="r-egress", audit_file=audit_file, rules=rules_file, json=True)) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert doc["outside_egress"] is False and doc["stage"]["name"] == "egress rules"
+    assert doc["explanation"]["decision"] == "allow" and doc["agrees"] is False
