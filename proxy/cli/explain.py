@@ -21,6 +21,12 @@ right now (503 ``credential_unavailable``), name resolution and address checks, 
 answer, and transparent-mode identification by source address.
 
 ``surrogate audit why`` (:mod:`proxy.cli.why`) replays audited events through :func:`explain`.
+
+Exit status of ``rules explain`` (:data:`EXIT_HELP`), so scripts can branch on the verdict: 0
+allow (an opaque tunnel and report mode's ``would_deny`` included: the proxy lets it through), 3
+deny, 4 violation, 5 error (the proxy could not process it: a claim whose pool is not defined);
+1 when the input cannot be explained (the rules file does not load, an unknown claim, a URL or
+header that is not one), 2 a usage error (argparse), as for every ``surrogate`` command.
 """
 
 from __future__ import annotations
@@ -49,18 +55,29 @@ from proxy.cli.dryrun import (
     unregistered,
     url_host,
 )
-from proxy.core.decide import Decision, Reason, check_path, decide_connect, decide_request, deny
+from proxy.core.decide import Action, Decision, Reason, check_path, decide_connect, decide_request, deny
 from proxy.core.errors import HostError
 from proxy.core.hosts import canonical_host
 from proxy.core.paths import canonical_path
 from proxy.core.policy import Claim, Policy
 from proxy.core.substitute import substitute_request
 
-__all__ = ["Explanation", "Placement", "explain", "explain_connect", "main_explain", "parse_header"]
+__all__ = ["EXIT", "EXIT_HELP", "Explanation", "Placement", "explain", "explain_connect", "main_explain"]
+__all__ += ["parse_header"]
 __all__ += ["render", "to_json"]
 
 # ``audit why`` lived here before it had a module of its own: its names still import from here.
 __getattr__ = forward("proxy.cli.why")
+
+EXIT = {Action.ALLOW: 0, Action.DENY: 3, Action.VIOLATION: 4, Action.ERROR: 5}  # by the verdict
+EXIT_INPUT, EXIT_USAGE = 1, 2
+EXIT_HELP = """exit status:
+  0  allow (also an opaque tunnel, and report mode's would_deny)
+  3  deny
+  4  violation (a placeholder headed where its credential may not go)
+  5  error (the proxy could not process the request)
+  1  the input cannot be explained: the rules file does not load, unknown claim, bad URL or header
+  2  usage error"""
 
 NOT_REPLAYED = (
     "not replayed: name resolution and the address checks made when connecting "
@@ -322,9 +339,11 @@ def render(e: Explanation, egress_only: bool = False) -> str:
 
 
 def main_explain(args: argparse.Namespace) -> int:
-    """``surrogate rules explain``: args rules, claim, method, url, header (list), state_dir, json."""
+    """``surrogate rules explain``: args rules, claim, method, url, header (list), state_dir, json,
+    check_sources. Returns the exit status of the verdict (:data:`EXIT`); raises ValueError or
+    :class:`proxy.core.errors.SurrogateError` for input that cannot be explained (exit 1)."""
     headers = [parse_header(h) for h in args.header or ()]
     with loaded_claims(args.rules, args.state_dir, getattr(args, "check_sources", False)) as claims:
         exp = explain(claims, args.claim, args.method, args.url, headers, time.time())
     print(json.dumps(to_json(exp), indent=2) if args.json else render(exp))
-    return 0
+    return EXIT[exp.verdict.action]

@@ -18,7 +18,8 @@ proxy's CA, the upstream trust bundle, the credential store and its key file, an
 socket. Control listener options: ``--control-socket PATH`` (default ``<state dir>/control.sock``;
 ``none`` for no socket), ``--control-tcp HOST:PORT`` with ``--control-token-file FILE``.
 
-Exit status: 0 ok, 1 error (printed as one clear message, never a traceback), 2 usage.
+Exit status: 0 ok, 1 error (printed as one clear message, never a traceback), 2 usage;
+``rules explain`` also says its verdict: 3 deny, 4 violation, 5 error (:mod:`proxy.cli.explain`).
 """
 
 from __future__ import annotations
@@ -35,6 +36,7 @@ from typing import TYPE_CHECKING
 
 from certs import ca
 from proxy import audit
+from proxy.cli.explain import EXIT_HELP as EXPLAIN_EXIT_HELP
 from proxy.cli.explain import main_explain
 from proxy.cli.provision import render, sandbox_env
 from proxy.cli.why import main_why
@@ -243,7 +245,11 @@ def _parser() -> argparse.ArgumentParser:
     check.add_argument("files", type=Path, nargs="+")
     _sources_arg(check)
     explain = rules_sub.add_parser(
-        "explain", help="dry-run one request through the rules: decision, rule, credentials (no network)"
+        "explain",
+        help="dry-run one request through the rules: decision, rule, credentials (no network)",
+        description="Dry-run one request through the rules: decision, rule, credentials (no network).",
+        epilog=EXPLAIN_EXIT_HELP,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     explain.add_argument("--rules", type=Path, required=True, help="rules file (YAML, version: 1)")
     explain.add_argument("--claim", required=True, help="the claim that sends the request")

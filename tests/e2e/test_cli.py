@@ -87,7 +87,7 @@ def test_rules_explain_from_the_command_line() -> None:
         "-H",
         "Authorization: Bearer surr_DemoGithubPlaceholder0001",
     )
-    assert done.returncode == 0, done.stderr
+    assert done.returncode == 4, done.stderr  # the exit status of a violation
     assert "placeholder_violation" in done.stdout and "github" in done.stdout
     secret = (ROOT / ".state" / "demo-github-token").read_text().strip()
     assert secret not in done.stdout

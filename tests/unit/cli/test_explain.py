@@ -12,6 +12,7 @@ from typing import Any
 import pytest
 
 from proxy.cli.explain import Explanation, explain, main_explain, parse_header, render, to_json
+from proxy.cli.main import main as cli_main
 from proxy.core.errors import SecretUnavailable
 from proxy.core.policy import Claim, Policy
 from proxy.core.secrets import Secret
@@ -254,7 +255,7 @@ def test_main_explain_text_and_json(rules_file: Path, capsys: pytest.CaptureFixt
     assert main_explain(args) == 0
     assert "verdict: allow (rule p.egress[0] api.test)" in capsys.readouterr().out
     args = ns(rules=rules_file, claim="c1", method="DELETE", url="https://api.test/repos", json=True)
-    assert main_explain(args) == 0
+    assert main_explain(args) == 3
     doc = json.loads(capsys.readouterr().out)
     assert (doc["decision"], doc["reason"], doc["connect"]["decision"]) == (
         "deny",
@@ -321,3 +322,86 @@ def test_explain_reads_the_path_as_the_proxy_does(policy: Policy, url: str, reas
     assert exp.verdict.reason.value == reason
     if reason == "ambiguous_path":
         assert exp.verdict.status == 400 and "/admin" not in exp.verdict.message
+
+
+# --- exit status (issue 18 item 8) ------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("argv", "status", "verdict"),
+    [
+        (["GET", "https://api.test/repos"], 0, "verdict: allow"),
+        (["GET", "https://opaque.test/"], 0, "tunnel: opaque"),
+        (["DELETE", "https://api.test/repos"], 3, "verdict: deny method_not_allowed"),
+        (["GET", "https://nowhere.example/"], 3, "verdict: deny no_rule"),
+        (["GET", "https://other.test/x", "-H", f"Authorization: Bearer {P_GH}"], 4,
+         "verdict: violation placeholder_violation"),
+        (["GET", "http://api.test/repos", "-H", f"Authorization: Bearer {P_GH}"], 4,
+         "verdict: violation cleartext_credential"),
+    ],
+    ids=["allow", "opaque", "deny-method", "deny-no-rule", "violation", "cleartext"],
+)  # fmt: skip
+def test_rules_explain_exit_status_says_the_verdict(
+    argv: list[str], status: int, verdict: str, rules_file: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert cli_main(["rules", "explain", "--rules", str(rules_file), "--claim", "c1", *argv]) == status
+    assert verdict in capsys.readouterr().out
+
+
+def test_rules_explain_exit_status_of_an_error_verdict(
+    rules_file: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A store claim whose pool the rules file no longer defines: the proxy fails closed (5)."""
+    state = tmp_path / "state-gone"
+    state.mkdir()
+    with Store.open(state / "store.sqlite3", KeyRing.load_or_create(state / "store.key")) as store:
+        store.create_claim("g1", "gone")
+    argv = ["rules", "explain", "--rules", str(rules_file), "--state-dir", str(state), "--claim", "g1"]
+    assert cli_main([*argv, "GET", "https://api.test/repos"]) == 5
+    assert "verdict: error internal_error" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize(
+    ("argv", "status", "said"),
+    [
+        (["--claim", "nobody", "GET", "https://api.test/"], 1, "no claim 'nobody'"),
+        (["--claim", "c1", "GET", "ftp://api.test/"], 1, "is not an http:// or https:// URL"),
+        (["--claim", "c1", "GET", "https://api.test/", "-H", "no colon"], 1, "is not 'Name: value'"),
+        (["GET", "https://api.test/"], 2, "the following arguments are required: --claim"),
+    ],
+    ids=["unknown-claim", "bad-url", "bad-header", "usage"],
+)
+def test_rules_explain_exit_status_of_input_it_cannot_explain(
+    argv: list[str], status: int, said: str, rules_file: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    if status == 2:
+        with pytest.raises(SystemExit) as exited:
+            cli_main(["rules", "explain", "--rules", str(rules_file), *argv])
+        assert exited.value.code == 2
+    else:
+        assert cli_main(["rules", "explain", "--rules", str(rules_file), *argv]) == status
+    assert said in capsys.readouterr().err
+
+
+def test_rules_explain_exit_status_of_a_rules_file_that_does_not_load(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("version: 1\npools: {p: {egress: [{host: a.test, ports: [0]}]}}\n")
+    assert cli_main(["rules", "explain", "--rules", str(bad), "--claim", "c", "GET", "https://a.test/"]) == 1
+    assert f"{bad}:2:" in capsys.readouterr().err
+
+
+def test_rules_explain_help_documents_the_exit_status(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit):
+        cli_main(["rules", "explain", "--help"])
+    out = capsys.readouterr().out
+    for line in (
+        "0  allow",
+        "3  deny",
+        "4  violation",
+        "5  error",
+        "1  the input cannot be explained",
+        "2  usage",
+    ):
+        assert line in out
