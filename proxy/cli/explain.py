@@ -202,7 +202,8 @@ def explain(
     if placed:
         notes.append(
             "explain reads no secret: whether each credential's source is readable right now "
-            "(else 503 credential_unavailable) is not checked"
+            "(else 503 credential_unavailable) is not checked (--check-sources reads the rules "
+            "file's sources once, when it is loaded)"
         )
     return Explanation(
         **steps, verdict=request, request=request, placements=tuple(placed),
