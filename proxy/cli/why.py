@@ -69,7 +69,7 @@ _BY_STAGE: dict[str, dict[Reason, str]] = {
         Reason.UPSTREAM_ERROR: "the upstream could not be reached, or its TLS did not verify",
     },
     "response": {
-        Reason.CLIENT_CLOSED: "the client hung up before the response ended",
+        Reason.CLIENT_CLOSED: "the client hung up: after the last whole event of a stream, or mid-response",
         Reason.UNSCANNABLE_RESPONSE: "the response body could not be scanned for secrets: not passed",
     },
     "hook route": {
