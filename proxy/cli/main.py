@@ -1,8 +1,10 @@
 """The ``surrogate`` command line (also ``python -m proxy``).
 
     surrogate run --rules FILE [--state-dir DIR] [--listen HOST:PORT] [--upstream-ca PEM]...
-                  [--resolve NAME:ADDR]... [--audit-file PATH] [--workers N] [control listener options]
-    surrogate control --rules FILE [--state-dir DIR] [control listener options]
+                  [--resolve NAME:ADDR]... [--audit-file PATH] [--workers N] [--node NAME]
+                  [control listener options]
+    surrogate control --rules FILE [--state-dir DIR] [--node NAME] [control listener options]
+                      [--control-tls-cert PEM --control-tls-key PEM --control-name NAME...]
     surrogate claims create|list|get|delete|rotate-token ...
     surrogate creds put|patch|get|list|delete ...
     surrogate keys rotate [--state-dir DIR] [--resume]
@@ -16,7 +18,10 @@
 The state dir (default ``$SURROGATE_STATE_DIR``, else ``~/.local/state/surrogate``) holds the
 proxy's CA, the upstream trust bundle, the credential store and its key file, and the control
 socket. Control listener options: ``--control-socket PATH`` (default ``<state dir>/control.sock``;
-``none`` for no socket), ``--control-tcp HOST:PORT`` with ``--control-token-file FILE``.
+``none`` for no socket), ``--control-tcp HOST:PORT`` with ``--control-token-file FILE``
+(loopback; ``surrogate control`` may serve another address over TLS under ``--control-name``).
+``--node`` names the node in every audit event and in ``/metrics`` (default: the host name;
+:mod:`proxy.core.node`).
 
 Exit status: 0 ok, 1 error (printed as one clear message, never a traceback), 2 usage;
 ``rules explain`` also says its verdict: 3 deny, 4 violation, 5 error (:mod:`proxy.cli.explain`).
@@ -29,6 +34,7 @@ import asyncio
 import ipaddress
 import os
 import secrets
+import socket
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -45,6 +51,7 @@ from proxy.core.errors import HostError, RulesError, SurrogateError
 from proxy.core.hosts import canonical_host
 from proxy.core.limits import DEFAULT_NODE_HOOK_PROCESSES, DEFAULT_WEBSOCKET_HELD
 from proxy.core.netrules import transparent_rules
+from proxy.core.node import node_name
 from proxy.core.policy import Policy, SourceToken
 from proxy.engine import hardening, workers
 from proxy.engine.state import State
@@ -88,6 +95,25 @@ def _resolve(value: str) -> tuple[str, str]:
         ) from None
 
 
+def _node_arg(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--node",
+        metavar="NAME",
+        help="this node's name in every audit event and in /metrics (default: the host name)",
+    )
+
+
+def _node(args: argparse.Namespace) -> str:
+    """``--node``, else the host name; raises ValueError naming which was not a node name."""
+    if args.node is not None:
+        return node_name(args.node)
+    host = socket.gethostname()
+    try:
+        return node_name(host)
+    except ValueError as e:
+        raise ValueError(f"the host name is not a node name ({e}); name this node with --node NAME") from None
+
+
 def _audit_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--audit-file", type=Path, help="append audit events here (default stdout)")
     p.add_argument(
@@ -109,6 +135,21 @@ def _control_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--control-token-file", type=Path, help="file holding the operator bearer token")
 
 
+def _served_control_args(p: argparse.ArgumentParser) -> None:
+    """``surrogate control`` only (never a proxy node, where sandboxes are): a TCP listener
+    beyond loopback, for a cluster's Service, over TLS and under the names its clients use."""
+    p.add_argument("--control-tls-cert", type=Path, metavar="PEM", help="serve --control-tcp over TLS")
+    p.add_argument("--control-tls-key", type=Path, metavar="PEM", help="the key of --control-tls-cert")
+    p.add_argument(
+        "--control-name",
+        action="append",
+        default=[],
+        metavar="NAME",
+        help="a name clients reach --control-tcp by (its Host header), e.g. a Service's DNS name "
+        "(repeatable; needed, with TLS, for an address other than loopback)",
+    )
+
+
 def _control_config(args: argparse.Namespace) -> ControlConfig:
     from proxy.engine.master import ControlConfig
 
@@ -118,6 +159,8 @@ def _control_config(args: argparse.Namespace) -> ControlConfig:
         else Path(args.control_socket or args.state_dir / "control.sock")
     )
     token = None
+    if args.control_tcp is None and getattr(args, "control_tls_cert", None) is not None:
+        raise ValueError("--control-tls-cert serves --control-tcp over TLS: name the listener too")
     if args.control_tcp is not None:
         if args.control_token_file is None:
             raise ValueError("--control-tcp needs --control-token-file (the operator bearer token)")
@@ -125,8 +168,17 @@ def _control_config(args: argparse.Namespace) -> ControlConfig:
         if len(token) < 16:
             raise ValueError(f"{args.control_token_file}: the operator token must be at least 16 characters")
         host = args.control_tcp[0]
-        if host not in ("127.0.0.1", "::1", "localhost"):
-            raise ValueError("--control-tcp must be a loopback address (127.0.0.1 or ::1)")
+        tls = getattr(args, "control_tls_cert", None), getattr(args, "control_tls_key", None)
+        names = [canonical_host(n) for n in getattr(args, "control_name", [])]
+        if (tls[0] is None) != (tls[1] is None):
+            raise ValueError("--control-tls-cert and --control-tls-key go together")
+        if host not in ("127.0.0.1", "::1", "localhost") and (tls[0] is None or not names):
+            raise ValueError(
+                "--control-tcp must be a loopback address (127.0.0.1 or ::1)"
+                + ("; surrogate control serves another address only with --control-tls-cert, "
+                   "--control-tls-key and --control-name" if hasattr(args, "control_name") else "")
+            )  # fmt: skip
+        return ControlConfig(socket_path, args.control_tcp, token, tls[0], tls[1], tuple(names))
     return ControlConfig(socket_path, args.control_tcp, token)
 
 
@@ -166,6 +218,7 @@ def _parser() -> argparse.ArgumentParser:
         help="connect to ADDR for NAME, like curl --resolve (repeatable)",
     )
     _audit_args(run)
+    _node_arg(run)
     run.add_argument(
         "--transparent",
         type=_listen,
@@ -185,7 +238,9 @@ def _parser() -> argparse.ArgumentParser:
     control = sub.add_parser("control", parents=[state], help="serve only the control API (sidecar)")
     control.add_argument("--rules", type=Path, required=True, help="the rules file the proxy uses")
     _audit_args(control)
+    _node_arg(control)
     _control_args(control)
+    _served_control_args(control)
     client.add_commands(sub, state)
 
     env = sub.add_parser("env", parents=[state], help="print the environment a sandbox needs (shell or .env)")
@@ -450,6 +505,7 @@ def _supervise(args: argparse.Namespace, argv: list[str]) -> int:
     policy = load_rules(args.rules)
     for warning in policy.warnings:
         print(warning, file=sys.stderr)
+    node = _node(args)
     control = _control_config(args)
     args.state_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
     ports = [args.listen, *([args.transparent] if args.transparent else [])]
@@ -461,7 +517,7 @@ def _supervise(args: argparse.Namespace, argv: list[str]) -> int:
     counters.SharedCounters.create(table, args.workers)  # empty: no count outlives the node
     shared = counters.SharedCounters.open(table, 0)
     workers.share_metrics(args.state_dir / "metrics")
-    audit.configure(args.audit_file, args.audit_max_bytes, args.audit_backups)
+    audit.configure(args.audit_file, args.audit_max_bytes, args.audit_backups, node)
     try:
         return asyncio.run(
             workers.supervise(workers.worker_command(argv), args.workers, shared.release_worker)
@@ -480,12 +536,13 @@ def _run(args: argparse.Namespace) -> int:
     if not worker:
         for warning in policy.warnings:
             print(warning, file=sys.stderr)
+    node = _node(args)
     control = _control_config(args)
     args.state_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
     if worker is None:
-        audit.configure(args.audit_file, args.audit_max_bytes, args.audit_backups)
+        audit.configure(args.audit_file, args.audit_max_bytes, args.audit_backups, node)
     else:
-        audit.configure(None)  # a pipe to the supervisor, which writes the one audit stream
+        audit.configure(None, node=node)  # a pipe to the supervisor, which writes the one audit stream
     host, port = args.listen
     table = args.state_dir / counters.FILENAME
     if worker is None:
@@ -509,7 +566,9 @@ def _run(args: argparse.Namespace) -> int:
             http2=not args.no_http2,
             shared_ports=worker is not None,
             serve_control=not worker,
+            node=node,
         )
+        config.state.metrics.name_node(node)
         ready = (lambda: _banner(policy, args, host, port, control)) if not worker else None
         prefix = f"[worker {worker}] " if worker is not None else ""
         asyncio.run(serve(config, ready, prefix))
@@ -550,12 +609,15 @@ def _control(args: argparse.Namespace) -> int:
     from proxy.engine.master import serve_control_only
 
     policy = load_rules(args.rules)
+    node = _node(args)
     control = _control_config(args)
     args.state_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
-    audit.configure(args.audit_file, args.audit_max_bytes, args.audit_backups)
+    audit.configure(args.audit_file, args.audit_max_bytes, args.audit_backups, node)
     with open_state_store(args.state_dir) as store:
         print(f"surrogate: control API on {control.socket_path or ''} {control.tcp or ''}", file=sys.stderr)
-        asyncio.run(serve_control_only(Control(Registry(policy, store), store), control))
+        service = Control(Registry(policy, store), store)
+        service.metrics.name_node(node)
+        asyncio.run(serve_control_only(service, control, node))
     return 0
 
 

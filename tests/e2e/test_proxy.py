@@ -273,6 +273,7 @@ def test_audit_event_has_every_documented_field(env: Env) -> None:
         "time",
         "seq",
         "worker",
+        "node",
         "event",
         "request_id",
         "claim",
