@@ -9,8 +9,9 @@
     surrogate creds put|patch|get|list|delete ...
     surrogate keys rotate [--state-dir DIR] [--resume]
     surrogate ca export [--state-dir DIR]
-    surrogate rules check FILE...
-    surrogate rules explain --rules FILE --claim ID [--state-dir DIR] [--json] METHOD URL [-H 'N: V']...
+    surrogate rules check [--check-sources] FILE...
+    surrogate rules explain --rules FILE --claim ID [--state-dir DIR] [--json] [--check-sources]
+                            METHOD URL [-H 'N: V']...
     surrogate audit why REQUEST_ID --audit-file FILE --rules FILE [--state-dir DIR] [--json]
     surrogate audit verify FILE...   (exit 0 intact, 1 broken, 2 usage)
     surrogate demo init [--state-dir DIR]
@@ -23,7 +24,8 @@ socket. Control listener options: ``--control-socket PATH`` (default ``<state di
 ``--node`` names the node in every audit event and in ``/metrics`` (default: the host name;
 :mod:`proxy.core.node`).
 
-Exit status: 0 ok, 1 error (printed as one clear message, never a traceback), 2 usage.
+Exit status: 0 ok, 1 error (printed as one clear message, never a traceback), 2 usage;
+``rules explain`` also says its verdict: 3 deny, 4 violation, 5 error (:mod:`proxy.cli.explain`).
 """
 
 from __future__ import annotations
@@ -35,18 +37,20 @@ import os
 import secrets
 import socket
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from certs import ca
 from proxy import audit
-from proxy.cli.explain import main_explain, main_why
+from proxy.cli.explain import EXIT_HELP as EXPLAIN_EXIT_HELP
+from proxy.cli.explain import main_explain
 from proxy.cli.provision import render, sandbox_env
 from proxy.cli.verify import add_parser as add_verify_parser
 from proxy.cli.verify import main_verify
+from proxy.cli.why import main_why
 from proxy.control import client
-from proxy.core.errors import HostError, SurrogateError
+from proxy.core.errors import HostError, RulesError, SurrogateError
 from proxy.core.hosts import canonical_host
 from proxy.core.limits import DEFAULT_NODE_HOOK_PROCESSES, DEFAULT_WEBSOCKET_HELD
 from proxy.core.netrules import transparent_rules
@@ -308,8 +312,13 @@ def _parser() -> argparse.ArgumentParser:
     rules_sub = rules.add_subparsers(dest="rules_command", required=True)
     check = rules_sub.add_parser("check", help="validate rules files without starting anything")
     check.add_argument("files", type=Path, nargs="+")
+    _sources_arg(check)
     explain = rules_sub.add_parser(
-        "explain", help="dry-run one request through the rules: decision, rule, credentials (no network)"
+        "explain",
+        help="dry-run one request through the rules: decision, rule, credentials (no network)",
+        description="Dry-run one request through the rules: decision, rule, credentials (no network).",
+        epilog=EXPLAIN_EXIT_HELP,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     explain.add_argument("--rules", type=Path, required=True, help="rules file (YAML, version: 1)")
     explain.add_argument("--claim", required=True, help="the claim that sends the request")
@@ -325,6 +334,7 @@ def _parser() -> argparse.ArgumentParser:
         help="a request header (repeatable)",
     )
     explain.add_argument("--json", action="store_true", help="print JSON instead of text")
+    _sources_arg(explain)
     explain.add_argument("method", metavar="METHOD", help="e.g. GET")
     explain.add_argument("url", metavar="URL", help="http:// or https:// URL")
 
@@ -372,7 +382,7 @@ def main(argv: list[str] | None = None) -> int:
         if args.command == "rules" and args.rules_command == "explain":
             return main_explain(args)
         if args.command == "rules":
-            return _check(args.files)
+            return _check(args.files, args.check_sources)
         if args.command == "audit" and args.audit_command == "verify":
             return main_verify(args)
         if args.command == "audit":
@@ -412,18 +422,35 @@ def main(argv: list[str] | None = None) -> int:
     return 2
 
 
-def _check(files: list[Path]) -> int:
+def _sources_arg(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--check-sources",
+        action="store_true",
+        help="also read every env:/file: value source now, as 'run' does, and report one that "
+        "cannot be read (by default only their form is checked: no secret is read)",
+    )
+
+
+def _check(files: list[Path], read_sources: bool = False) -> int:
     status = 0
     for f in files:
         try:
-            policy = load_rules(f)
+            policy = load_rules(f, read_secrets=read_sources)
             for w in policy.warnings:
                 print(w, file=sys.stderr)
             print(f"{f}: ok" + (f" ({len(policy.warnings)} warnings)" if policy.warnings else ""))
+        except RulesError as e:  # every error and warning of the file, then how many
+            print(e, file=sys.stderr)
+            print(f"{f}: {_count(e.problems, 'error')}, {_count(e.warnings, 'warning')}", file=sys.stderr)
+            status = 1
         except SurrogateError as e:
             print(e, file=sys.stderr)
             status = 1
     return status
+
+
+def _count(items: Sequence[object], what: str) -> str:
+    return f"{len(items)} {what}{'' if len(items) == 1 else 's'}"
 
 
 def _demo_init(state_dir: Path) -> int:
