@@ -27,7 +27,9 @@ from servers import Upstream
 from world import Stage, control, credential, egress, rules
 
 from proxy.audit import redact_path
-from proxy.cli.explain import main_explain, main_why
+from proxy.cli.explain import EXIT, main_explain
+from proxy.cli.why import main_why
+from proxy.core.decide import Action
 
 pytestmark = pytest.mark.e2e
 
@@ -94,10 +96,11 @@ def curl(w: World, method: str, url: str, headers: list[str], *, claim: str = "c
 def explain_json(w: World, capsys: pytest.CaptureFixture[str], **kw: Any) -> dict[str, Any]:
     args = argparse.Namespace(**{"rules": w.rules, "claim": "c1", "header": [], "state_dir": None, **kw})
     args.json = True
-    assert main_explain(args) == 0
+    status = main_explain(args)
     out = capsys.readouterr().out
     w.received.append(out.encode())
     doc: dict[str, Any] = json.loads(out)
+    assert status == EXIT[Action(doc["decision"])]  # the exit status says the verdict
     return doc
 
 
