@@ -1,0 +1,57 @@
+"""The state dir's upkeep: ``surrogate keys rotate`` (re-encrypt the store under a new key) and
+``surrogate demo init`` (the demo token files ``rules/example.yaml`` reads, and the CA)."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import secrets
+from pathlib import Path
+from typing import Any
+
+from certs import ca
+from proxy.store.sqlite import open_state_store
+
+
+def add_keys(sub: Any, state: argparse.ArgumentParser) -> None:
+    keys = sub.add_parser("keys", help="the store's encryption keys")
+    keys_sub = keys.add_subparsers(dest="keys_command", required=True)
+    rotate = keys_sub.add_parser(
+        "rotate", parents=[state], help="re-encrypt every stored value under a new key (safe to interrupt)"
+    )
+    rotate.add_argument("--resume", action="store_true", help="finish an interrupted rotation, no new key")
+    rotate.set_defaults(handler=rotate_keys)
+
+
+def add_demo(sub: Any, state: argparse.ArgumentParser) -> None:
+    demo = sub.add_parser("demo", help="the embedded demo")
+    demo_sub = demo.add_subparsers(dest="demo_command", required=True)
+    init = demo_sub.add_parser(
+        "init", parents=[state], help="create the demo token files rules/example.yaml reads, and the CA"
+    )
+    init.set_defaults(handler=lambda args: demo_init(args.state_dir))
+
+
+def rotate_keys(args: argparse.Namespace) -> int:
+    with open_state_store(args.state_dir) as store:
+        count = store.rotate_keys(new_key=not args.resume)
+    print(f"surrogate: {count} stored values re-encrypted under the current key")
+    return 0
+
+
+def demo_init(state_dir: Path) -> int:
+    old = os.umask(0o077)
+    try:
+        state_dir.mkdir(parents=True, exist_ok=True)
+        fresh = {
+            "demo-proxy-token": secrets.token_urlsafe(24),
+            "demo-github-token": "ghp_demo" + secrets.token_hex(16),  # fake: GitHub answers 401
+        }
+        for name, value in fresh.items():
+            path = state_dir / name
+            if not path.exists():
+                path.write_text(value + "\n", encoding="ascii")
+    finally:
+        os.umask(old)
+    ca.ensure_ca(state_dir)
+    return 0

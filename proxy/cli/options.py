@@ -1,0 +1,124 @@
+"""Argument types and option groups that several ``surrogate`` commands share (argparse).
+
+Each type raises ``argparse.ArgumentTypeError`` with a sentence naming the expected form, which
+argparse prints as a usage error (exit 2).
+"""
+
+from __future__ import annotations
+
+import argparse
+import ipaddress
+import os
+from pathlib import Path
+
+from proxy.core.errors import HostError
+from proxy.core.hosts import canonical_host
+from proxy.core.limits import DEFAULT_NODE_HOOK_PROCESSES, DEFAULT_WEBSOCKET_HELD
+
+
+def default_state_dir() -> Path:
+    env = os.environ.get("SURROGATE_STATE_DIR")
+    return Path(env) if env else Path.home() / ".local" / "state" / "surrogate"
+
+
+def state_parent() -> argparse.ArgumentParser:
+    """The ``--state-dir`` option, as a parent parser for every command that uses the state dir."""
+    state = argparse.ArgumentParser(add_help=False)
+    state.add_argument(
+        "--state-dir",
+        type=Path,
+        default=default_state_dir(),
+        help="CA and trust bundle live here (default: %(default)s)",
+    )
+    return state
+
+
+def listen(value: str) -> tuple[str, int]:
+    host, sep, port = value.rpartition(":")
+    if not sep or not port.isdigit() or not 0 < int(port) < 65536:
+        raise argparse.ArgumentTypeError(f"{value!r} is not HOST:PORT (e.g. 127.0.0.1:8080)")
+    return host.strip("[]") or "127.0.0.1", int(port)
+
+
+def positive(value: str) -> int:
+    if not value.isdigit() or int(value) < 1:
+        raise argparse.ArgumentTypeError(f"{value!r} is not a positive whole number")
+    return int(value)
+
+
+def resolve(value: str) -> tuple[str, str]:
+    name, sep, addr = value.partition(":")
+    try:
+        if not sep:
+            raise ValueError
+        return canonical_host(name), ipaddress.ip_address(addr.strip("[]")).compressed
+    except (ValueError, HostError):
+        raise argparse.ArgumentTypeError(
+            f"{value!r} is not NAME:ADDR with an IP address (e.g. api.example.com:127.0.0.1)"
+        ) from None
+
+
+def seconds(text: str) -> int:
+    if not (text.isascii() and text.isdigit()) or not 1 <= int(text) <= 86400:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number of seconds in 1..86400")
+    return int(text)
+
+
+def audit_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--audit-file", type=Path, help="append audit events here (default stdout)")
+    p.add_argument(
+        "--audit-max-bytes", type=int, default=0, help="rotate the audit file past this size (0: never)"
+    )
+    p.add_argument("--audit-backups", type=int, default=5, help="rotated audit files to keep (default 5)")
+
+
+def control_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--control-socket", help="control API Unix socket (default <state dir>/control.sock; 'none')"
+    )
+    p.add_argument(
+        "--control-tcp",
+        type=listen,
+        metavar="HOST:PORT",
+        help="also serve the control API on loopback TCP (needs --control-token-file)",
+    )
+    p.add_argument("--control-token-file", type=Path, help="file holding the operator bearer token")
+
+
+def limit_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--header-timeout",
+        type=seconds,
+        default=60,
+        metavar="S",
+        help="close a client connection that has not sent a complete request head within S seconds "
+        "of opening, of its CONNECT, or of its previous response (default %(default)s)",
+    )
+    p.add_argument(
+        "--idle-timeout",
+        type=seconds,
+        default=600,
+        metavar="S",
+        help="close a connection on which no byte moved either way for S seconds (default %(default)s)",
+    )
+    p.add_argument(
+        "--hook-processes",
+        type=positive,
+        default=DEFAULT_NODE_HOOK_PROCESSES,
+        metavar="N",
+        help="hook-route commands running at once on this node, all pools and workers together; "
+        "a hook request past it gets 503 hook_node_limit (default %(default)s)",
+    )
+    p.add_argument(
+        "--websocket-held-bytes",
+        type=positive,
+        default=DEFAULT_WEBSOCKET_HELD,
+        metavar="N",
+        help="bytes of unfinished WebSocket messages one proxy process holds, all WebSockets "
+        "together; the one that takes it past N is closed with 1009 (default %(default)s)",
+    )
+    p.add_argument(
+        "--no-http2",
+        action="store_true",
+        help="speak only HTTP/1.1 to the sandbox (and upstream): no ALPN h2 is offered",
+    )
