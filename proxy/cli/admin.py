@@ -10,7 +10,8 @@ from pathlib import Path
 from typing import Any
 
 from certs import ca
-from proxy.store.sqlite import open_state_store
+from proxy.cli import options
+from proxy.store.sqlite import KEY_FILE, STORE_FILE, open_state_store
 
 
 def add_keys(sub: Any, state: argparse.ArgumentParser) -> None:
@@ -33,7 +34,10 @@ def add_demo(sub: Any, state: argparse.ArgumentParser) -> None:
 
 
 def rotate_keys(args: argparse.Namespace) -> int:
-    with open_state_store(args.state_dir) as store:
+    """Refuses (ValueError) a state dir with no store: rotating nothing there would create one."""
+    if not all((args.state_dir / name).is_file() for name in (STORE_FILE, KEY_FILE)):
+        raise options.missing_state(args.state_dir, "credential store")
+    with open_state_store(args.state_dir, create=False) as store:
         count = store.rotate_keys(new_key=not args.resume)
     print(f"surrogate: {count} stored values re-encrypted under the current key")
     return 0

@@ -21,6 +21,17 @@ def default_state_dir() -> Path:
     return Path(env) if env else Path.home() / ".local" / "state" / "surrogate"
 
 
+def missing_state(state_dir: Path, what: str) -> ValueError:
+    """The refusal of a command that reads the state ``surrogate run`` made (its CA, its store)
+    and finds none: it names the dir and the option, and creates nothing (a new CA there would
+    be one the running proxy does not sign with)."""
+    which = "the default state dir" if state_dir == default_state_dir() else "the state dir given"
+    return ValueError(
+        f"no {what} in {state_dir} ({which}); pass --state-dir with the directory the proxy runs "
+        "with ('surrogate run --state-dir DIR'; make run uses .state). Nothing was created"
+    )
+
+
 def state_parent() -> argparse.ArgumentParser:
     """The ``--state-dir`` option, as a parent parser for every command that uses the state dir."""
     state = argparse.ArgumentParser(add_help=False)

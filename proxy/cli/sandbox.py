@@ -1,22 +1,30 @@
 """What a sandbox needs from the host: ``surrogate env`` (proxy variables, trust bundles,
 placeholders), ``surrogate ca export|bundle`` (the CA it must trust) and ``surrogate
 transparent-rules`` (the fence that sends its traffic through the proxy).
+
+``env`` and ``ca`` read the state dir ``surrogate run`` made and never create one: a state dir
+with no CA is refused, naming the dir and ``--state-dir`` (issue 18: a fresh CA under the
+default state dir was printed, one the running proxy did not sign with). What a sandbox must
+trust is the bundle (system roots + the CA, :func:`certs.ca.write_sandbox_bundle`), in ``env``
+as in the start-up banner: the CA alone fails every ``intercept: false`` host.
 """
 
 from __future__ import annotations
 
 import argparse
 import sys
+from contextlib import nullcontext
 from pathlib import Path
 from typing import Any
 
 from certs import ca
+from proxy.cli import options
 from proxy.cli.provision import render, sandbox_env
 from proxy.core.netrules import transparent_rules
 from proxy.core.policy import SourceToken
 from proxy.rules.loader import load_rules
 from proxy.store.registry import Registry
-from proxy.store.sqlite import open_state_store
+from proxy.store.sqlite import STORE_FILE, open_state_store
 
 
 def add_env(sub: Any, state: argparse.ArgumentParser) -> None:
@@ -73,14 +81,24 @@ def add_ca(sub: Any, state: argparse.ArgumentParser) -> None:
     bundle.set_defaults(handler=write_bundle)
 
 
+def _require_ca(state_dir: Path) -> None:
+    if not ca.ca_cert_path(state_dir).is_file():
+        raise options.missing_state(state_dir, "CA")
+
+
 def print_env(args: argparse.Namespace) -> int:
+    """The environment of one claim. Refuses (ValueError, before reading anything) a state dir
+    with no CA; reads its store only when there is one (rules-file claims need none)."""
+    _require_ca(args.state_dir)
     policy = load_rules(args.rules)
-    with open_state_store(args.state_dir) as store:
+    has_store = (args.state_dir / STORE_FILE).is_file()
+    with open_state_store(args.state_dir, create=False) if has_store else nullcontext() as store:
         registry = Registry(policy, store)
         registry.refresh()
         claim = registry.claim(args.claim)
         if claim is None:
-            raise ValueError(f"no claim {args.claim!r} in {args.rules} or in the store")
+            where = "in the store" if has_store else f"in a store ({args.state_dir} has none)"
+            raise ValueError(f"no claim {args.claim!r} in {args.rules} or {where}")
         if args.token_file is not None:
             token = args.token_file.read_text(encoding="utf-8").strip()
         elif isinstance(claim.proxy_token, SourceToken):
@@ -96,11 +114,13 @@ def print_env(args: argparse.Namespace) -> int:
 
 
 def export_ca(args: argparse.Namespace) -> int:
+    _require_ca(args.state_dir)
     sys.stdout.write(ca.export_pem(args.state_dir))
     return 0
 
 
 def write_bundle(args: argparse.Namespace) -> int:
+    _require_ca(args.state_dir)
     print(ca.write_sandbox_bundle(args.state_dir, args.out))
     return 0
 

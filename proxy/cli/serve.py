@@ -116,6 +116,7 @@ def supervise(args: argparse.Namespace, argv: list[str]) -> int:
     ports = [args.listen, *([args.transparent] if args.transparent else [])]
     workers.check_free(ports + ([control.tcp] if control.tcp else []))
     ca.ensure_ca(args.state_dir)
+    ca.write_sandbox_bundle(args.state_dir, None)  # the bundle the banner names
     ca.write_upstream_bundle(args.state_dir, args.upstream_ca)  # names a bad --upstream-ca once
     open_state_store(args.state_dir).close()
     table = args.state_dir / counters.FILENAME
@@ -145,6 +146,8 @@ def run_proxy(args: argparse.Namespace) -> int:
     control = control_config(args)
     args.state_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
     if worker is None:
+        ca.ensure_ca(args.state_dir)
+        ca.write_sandbox_bundle(args.state_dir, None)  # the bundle the banner names
         audit.configure(args.audit_file, args.audit_max_bytes, args.audit_backups)
     else:
         audit.configure(None)  # a pipe to the supervisor, which writes the one audit stream
@@ -195,13 +198,17 @@ def control_only(args: argparse.Namespace) -> int:
 
 def banner(policy: Policy, args: argparse.Namespace, host: str, port: int, control: ControlConfig) -> None:
     """How to point a client at the proxy. Token values are shown as the shell expression that
-    reads them ($(cat FILE) or $VAR), never as the value."""
+    reads them ($(cat FILE) or $VAR), never as the value. The file to trust is the bundle
+    (system roots + the CA) that ``surrogate env`` names too: the CA alone fails every
+    ``intercept: false`` host, whose own certificate the client sees."""
     hostport = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
-    cert = ca.ca_cert_path(args.state_dir).resolve()
+    bundle = ca.sandbox_bundle_path(args.state_dir).resolve()
     lines = [
         f"surrogate: explicit proxy on {hostport}, rules {args.rules}"
         + (f", {args.workers} workers" if args.worker_index is not None else ""),
-        f"  trust this CA in the sandbox: {cert}",
+        f"  trust this bundle in the sandbox (system roots + surrogate's CA): {bundle}",
+        f"  all of a claim's variables: surrogate env --rules {args.rules} --state-dir {args.state_dir}"
+        " --claim ID",
     ]
     if control.socket_path is not None:
         lines.append(
@@ -216,7 +223,7 @@ def banner(policy: Policy, args: argparse.Namespace, host: str, port: int, contr
         token = f"$(cat {src.ref})" if src.kind == "file" else f"${src.ref}"
         lines.append(f"  claim {claim.id} (pool {claim.pool}):")
         lines.append(f'    export HTTPS_PROXY="http://{claim.id}:{token}@{hostport}"')
-        lines.append(f"    export CURL_CA_BUNDLE={cert} SSL_CERT_FILE={cert}")
+        lines.append(f"    export CURL_CA_BUNDLE={bundle} SSL_CERT_FILE={bundle}")
         for c in claim.credentials:
             hosts = ", ".join(str(h) for h in c.hosts)
             lines.append(f"    placeholder {c.name}: {c.placeholder}  (bound to {hosts})")

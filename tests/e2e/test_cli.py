@@ -2,13 +2,17 @@
 
 from __future__ import annotations
 
+import re
+import secrets
 import shutil
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
-from harness import ROOT
+from harness import ROOT, ProxyProcess
+from servers import TestCA, Upstream
 
 pytestmark = pytest.mark.e2e
 
@@ -128,3 +132,50 @@ def test_rules_check_warns_on_risky_hosts_and_exits_0(tmp_path: Path) -> None:
     assert f"{rules}:24:13: warning: claims[0].credentials[0].hosts[1]: credential host vault.internal" in (
         done.stderr
     )
+
+
+def test_the_banner_and_env_name_the_same_trust_bundle_and_it_verifies_the_proxy(tmp_path: Path) -> None:
+    """issue 18 item 3: the banner told clients to trust the CA alone while `surrogate env` gave
+    the bundle (system roots + CA); the CA alone fails every `intercept: false` host. Both name
+    the bundle now, which holds the roots and the CA the proxy signs with, and curl trusting
+    only it (as the banner's `export` line says) gets through an intercepted tunnel."""
+    token = secrets.token_urlsafe(16)
+    (tmp_path / "tok").write_text(token + "\n")
+    test_ca = TestCA(tmp_path)
+    with Upstream(test_ca, ["api.test"], tmpdir=tmp_path) as upstream:
+        rules = tmp_path / "rules.yaml"
+        rules.write_text(
+            "version: 1\npools:\n  p:\n    egress:\n      - host: api.test\n"
+            f"        ports: [{upstream.port}]\n"
+            "claims:\n  - id: c\n    pool: p\n    proxy_token: file:tok\n"
+        )
+        proxy = ProxyProcess(rules, tmp_path, upstream_ca=test_ca.ca_pem, resolve={"api.test": "127.0.0.1"})
+        proxy.start()
+        try:
+            deadline = time.monotonic() + 20
+            while "CURL_CA_BUNDLE=" not in proxy.stderr() and time.monotonic() < deadline:
+                time.sleep(0.05)
+            banner = proxy.stderr()
+            trusted = re.search(
+                r"trust this bundle in the sandbox \(system roots \+ surrogate's CA\): (\S+)", banner
+            )
+            exported = re.search(r"export CURL_CA_BUNDLE=(\S+) SSL_CERT_FILE=(\S+)", banner)
+            assert trusted and exported, banner
+            env = surrogate("env", "--rules", str(rules), "--claim", "c", "--state-dir", str(proxy.state_dir))
+            assert env.returncode == 0, env.stderr
+            named = dict(re.findall(r"^export (\w+)=(\S+)$", env.stdout, re.M))
+            bundle = Path(trusted[1])
+            assert {exported[1], exported[2], named["SSL_CERT_FILE"], named["CURL_CA_BUNDLE"]} == {
+                str(bundle)
+            }
+            text = bundle.read_text()
+            assert text.endswith(proxy.ca_pem.read_text())
+            assert text.count("-----BEGIN CERTIFICATE-----") > 1  # the system roots too
+            done = subprocess.run(
+                ["curl", "-sS", "-o", "/dev/null", "-w", "%{http_code}", "--cacert", str(bundle),
+                 "--proxy", proxy.url("c", token), f"https://api.test:{upstream.port}/"],
+                capture_output=True, text=True, timeout=30, check=False,
+            )  # fmt: skip
+            assert done.returncode == 0 and done.stdout == "200", done.stderr
+        finally:
+            proxy.stop()
