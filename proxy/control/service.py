@@ -7,6 +7,14 @@ credential host must parse and be covered by an intercepting egress rule of the 
 control characters. A successful credential write returns a coverage report: for each host, the
 rule that covers it and the header the secret will travel in.
 
+Claims come from two places and the API changes only its own: a claim the rules file declares
+is refused with 409 ``rules_file_claim`` on every claim route (read, delete, token rotation, its
+credentials), saying to declare its credentials in the rules file or to create a control-API
+claim. Decided (issue 18): not merged, because a store credential on a rules-file claim would
+outlive the file's edits (a reload that moves the claim to another pool, or removes it) and
+split one claim's credentials between two authorities with different reload, audit and revocation
+rules.
+
 Errors are :class:`ControlError` with an HTTP status, a reason code and a sentence naming the
 field and what would be right; never a value.
 """
@@ -34,7 +42,7 @@ from proxy.control.checks import (
 )
 from proxy.core.errors import SurrogateError
 from proxy.core.oauth import parse_spec
-from proxy.core.policy import INTERFACE_NAME, Pool
+from proxy.core.policy import INTERFACE_NAME, Policy, Pool
 from proxy.metrics import Metrics
 from proxy.store.registry import Registry
 from proxy.store.sqlite import (
@@ -106,8 +114,12 @@ class Control:
         return pool
 
     def _claim(self, claim_id: str) -> ClaimRecord:
+        """The store claim ``claim_id``. Raises ControlError 409 ``rules_file_claim`` for a claim
+        the rules file declares (the API neither reads nor writes those), else 404."""
         record = self.store.get_claim(claim_id)
         if record is None:
+            if claim_id in self.registry.policy.claims:
+                raise ControlError(409, "rules_file_claim", rules_file_claim(claim_id, self.registry.policy))
             raise ControlError(404, "not_found", f"no claim {claim_id!r}")
         return record
 
@@ -293,3 +305,13 @@ class Control:
 
     def expired_now(self, record: CredentialRecord) -> bool:
         return record.expires_at is not None and time.time() >= record.expires_at
+
+
+def rules_file_claim(claim_id: str, policy: Policy) -> str:
+    """Why the control API refuses a rules-file claim, and how to get what was meant."""
+    pool = policy.claims[claim_id].pool
+    return (
+        f"claim {claim_id!r} is declared in the rules file, and the control API holds only the claims "
+        "it created: declare its credentials in the rules file (then reload), or create a control-API "
+        f"claim (surrogate claims create --pool {pool} --id ID; POST /v1/claims) and put them there"
+    )

@@ -10,6 +10,7 @@ import sys
 import time
 from pathlib import Path
 
+import canary
 import pytest
 from harness import ROOT, ProxyProcess
 from servers import TestCA, Upstream
@@ -179,3 +180,47 @@ def test_the_banner_and_env_name_the_same_trust_bundle_and_it_verifies_the_proxy
             assert done.returncode == 0 and done.stdout == "200", done.stderr
         finally:
             proxy.stop()
+
+
+def test_creds_on_a_rules_file_claim_say_where_its_credentials_belong(tmp_path: Path) -> None:
+    """issue 18 item 4: `surrogate creds put` on a claim the rules file declares answered
+    `404: no claim 'static'`; every claims/creds command on it now says whose claims the control
+    API holds and how to make one, exit 1, the value nowhere in the answer."""
+    value = canary.make("cli")
+    canary.source(tmp_path / "value", value)
+    (tmp_path / "tok").write_text("static-proxy-token\n")
+    rules = tmp_path / "rules.yaml"
+    rules.write_text(
+        "version: 1\npools:\n  p:\n    egress:\n      - host: api.test\n"
+        "claims:\n  - id: static\n    pool: p\n    proxy_token: file:tok\n"
+    )
+    state = tmp_path / "state"
+    args = [sys.executable, "-m", "proxy", "control", "--rules", str(rules), "--state-dir", str(state)]
+    with open(tmp_path / "control.stderr", "wb") as err:
+        proc = subprocess.Popen(args, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=err)
+    try:
+        deadline = time.monotonic() + 20
+        while not (state / "control.sock").exists() and time.monotonic() < deadline:
+            time.sleep(0.05)
+        commands = [
+            ["creds", "put", "static", "gh", "--host", "api.test", "--value-file", str(tmp_path / "value")],
+            ["creds", "patch", "static", "gh", "--value-file", str(tmp_path / "value")],
+            ["creds", "list", "static"],
+            ["creds", "get", "static", "gh"],
+            ["creds", "delete", "static", "gh"],
+            ["claims", "get", "static"],
+            ["claims", "rotate-token", "static"],
+            ["claims", "delete", "static"],
+        ]
+        for argv in commands:
+            done = surrogate(*argv, "--state-dir", str(state))
+            assert done.returncode == 1, (argv, done.stdout, done.stderr)
+            assert done.stderr.startswith(
+                "surrogate: 409: claim 'static' is declared in the rules file, and the control API "
+                "holds only the claims it created"
+            ), (argv, done.stderr)
+            assert "surrogate claims create --pool p --id ID" in done.stderr
+            assert value not in done.stdout + done.stderr
+    finally:
+        proc.terminate()
+        proc.wait(timeout=10)

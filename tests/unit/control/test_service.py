@@ -3,7 +3,10 @@ conflicts it refuses, the audit event of every mutation."""
 
 from __future__ import annotations
 
+from typing import Any
+
 import httpx
+import pytest
 from structlog.testing import capture_logs
 
 from proxy import audit
@@ -91,3 +94,56 @@ async def test_delete_credential_and_claim_cascade(api: httpx.AsyncClient, store
     assert (await api.delete("/v1/claims/c1")).status_code == 204
     assert store.snapshot() == ([], [])
     problem(await api.delete("/v1/claims/c1"), 404, "not_found")
+
+
+RULES_FILE_CLAIM_ROUTES = [
+    ("GET", "/v1/claims/static", None, {}),
+    ("DELETE", "/v1/claims/static", None, {}),
+    ("POST", "/v1/claims/static/token", None, {}),
+    ("GET", "/v1/claims/static/credentials", None, {}),
+    ("PUT", "/v1/claims/static/credentials/gh", {"hosts": ["api.test"], "value": SECRET}, {}),
+    ("PUT", "/v1/claims/static/credentials/gh", {"hosts": ["api.test"], "value": SECRET}, {"If-Match": "*"}),
+    ("PATCH", "/v1/claims/static/credentials/gh", {"hosts": ["api.test"]}, {}),
+    ("GET", "/v1/claims/static/credentials/gh", None, {}),
+    ("DELETE", "/v1/claims/static/credentials/gh", None, {}),
+]
+
+
+@pytest.mark.parametrize(
+    ("method", "path", "body", "headers"),
+    RULES_FILE_CLAIM_ROUTES,
+    ids=[
+        "get",
+        "delete",
+        "rotate-token",
+        "list-creds",
+        "put",
+        "put-if-match-any",
+        "patch",
+        "get-cred",
+        "delete-cred",
+    ],
+)
+async def test_every_claim_route_on_a_rules_file_claim_says_where_its_credentials_belong(
+    api: httpx.AsyncClient,
+    store: Store,
+    method: str,
+    path: str,
+    body: dict[str, Any] | None,
+    headers: dict[str, str],
+) -> None:
+    """issue 18 item 4: `creds put` on a claim of the rules file answered `404: no claim 'static'`.
+    Every claim route says the claim is the rules file's and how to get a control-API one."""
+    found = problem(await api.request(method, path, json=body, headers=headers), 409, "rules_file_claim")
+    assert found["message"] == (
+        "claim 'static' is declared in the rules file, and the control API holds only the claims it "
+        "created: declare its credentials in the rules file (then reload), or create a control-API "
+        "claim (surrogate claims create --pool p --id ID; POST /v1/claims) and put them there"
+    )
+    assert store.get_claim("static") is None and store.list_claims() == []  # nothing written
+
+
+async def test_an_unknown_claim_is_still_not_found(api: httpx.AsyncClient) -> None:
+    for method, path, body, headers in RULES_FILE_CLAIM_ROUTES:
+        r = await api.request(method, path.replace("static", "ghost"), json=body, headers=headers)
+        assert problem(r, 404, "not_found")["message"] == "no claim 'ghost'"
