@@ -42,7 +42,7 @@ Handler = Callable[[argparse.Namespace], int]
 
 def _parser() -> argparse.ArgumentParser:
     """Every command; each sets ``handler`` (argparse's ``set_defaults``), which ``main`` calls."""
-    p = argparse.ArgumentParser(prog="surrogate", description=__doc__.split("\n\n")[0])
+    p = argparse.ArgumentParser(prog="surrogate", description=options.plain(__doc__.split("\n\n")[0]))
     sub = p.add_subparsers(dest="command", required=True)
     state = options.state_parent()
     serve.add_run(sub, state)

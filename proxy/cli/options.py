@@ -9,11 +9,22 @@ from __future__ import annotations
 import argparse
 import ipaddress
 import os
+import re
 from pathlib import Path
 
 from proxy.core.errors import HostError
 from proxy.core.hosts import canonical_host
 from proxy.core.limits import DEFAULT_NODE_HOOK_PROCESSES, DEFAULT_WEBSOCKET_HELD
+
+
+def plain(rst: str) -> str:
+    """``rst`` (a docstring's reStructuredText) as --help shows it: roles (``:mod:`x```) and
+    inline literals (````x````) become their text, so no markup reaches a terminal."""
+    return _LITERAL.sub(r"\1", _ROLE.sub(r"\1", rst))
+
+
+_ROLE = re.compile(r":[a-z]+(?::[a-z]+)?:`~?([^`]+)`")
+_LITERAL = re.compile(r"``([^`]+)``")
 
 
 def default_state_dir() -> Path:
