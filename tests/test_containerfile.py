@@ -235,7 +235,8 @@ def test_every_copy_source_exists_and_the_wheel_gets_every_package(
     assert sources
     for src in sources:
         assert (ROOT / src).exists(), f"COPY source {src} is not in the repository"
-    packages = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]["packages"]
+    find = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]["packages"]["find"]
+    packages = {name.split(".")[0] for name in find["include"]}  # proxy, proxy.* -> proxy
     assert {"pyproject.toml", *packages} <= set(sources)
 
 
