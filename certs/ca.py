@@ -58,11 +58,17 @@ def write_sandbox_bundle(state_dir: Path, out: Path | None) -> Path:
     sign with)."""
     system = SYSTEM_ROOTS if SYSTEM_ROOTS.exists() else Path(certifi.where())
     text = system.read_text(encoding="ascii") + "\n" + export_pem(state_dir)
-    out = out or sandbox_bundle_path(state_dir)
-    # Written aside and renamed: a sandbox (or `surrogate env`) may read it while it is rewritten.
+    if out is not None:  # the caller's file (or /dev/stdout): written in place
+        out.write_text(text, encoding="ascii")
+        if out.is_file():
+            out.chmod(0o644)  # public certificates: the sandbox must be able to read it
+        return out
+    # The state dir's own bundle is written aside and renamed: `run` rewrites it at every start
+    # while a sandbox (or `surrogate env`) may be reading it.
+    out = sandbox_bundle_path(state_dir)
     tmp = out.with_name(f".{out.name}.{os.getpid()}")
     tmp.write_text(text, encoding="ascii")
-    tmp.chmod(0o644)  # public certificates: the sandbox must be able to read it
+    tmp.chmod(0o644)
     os.replace(tmp, out)
     return out
 

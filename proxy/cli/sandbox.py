@@ -121,7 +121,9 @@ def export_ca(args: argparse.Namespace) -> int:
 
 def write_bundle(args: argparse.Namespace) -> int:
     _require_ca(args.state_dir)
-    print(ca.write_sandbox_bundle(args.state_dir, args.out))
+    out = ca.write_sandbox_bundle(args.state_dir, args.out)
+    if str(out) != "/dev/stdout":
+        print(out)  # where it went, unless the bundle itself went to stdout
     return 0
 
 

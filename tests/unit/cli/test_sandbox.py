@@ -122,3 +122,16 @@ def test_keys_rotate_works_on_the_store_that_is_there(
     open_state_store(state).close()
     assert main(["keys", "rotate", "--state-dir", str(state)]) == 0
     assert "0 stored values re-encrypted" in capsys.readouterr().out
+
+
+def test_ca_bundle_to_stdout_prints_the_bundle_alone(
+    home: Path, tmp_path: Path, capfd: pytest.CaptureFixture[str]
+) -> None:
+    """`ca bundle --out /dev/stdout > file` (the Containerfile's recipe) gets the PEM and nothing
+    else, and /dev/stdout is written through, never replaced."""
+    state = tmp_path / "state"
+    ca.ensure_ca(state)
+    assert main(["ca", "bundle", "--state-dir", str(state), "--out", "/dev/stdout"]) == 0
+    out = capfd.readouterr().out
+    assert out.endswith(ca.export_pem(state)) and out.startswith("-----BEGIN CERTIFICATE-----")
+    assert Path("/dev/stdout").is_symlink() or not Path("/dev/stdout").is_file()
