@@ -8,6 +8,8 @@ Fields:
     time            ISO 8601 UTC timestamp of the event
     seq             per-process sequence number, from 1 (every event kind): a gap means a lost line
     worker          pid of the process that wrote it (``--workers N``: (worker, seq) shows a gap)
+    node            the node that wrote it (``--node``, default the host name; proxy.core.node):
+                    in a fleet, (node, worker, seq) names one line
     event           "request" (an HTTP request) or "tunnel" (a CONNECT refused or opaque)
     request_id      the id also returned to the sandbox in X-Surrogate-Request-Id
     claim, pool     who sent it (null when identification failed)
@@ -58,6 +60,7 @@ import logging
 import logging.handlers
 import os
 import re
+import socket
 import sys
 import threading
 from collections.abc import MutableMapping
@@ -73,6 +76,7 @@ from proxy.core.paths import redact
 TIME = "time"
 SEQ = "seq"
 WORKER = "worker"
+NODE = "node"
 EVENT = "event"
 REQUEST_ID = "request_id"
 CLAIM = "claim"
@@ -177,8 +181,11 @@ def write_line(line: str) -> None:
     _sink.write(line)
 
 
-def configure(path: Path | None = None, max_bytes: int = 0, backups: int = 5) -> None:
-    """Send audit events as JSON lines to the file ``path`` (default stdout).
+def configure(
+    path: Path | None = None, max_bytes: int = 0, backups: int = 5, node: str | None = None
+) -> None:
+    """Send audit events as JSON lines to the file ``path`` (default stdout), each one saying
+    ``node`` (None: the host name, as ``surrogate run`` defaults it).
 
     ``max_bytes`` > 0 rotates the file when it would grow past that size, keeping ``backups``
     old files (``PATH.1`` newest), through the standard library's RotatingFileHandler. Every
@@ -188,10 +195,12 @@ def configure(path: Path | None = None, max_bytes: int = 0, backups: int = 5) ->
     _sink = sink = _Sink(path, max_bytes, backups)
     counter = itertools.count(1)
     pid = os.getpid()
+    name = node if node is not None else socket.gethostname()
 
     def sequence(_: Any, __: str, event: MutableMapping[str, Any]) -> MutableMapping[str, Any]:
         event[SEQ] = next(counter)
         event[WORKER] = pid
+        event[NODE] = name
         return event
 
     global _chain

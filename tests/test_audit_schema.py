@@ -68,9 +68,10 @@ def constants_used(source: Path) -> set[str]:
         for node in ast.walk(tree)
         if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) and node.value.id in aliases
     }
-    # `time`, `seq` and `worker` are added by processors in proxy.audit.configure, `event` is structlog's
-    # event name.
-    return {fields[n] for n in names if n in fields} | {audit.TIME, audit.EVENT, audit.SEQ, audit.WORKER}
+    # `time`, `seq`, `worker` and `node` are added by processors in proxy.audit.configure, `event` is
+    # structlog's event name.
+    added = {audit.TIME, audit.EVENT, audit.SEQ, audit.WORKER, audit.NODE}
+    return {fields[n] for n in names if n in fields} | added
 
 
 # -- the schema against the code -------------------------------------------------------------
@@ -103,6 +104,7 @@ def test_date_time_format_is_really_checked() -> None:
             "new_version": 1,
             "seq": 1,
             "worker": 4242,
+            "node": "node-a",
         }
     )
 
@@ -123,7 +125,7 @@ def test_flow_event_properties_are_the_fields_addons_audit_writes(kind: str) -> 
 
 
 def test_control_event_properties_are_the_fields_proxy_control_writes() -> None:
-    used = constants_used(ROOT / "proxy" / "control.py")
+    used = constants_used(ROOT / "proxy" / "control" / "service.py")
     assert set(branch("control")["properties"]) == used
     assert set(branch("control")["required"]) == used
 
@@ -143,7 +145,7 @@ def test_every_field_constant_is_documented_with_a_description() -> None:
 
 
 def test_control_action_enum_is_what_proxy_control_writes() -> None:
-    tree = ast.parse((ROOT / "proxy" / "control.py").read_text(encoding="utf-8"))
+    tree = ast.parse((ROOT / "proxy" / "control" / "service.py").read_text(encoding="utf-8"))
     actions = {
         node.args[1].value
         for node in ast.walk(tree)
@@ -175,6 +177,7 @@ GOOD_REQUEST: Event = {
     "message": None,
     "seq": 7,
     "worker": 4242,
+    "node": "node-a",
     "would_deny": None,
     "credentials": [{"name": "github", "version": 1}],
     "carried": [],
@@ -200,6 +203,9 @@ GOOD_REQUEST: Event = {
         {"event": "tunnel"},
         {"violation_surface": "cookie"},
         {"carried_on": [{"name": "github"}]},
+        {"node": "node a"},
+        {"node": ""},
+        {"node": None},
     ],
     ids=[
         "extra-field",
@@ -212,6 +218,9 @@ GOOD_REQUEST: Event = {
         "tunnel-with-a-path",
         "unknown-surface",
         "carried-without-surface",
+        "node-not-a-label",
+        "node-empty",
+        "node-null",
     ],
 )
 def test_schema_refuses_events_that_break_the_contract(change: Event) -> None:

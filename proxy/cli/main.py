@@ -1,8 +1,10 @@
 """The ``surrogate`` command line (also ``python -m proxy``).
 
     surrogate run --rules FILE [--state-dir DIR] [--listen HOST:PORT] [--upstream-ca PEM]...
-                  [--resolve NAME:ADDR]... [--audit-file PATH] [--workers N] [control listener options]
-    surrogate control --rules FILE [--state-dir DIR] [control listener options]
+                  [--resolve NAME:ADDR]... [--audit-file PATH] [--workers N] [--node NAME]
+                  [control listener options]
+    surrogate control --rules FILE [--state-dir DIR] [--node NAME] [control listener options]
+                      [--control-tls-cert PEM --control-tls-key PEM --control-name NAME...]
     surrogate claims create|list|get|delete|rotate-token ...
     surrogate creds put|patch|get|list|delete ...
     surrogate keys rotate [--state-dir DIR] [--resume]
@@ -15,7 +17,10 @@
 The state dir (default ``$SURROGATE_STATE_DIR``, else ``~/.local/state/surrogate``) holds the
 proxy's CA, the upstream trust bundle, the credential store and its key file, and the control
 socket. Control listener options: ``--control-socket PATH`` (default ``<state dir>/control.sock``;
-``none`` for no socket), ``--control-tcp HOST:PORT`` with ``--control-token-file FILE``.
+``none`` for no socket), ``--control-tcp HOST:PORT`` with ``--control-token-file FILE``
+(loopback; ``surrogate control`` may serve another address over TLS under ``--control-name``).
+``--node`` names the node in every audit event and in ``/metrics`` (default: the host name;
+:mod:`proxy.core.node`).
 
 Exit status: 0 ok, 1 error (printed as one clear message, never a traceback), 2 usage.
 

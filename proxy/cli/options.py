@@ -10,11 +10,13 @@ import argparse
 import ipaddress
 import os
 import re
+import socket
 from pathlib import Path
 
 from proxy.core.errors import HostError
 from proxy.core.hosts import canonical_host
 from proxy.core.limits import DEFAULT_NODE_HOOK_PROCESSES, DEFAULT_WEBSOCKET_HELD
+from proxy.core.node import node_name
 
 
 def plain(rst: str) -> str:
@@ -86,6 +88,25 @@ def seconds(text: str) -> int:
     return int(text)
 
 
+def node_arg(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--node",
+        metavar="NAME",
+        help="this node's name in every audit event and in /metrics (default: the host name)",
+    )
+
+
+def node(args: argparse.Namespace) -> str:
+    """``--node``, else the host name; raises ValueError naming which was not a node name."""
+    if args.node is not None:
+        return node_name(args.node)
+    host = socket.gethostname()
+    try:
+        return node_name(host)
+    except ValueError as e:
+        raise ValueError(f"the host name is not a node name ({e}); name this node with --node NAME") from None
+
+
 def audit_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--audit-file", type=Path, help="append audit events here (default stdout)")
     p.add_argument(
@@ -105,6 +126,21 @@ def control_args(p: argparse.ArgumentParser) -> None:
         help="also serve the control API on loopback TCP (needs --control-token-file)",
     )
     p.add_argument("--control-token-file", type=Path, help="file holding the operator bearer token")
+
+
+def served_control_args(p: argparse.ArgumentParser) -> None:
+    """``surrogate control`` only (never a proxy node, where sandboxes are): a TCP listener
+    beyond loopback, for a cluster's Service, over TLS and under the names its clients use."""
+    p.add_argument("--control-tls-cert", type=Path, metavar="PEM", help="serve --control-tcp over TLS")
+    p.add_argument("--control-tls-key", type=Path, metavar="PEM", help="the key of --control-tls-cert")
+    p.add_argument(
+        "--control-name",
+        action="append",
+        default=[],
+        metavar="NAME",
+        help="a name clients reach --control-tcp by (its Host header), e.g. a Service's DNS name "
+        "(repeatable; needed, with TLS, for an address other than loopback)",
+    )
 
 
 def limit_args(p: argparse.ArgumentParser) -> None:

@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 from certs import ca
 from proxy import audit
 from proxy.cli import options
+from proxy.core.hosts import canonical_host
 from proxy.core.policy import Policy, SourceToken
 from proxy.engine import workers
 from proxy.engine.state import State
@@ -56,6 +57,7 @@ def add_run(sub: Any, state: argparse.ArgumentParser) -> None:
         help="connect to ADDR for NAME, like curl --resolve (repeatable)",
     )
     options.audit_args(run)
+    options.node_arg(run)
     run.add_argument(
         "--transparent",
         type=options.listen,
@@ -78,7 +80,9 @@ def add_control(sub: Any, state: argparse.ArgumentParser) -> None:
     control = sub.add_parser("control", parents=[state], help="serve only the control API (sidecar)")
     control.add_argument("--rules", type=Path, required=True, help="the rules file the proxy uses")
     options.audit_args(control)
+    options.node_arg(control)
     options.control_args(control)
+    options.served_control_args(control)
     control.set_defaults(handler=control_only)
 
 
@@ -93,6 +97,8 @@ def control_config(args: argparse.Namespace) -> ControlConfig:
         else Path(args.control_socket or args.state_dir / "control.sock")
     )
     token = None
+    if args.control_tcp is None and getattr(args, "control_tls_cert", None) is not None:
+        raise ValueError("--control-tls-cert serves --control-tcp over TLS: name the listener too")
     if args.control_tcp is not None:
         if args.control_token_file is None:
             raise ValueError("--control-tcp needs --control-token-file (the operator bearer token)")
@@ -100,8 +106,17 @@ def control_config(args: argparse.Namespace) -> ControlConfig:
         if len(token) < 16:
             raise ValueError(f"{args.control_token_file}: the operator token must be at least 16 characters")
         host = args.control_tcp[0]
-        if host not in ("127.0.0.1", "::1", "localhost"):
-            raise ValueError("--control-tcp must be a loopback address (127.0.0.1 or ::1)")
+        tls = getattr(args, "control_tls_cert", None), getattr(args, "control_tls_key", None)
+        names = [canonical_host(n) for n in getattr(args, "control_name", [])]
+        if (tls[0] is None) != (tls[1] is None):
+            raise ValueError("--control-tls-cert and --control-tls-key go together")
+        if host not in ("127.0.0.1", "::1", "localhost") and (tls[0] is None or not names):
+            raise ValueError(
+                "--control-tcp must be a loopback address (127.0.0.1 or ::1)"
+                + ("; surrogate control serves another address only with --control-tls-cert, "
+                   "--control-tls-key and --control-name" if hasattr(args, "control_name") else "")
+            )  # fmt: skip
+        return ControlConfig(socket_path, args.control_tcp, token, tls[0], tls[1], tuple(names))
     return ControlConfig(socket_path, args.control_tcp, token)
 
 
@@ -111,6 +126,7 @@ def supervise(args: argparse.Namespace, argv: list[str]) -> int:
     policy = load_rules(args.rules)
     for warning in policy.warnings:
         print(warning, file=sys.stderr)
+    node = options.node(args)
     control = control_config(args)
     args.state_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
     ports = [args.listen, *([args.transparent] if args.transparent else [])]
@@ -123,7 +139,7 @@ def supervise(args: argparse.Namespace, argv: list[str]) -> int:
     counters.SharedCounters.create(table, args.workers)  # empty: no count outlives the node
     shared = counters.SharedCounters.open(table, 0)
     workers.share_metrics(args.state_dir / "metrics")
-    audit.configure(args.audit_file, args.audit_max_bytes, args.audit_backups)
+    audit.configure(args.audit_file, args.audit_max_bytes, args.audit_backups, node)
     try:
         return asyncio.run(
             workers.supervise(workers.worker_command(argv), args.workers, shared.release_worker)
@@ -143,14 +159,15 @@ def run_proxy(args: argparse.Namespace) -> int:
     if not worker:
         for warning in policy.warnings:
             print(warning, file=sys.stderr)
+    node = options.node(args)
     control = control_config(args)
     args.state_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
     if worker is None:
         ca.ensure_ca(args.state_dir)
         ca.write_sandbox_bundle(args.state_dir, None)  # the bundle the banner names
-        audit.configure(args.audit_file, args.audit_max_bytes, args.audit_backups)
+        audit.configure(args.audit_file, args.audit_max_bytes, args.audit_backups, node)
     else:
-        audit.configure(None)  # a pipe to the supervisor, which writes the one audit stream
+        audit.configure(None, node=node)  # a pipe to the supervisor, which writes the one audit stream
     host, port = args.listen
     table = args.state_dir / counters.FILENAME
     if worker is None:
@@ -174,7 +191,9 @@ def run_proxy(args: argparse.Namespace) -> int:
             http2=not args.no_http2,
             shared_ports=worker is not None,
             serve_control=not worker,
+            node=node,
         )
+        config.state.metrics.name_node(node)
         ready = (lambda: banner(policy, args, host, port, control)) if not worker else None
         prefix = f"[worker {worker}] " if worker is not None else ""
         asyncio.run(serve(config, ready, prefix))
@@ -187,12 +206,15 @@ def control_only(args: argparse.Namespace) -> int:
     from proxy.engine.master import serve_control_only
 
     policy = load_rules(args.rules)
+    node = options.node(args)
     control = control_config(args)
     args.state_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
-    audit.configure(args.audit_file, args.audit_max_bytes, args.audit_backups)
+    audit.configure(args.audit_file, args.audit_max_bytes, args.audit_backups, node)
     with open_state_store(args.state_dir) as store:
         print(f"surrogate: control API on {control.socket_path or ''} {control.tcp or ''}", file=sys.stderr)
-        asyncio.run(serve_control_only(Control(Registry(policy, store), store), control))
+        service = Control(Registry(policy, store), store)
+        service.metrics.name_node(node)
+        asyncio.run(serve_control_only(service, control, node))
     return 0
 
 

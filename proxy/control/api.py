@@ -1,6 +1,7 @@
 """The control API: JSON over HTTP (FastAPI), OpenAPI document at ``/openapi.json``.
 
     GET    /healthz                                   liveness and store reachability
+    GET    /readyz                                    readiness: 200 or 503 (proxy.control.ready)
     GET    /metrics                                   Prometheus text format
     POST   /v1/claims                                 create; the proxy token is in this answer only
     GET    /v1/claims                                 list
@@ -32,7 +33,8 @@ from __future__ import annotations
 
 import hmac
 import logging
-from collections.abc import Awaitable, Callable
+import socket
+from collections.abc import Awaitable, Callable, Sequence
 
 from fastapi import FastAPI, Request, Response
 from fastapi.exceptions import RequestValidationError
@@ -49,11 +51,15 @@ from proxy.control.apiedge import (
     plain_slash_field,
 )
 from proxy.control.checks import ControlError
+from proxy.control.ready import Readiness
 from proxy.control.service import Control
 
 log = logging.getLogger("surrogate")
 
 MAX_BODY = 64 * 1024
+# Probes answer without the operator token (an orchestrator's probe holds none); neither says
+# anything but whether the node is up and ready, and the store's version.
+_PROBES = frozenset({"/healthz", "/readyz"})
 
 
 # The schema's patterns, said as sentences (pydantic would quote the regex).
@@ -130,15 +136,22 @@ class _BodyLimit:
 
 
 def make_app(
-    control: Control, operator_token: str | None = None, listen: tuple[str, int] | None = None
+    control: Control,
+    operator_token: str | None = None,
+    listen: tuple[str, int] | None = None,
+    readiness: Readiness | None = None,
+    names: Sequence[str] = (),
 ) -> FastAPI:
     """The API for one listener. ``operator_token``: required as a Bearer token (TCP listener);
     None: no token (the 0600 Unix socket). ``listen``: the TCP listener's address, required with
-    a token: ``Host`` (and ``Origin`` when sent) must name it, else 403 (:mod:`proxy.control.apiedge`).
-    ``/metrics`` serves ``control.metrics``. Raises ValueError for a token without ``listen``."""
+    a token: ``Host`` (and ``Origin`` when sent) must name it or one of ``names``, else 403
+    (:mod:`proxy.control.apiedge`).
+    ``/metrics`` serves ``control.metrics``; ``/readyz`` answers ``readiness`` (default: ready while
+    the store answers, for this host's name). Raises ValueError for a token without ``listen``."""
     if operator_token is not None and listen is None:
         raise ValueError("a TCP control listener needs its own address for the Host check")
-    authorities = allowed_authorities(*listen) if listen is not None else None
+    authorities = allowed_authorities(*listen, names) if listen is not None else None
+    ready = readiness or Readiness(control.store, socket.gethostname())
     app = FastAPI(title="surrogate control API", version="1", docs_url=None, redoc_url=None)
     calls = control.metrics.control_requests
     who = "token:operator" if operator_token else "socket"
@@ -156,7 +169,7 @@ def make_app(
                     "(a browser page under another name cannot reach the control API)",
                     bad,
                 )
-        if operator_token is not None and request.url.path != "/healthz":
+        if operator_token is not None and request.url.path not in _PROBES:
             given = request.headers.get("authorization", "")
             scheme, _, token = given.partition(" ")
             if scheme.lower() != "bearer" or not hmac.compare_digest(
@@ -223,5 +236,5 @@ def make_app(
             response.headers["Allow"] = ", ".join(sorted(methods))
         return response
 
-    routes.add_routes(app, control, who)
+    routes.add_routes(app, control, who, ready)
     return app

@@ -10,6 +10,7 @@ from __future__ import annotations
 from typing import Any
 
 from fastapi import FastAPI, Response
+from fastapi.responses import JSONResponse
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from proxy.control.checks import ControlError
@@ -28,6 +29,7 @@ from proxy.control.models import (
     claim_out,
     credential_out,
 )
+from proxy.control.ready import NotReadyOut, Readiness, ReadyOut
 from proxy.control.service import Control
 
 
@@ -49,10 +51,10 @@ def _if_match(value: str | None) -> tuple[int | None, bool]:
     )
 
 
-def add_routes(app: FastAPI, control: Control, who: str) -> None:
+def add_routes(app: FastAPI, control: Control, who: str, ready: Readiness) -> None:
     """Add the routes over ``control`` to ``app`` (on the app itself, not an included router: its
     405 handler lists the methods of ``app.routes``). ``who`` names the caller in control audit
-    events (``socket`` or ``token:operator``)."""
+    events (``socket`` or ``token:operator``); ``/readyz`` answers ``ready``."""
     errors: dict[int | str, dict[str, Any]] = {
         s: {"model": ErrorOut} for s in (400, 401, 403, 404, 409, 412, 413, 422)
     }
@@ -61,6 +63,11 @@ def add_routes(app: FastAPI, control: Control, who: str) -> None:
     async def healthz() -> dict[str, Any]:
         control.store.data_version()  # raises if the store cannot be read
         return {"status": "ok"}
+
+    @app.get("/readyz", response_model=ReadyOut, responses={503: {"model": NotReadyOut}})
+    async def readyz() -> JSONResponse:
+        status, body = ready.check()
+        return JSONResponse(body, status_code=status)
 
     @app.get("/metrics", response_class=Response)
     async def metrics_text() -> Response:
