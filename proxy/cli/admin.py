@@ -1,5 +1,6 @@
-"""The state dir's upkeep: ``surrogate keys rotate`` (re-encrypt the store under a new key) and
-``surrogate demo init`` (the demo token files ``rules/example.yaml`` reads, and the CA)."""
+"""The state dir's upkeep: ``surrogate keys rotate`` (re-encrypt the store under a new key),
+``surrogate keys init`` (the key file alone, e.g. the one a fleet shares) and ``surrogate demo
+init`` (the demo token files ``rules/example.yaml`` reads, and the CA)."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ from typing import Any
 
 from certs import ca
 from proxy.cli import options
+from proxy.store.keyring import KeyRing
 from proxy.store.sqlite import KEY_FILE, STORE_FILE, open_state_store
 
 
@@ -22,6 +24,10 @@ def add_keys(sub: Any, state: argparse.ArgumentParser) -> None:
     )
     rotate.add_argument("--resume", action="store_true", help="finish an interrupted rotation, no new key")
     rotate.set_defaults(handler=rotate_keys)
+    init = keys_sub.add_parser(
+        "init", parents=[state], help="create the store's key file (0600) if absent, e.g. a fleet's one key"
+    )
+    init.set_defaults(handler=init_keys)
 
 
 def add_demo(sub: Any, state: argparse.ArgumentParser) -> None:
@@ -40,6 +46,15 @@ def rotate_keys(args: argparse.Namespace) -> int:
     with open_state_store(args.state_dir, create=False) as store:
         count = store.rotate_keys(new_key=not args.resume)
     print(f"surrogate: {count} stored values re-encrypted under the current key")
+    return 0
+
+
+def init_keys(args: argparse.Namespace) -> int:
+    """``keys init``: the key file alone (``keys rotate`` reads a store and never creates one)."""
+    path = args.state_dir / KEY_FILE
+    existed = path.is_file()
+    KeyRing.load_or_create(path)
+    print(f"surrogate: key file {path} ({'already there' if existed else 'created'})")
     return 0
 
 

@@ -39,9 +39,10 @@ def missing_state(state_dir: Path, what: str) -> ValueError:
     and finds none: it names the dir and the option, and creates nothing (a new CA there would
     be one the running proxy does not sign with)."""
     which = "the default state dir" if state_dir == default_state_dir() else "the state dir given"
+    create = ", or make one on purpose with 'surrogate ca init --state-dir DIR'" if what == "CA" else ""
     return ValueError(
         f"no {what} in {state_dir} ({which}); pass --state-dir with the directory the proxy runs "
-        "with ('surrogate run --state-dir DIR'; make run uses .state). Nothing was created"
+        f"with ('surrogate run --state-dir DIR'; make run uses .state){create}. Nothing was created"
     )
 
 

@@ -2,8 +2,9 @@
 placeholders), ``surrogate ca export|bundle`` (the CA it must trust) and ``surrogate
 transparent-rules`` (the fence that sends its traffic through the proxy).
 
-``env`` and ``ca`` read the state dir ``surrogate run`` made and never create one: a state dir
-with no CA is refused, naming the dir and ``--state-dir`` (issue 18: a fresh CA under the
+``env``, ``ca export`` and ``ca bundle`` read the state dir ``surrogate run`` made and never
+create one (``ca init`` does, on purpose): a state dir with no CA is refused, naming the dir and
+``--state-dir`` (issue 18: a fresh CA under the
 default state dir was printed, one the running proxy did not sign with). What a sandbox must
 trust is the bundle (system roots + the CA, :func:`certs.ca.write_sandbox_bundle`), in ``env``
 as in the start-up banner: the CA alone fails every ``intercept: false`` host.
@@ -72,13 +73,19 @@ def add_transparent_rules(sub: Any) -> None:
 def add_ca(sub: Any, state: argparse.ArgumentParser) -> None:
     ca_p = sub.add_parser("ca", help="the proxy's CA")
     ca_sub = ca_p.add_subparsers(dest="ca_command", required=True)
-    export = ca_sub.add_parser("export", parents=[state], help="print the CA certificate sandboxes trust")
+    export = ca_sub.add_parser(
+        "export", parents=[state], help="print the CA certificate alone (sandboxes trust ca bundle's file)"
+    )
     export.set_defaults(handler=export_ca)
     bundle = ca_sub.add_parser(
         "bundle", parents=[state], help="write system roots + surrogate's CA to one file"
     )
     bundle.add_argument("--out", type=Path, help="default: <state dir>/ca/bundle.pem")
     bundle.set_defaults(handler=write_bundle)
+    init = ca_sub.add_parser(
+        "init", parents=[state], help="create the CA if absent (run does too), e.g. a fleet's one CA"
+    )
+    init.set_defaults(handler=init_ca)
 
 
 def _require_ca(state_dir: Path) -> None:
@@ -116,6 +123,14 @@ def print_env(args: argparse.Namespace) -> int:
 def export_ca(args: argparse.Namespace) -> int:
     _require_ca(args.state_dir)
     sys.stdout.write(ca.export_pem(args.state_dir))
+    return 0
+
+
+def init_ca(args: argparse.Namespace) -> int:
+    """``ca init``: the one command besides ``run``, ``control`` and ``demo init`` that makes a CA."""
+    existed = ca.ca_cert_path(args.state_dir).is_file()
+    cert = ca.ensure_ca(args.state_dir)
+    print(f"surrogate: CA {cert} ({'already there' if existed else 'created'})")
     return 0
 
 

@@ -135,3 +135,34 @@ def test_ca_bundle_to_stdout_prints_the_bundle_alone(
     out = capfd.readouterr().out
     assert out.endswith(ca.export_pem(state)) and out.startswith("-----BEGIN CERTIFICATE-----")
     assert Path("/dev/stdout").is_symlink() or not Path("/dev/stdout").is_file()
+
+
+def test_ca_init_and_keys_init_create_on_purpose_and_only_once(
+    home: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """What a fleet's install made with `ca bundle` and `keys rotate` on an empty dir (which now
+    refuse): `ca init` makes the CA, `keys init` the key file (0600), each once."""
+    state = tmp_path / "fleet"
+    assert main(["ca", "init", "--state-dir", str(state)]) == 0
+    cert = ca.ca_cert_path(state)
+    assert capsys.readouterr().out == f"surrogate: CA {cert} (created)\n"
+    pem = cert.read_text()
+    assert main(["ca", "init", "--state-dir", str(state)]) == 0
+    assert capsys.readouterr().out == f"surrogate: CA {cert} (already there)\n"
+    assert cert.read_text() == pem  # the same CA, not a new one
+    assert main(["keys", "init", "--state-dir", str(state)]) == 0
+    key = state / "store.key"
+    assert capsys.readouterr().out == f"surrogate: key file {key} (created)\n"
+    before = key.read_bytes()
+    assert os.stat(key).st_mode & 0o777 == 0o600
+    assert main(["keys", "init", "--state-dir", str(state)]) == 0
+    assert "already there" in capsys.readouterr().out and key.read_bytes() == before
+    assert not (state / STORE_FILE).exists()  # a key file, no store
+    assert main(["ca", "bundle", "--state-dir", str(state)]) == 0  # now there is a CA to bundle
+
+
+def test_the_refusal_says_how_to_make_a_ca_on_purpose(
+    home: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert main(["ca", "bundle", "--state-dir", str(tmp_path / "fleet")]) == 1
+    assert "or make one on purpose with 'surrogate ca init --state-dir DIR'" in capsys.readouterr().err
