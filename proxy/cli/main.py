@@ -7,11 +7,13 @@
                       [--control-tls-cert PEM --control-tls-key PEM --control-name NAME...]
     surrogate claims create|list|get|delete|rotate-token ...
     surrogate creds put|patch|get|list|delete ...
-    surrogate keys rotate [--state-dir DIR] [--resume]
-    surrogate ca export [--state-dir DIR]
-    surrogate rules check FILE...
-    surrogate rules explain --rules FILE --claim ID [--state-dir DIR] [--json] METHOD URL [-H 'N: V']...
+    surrogate keys rotate|init [--state-dir DIR] [--resume]
+    surrogate ca export|bundle|init [--state-dir DIR]
+    surrogate rules check [--check-sources] FILE...
+    surrogate rules explain --rules FILE --claim ID [--state-dir DIR] [--json] [--check-sources]
+                            METHOD URL [-H 'N: V']...
     surrogate audit why REQUEST_ID --audit-file FILE --rules FILE [--state-dir DIR] [--json]
+    surrogate audit verify FILE...   (exit 0 intact, 1 broken, 2 usage)
     surrogate demo init [--state-dir DIR]
 
 The state dir (default ``$SURROGATE_STATE_DIR``, else ``~/.local/state/surrogate``) holds the
@@ -22,7 +24,8 @@ socket. Control listener options: ``--control-socket PATH`` (default ``<state di
 ``--node`` names the node in every audit event and in ``/metrics`` (default: the host name;
 :mod:`proxy.core.node`).
 
-Exit status: 0 ok, 1 error (printed as one clear message, never a traceback), 2 usage.
+Exit status: 0 ok, 1 error (printed as one clear message, never a traceback), 2 usage;
+``rules explain`` also says its verdict: 3 deny, 4 violation, 5 error (:mod:`proxy.cli.explain`).
 
 This module assembles the parser and maps errors to exit codes; the commands live by group:
 :mod:`proxy.cli.serve` (``run``, ``control``), :mod:`proxy.control.client` (``claims``,

@@ -114,6 +114,11 @@ def audit_args(p: argparse.ArgumentParser) -> None:
         "--audit-max-bytes", type=int, default=0, help="rotate the audit file past this size (0: never)"
     )
     p.add_argument("--audit-backups", type=int, default=5, help="rotated audit files to keep (default 5)")
+    p.add_argument(
+        "--audit-ocsf-file",
+        type=Path,
+        help="also write request and tunnel events as OCSF 1.5.0 HTTP Activity here (rotated alike)",
+    )
 
 
 def control_args(p: argparse.ArgumentParser) -> None:

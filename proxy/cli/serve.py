@@ -11,6 +11,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -58,6 +59,12 @@ def add_run(sub: Any, state: argparse.ArgumentParser) -> None:
     )
     options.audit_args(run)
     options.node_arg(run)
+    run.add_argument(
+        "--otlp-endpoint",
+        metavar="URL",
+        help="export one OpenTelemetry span per request over OTLP/HTTP to URL, e.g. "
+        "http://127.0.0.1:4318/v1/traces (needs the otel extra)",
+    )
     run.add_argument(
         "--transparent",
         type=options.listen,
@@ -139,7 +146,9 @@ def supervise(args: argparse.Namespace, argv: list[str]) -> int:
     counters.SharedCounters.create(table, args.workers)  # empty: no count outlives the node
     shared = counters.SharedCounters.open(table, 0)
     workers.share_metrics(args.state_dir / "metrics")
-    audit.configure(args.audit_file, args.audit_max_bytes, args.audit_backups, node)
+    audit.configure(
+        args.audit_file, args.audit_max_bytes, args.audit_backups, node=node, ocsf=args.audit_ocsf_file
+    )
     try:
         return asyncio.run(
             workers.supervise(workers.worker_command(argv), args.workers, shared.release_worker)
@@ -165,9 +174,12 @@ def run_proxy(args: argparse.Namespace) -> int:
     if worker is None:
         ca.ensure_ca(args.state_dir)
         ca.write_sandbox_bundle(args.state_dir, None)  # the bundle the banner names
-        audit.configure(args.audit_file, args.audit_max_bytes, args.audit_backups, node)
+        audit.configure(
+            args.audit_file, args.audit_max_bytes, args.audit_backups, node=node, ocsf=args.audit_ocsf_file
+        )
     else:
-        audit.configure(None, node=node)  # a pipe to the supervisor, which writes the one audit stream
+        # a pipe to the supervisor, which writes and chains the one audit stream
+        audit.configure(None, node=node, chain=False)
     host, port = args.listen
     table = args.state_dir / counters.FILENAME
     if worker is None:
@@ -196,8 +208,27 @@ def run_proxy(args: argparse.Namespace) -> int:
         config.state.metrics.name_node(node)
         ready = (lambda: banner(policy, args, host, port, control)) if not worker else None
         prefix = f"[worker {worker}] " if worker is not None else ""
-        asyncio.run(serve(config, ready, prefix))
+        stop_traces = _start_traces(args.otlp_endpoint)
+        try:
+            asyncio.run(serve(config, ready, prefix))
+        finally:
+            stop_traces()
     return 0
+
+
+def _start_traces(endpoint: str | None) -> Callable[[], None]:
+    """``--otlp-endpoint``: spans from this process (proxy/engine/traces.py); the returned
+    function flushes them. Without the optional packages, a clear error before serving."""
+    if not endpoint:
+        return lambda: None
+    try:
+        from proxy.engine import traces
+    except ImportError as e:
+        raise ValueError(
+            f"--otlp-endpoint needs the OpenTelemetry SDK and its OTLP exporter ({e}): "
+            "pip install 'surrogate[otel]'"
+        ) from None
+    return traces.start(endpoint)
 
 
 def control_only(args: argparse.Namespace) -> int:
@@ -209,7 +240,9 @@ def control_only(args: argparse.Namespace) -> int:
     node = options.node(args)
     control = control_config(args)
     args.state_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
-    audit.configure(args.audit_file, args.audit_max_bytes, args.audit_backups, node)
+    audit.configure(
+        args.audit_file, args.audit_max_bytes, args.audit_backups, node=node, ocsf=args.audit_ocsf_file
+    )
     with open_state_store(args.state_dir) as store:
         print(f"surrogate: control API on {control.socket_path or ''} {control.tcp or ''}", file=sys.stderr)
         service = Control(Registry(policy, store), store)
