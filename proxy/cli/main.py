@@ -45,7 +45,7 @@ from certs import ca
 from proxy import audit
 from proxy.cli.explain import EXIT_HELP as EXPLAIN_EXIT_HELP
 from proxy.cli.explain import main_explain
-from proxy.cli.provision import render, sandbox_env
+from proxy.cli.provision import notes, render, sandbox_env, trust_store_beside
 from proxy.cli.verify import add_parser as add_verify_parser
 from proxy.cli.verify import main_verify
 from proxy.cli.why import main_why
@@ -263,6 +263,11 @@ def _parser() -> argparse.ArgumentParser:
     env.add_argument("--proxy", default="127.0.0.1:8080", help="HOST:PORT as the sandbox reaches the proxy")
     env.add_argument("--bundle", help="path of the trust bundle inside the sandbox (default: ca bundle's)")
     env.add_argument(
+        "--trust-store",
+        help="path of the PKCS#12 trust store inside the sandbox, for the JVM (default: "
+        "--bundle's with .p12 for its suffix, else ca bundle --format pkcs12's)",
+    )
+    env.add_argument(
         "--token-file", type=Path, help="the claim's proxy token (needed for control-API claims)"
     )
     env.add_argument("--format", choices=["shell", "dotenv"], default="shell")
@@ -306,7 +311,8 @@ def _parser() -> argparse.ArgumentParser:
     bundle = ca_sub.add_parser(
         "bundle", parents=[state], help="write system roots + surrogate's CA to one file"
     )
-    bundle.add_argument("--out", type=Path, help="default: <state dir>/ca/bundle.pem")
+    bundle.add_argument("--out", type=Path, help="default: <state dir>/ca/bundle.pem (.p12)")
+    bundle.add_argument("--format", choices=ca.BUNDLE_FORMATS, default="pem", help="pkcs12: for the JVM")
 
     rules = sub.add_parser("rules", help="rules files")
     rules_sub = rules.add_subparsers(dest="rules_command", required=True)
@@ -372,7 +378,7 @@ def main(argv: list[str] | None = None) -> int:
         if args.command == "run":
             return _run(args)
         if args.command == "ca" and args.ca_command == "bundle":
-            print(ca.write_sandbox_bundle(args.state_dir, args.out))
+            print(ca.write_sandbox_bundle(args.state_dir, args.out, args.format))
             return 0
         if args.command == "ca":
             sys.stdout.write(ca.export_pem(args.state_dir))
@@ -634,7 +640,11 @@ def _env(args: argparse.Namespace) -> int:
                 "its creation returned (the store keeps only a hash)"
             )
     bundle = args.bundle or str(ca.write_sandbox_bundle(args.state_dir, None).resolve())
-    sys.stdout.write(render(sandbox_env(claim, token, args.proxy, bundle), args.format))
+    store = args.trust_store or trust_store_beside(args.bundle) or str(
+        ca.write_sandbox_bundle(args.state_dir, None, "pkcs12").resolve()
+    )
+    env = sandbox_env(claim, token, args.proxy, bundle, store)
+    sys.stdout.write(render(env, args.format, notes(bundle)))
     return 0
 
 
