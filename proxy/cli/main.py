@@ -640,10 +640,10 @@ def _env(args: argparse.Namespace) -> int:
                 "its creation returned (the store keeps only a hash)"
             )
     bundle = args.bundle or str(ca.write_sandbox_bundle(args.state_dir, None).resolve())
-    store = args.trust_store or trust_store_beside(args.bundle) or str(
+    jvm = args.trust_store or trust_store_beside(args.bundle) or str(
         ca.write_sandbox_bundle(args.state_dir, None, "pkcs12").resolve()
     )
-    env = sandbox_env(claim, token, args.proxy, bundle, store)
+    env = sandbox_env(claim, token, args.proxy, bundle, jvm)
     sys.stdout.write(render(env, args.format, notes(bundle)))
     return 0
 
