@@ -196,7 +196,10 @@ class _Handler(BaseHTTPRequestHandler):
             ("message_stop", {}),
         ]
         self._events(
-            [f"event: {name}\ndata: {json.dumps({'type': name, **data})}\n\n".encode() for name, data in events]
+            [
+                f"event: {name}\ndata: {json.dumps({'type': name, **data})}\n\n".encode()
+                for name, data in events
+            ]
         )
 
     def _npm(self, path: str) -> None:
@@ -210,7 +213,11 @@ class _Handler(BaseHTTPRequestHandler):
                 "integrity": integrity,
             }
             manifest = {"name": NPM_PACKAGE, "version": NPM_VERSION, "main": "index.js", "dist": dist}
-            doc = {"name": NPM_PACKAGE, "dist-tags": {"latest": NPM_VERSION}, "versions": {NPM_VERSION: manifest}}
+            doc = {
+                "name": NPM_PACKAGE,
+                "dist-tags": {"latest": NPM_VERSION},
+                "versions": {NPM_VERSION: manifest},
+            }
             return self._send(200, doc)
         if path == f"/{NPM_PACKAGE}/-/{tgz}":
             return self._send(200, apis.tarball, "application/octet-stream")

@@ -16,9 +16,9 @@ from pathlib import Path
 from harness import ROOT, ProxyProcess
 
 
-def printed_env(proxy: ProxyProcess, claim: str, extra: dict[str, str] | None = None) -> dict[str, str]:
-    """``surrogate env``'s variables for ``claim`` of the running ``proxy`` (``extra``: the
-    environment ``env`` itself needs, e.g. an ``env:`` value source)."""
+def printed(proxy: ProxyProcess, claim: str, extra: dict[str, str] | None = None) -> str:
+    """What ``surrogate env --format dotenv`` prints for ``claim`` of the running ``proxy``
+    (``extra``: the environment ``env`` itself needs, e.g. an ``env:`` value source)."""
     done = subprocess.run(
         [
             sys.executable,
@@ -43,7 +43,13 @@ def printed_env(proxy: ProxyProcess, claim: str, extra: dict[str, str] | None = 
         check=True,
         env={**os.environ, **(extra or {})},
     )
-    lines = [line for line in done.stdout.splitlines() if line and not line.startswith("#")]
+    return done.stdout
+
+
+def printed_env(proxy: ProxyProcess, claim: str, extra: dict[str, str] | None = None) -> dict[str, str]:
+    """The variables of :func:`printed` (its ``#`` comment lines skipped)."""
+    text = printed(proxy, claim, extra)
+    lines = [line for line in text.splitlines() if line and not line.startswith("#")]
     return {k: v.removeprefix('"').removesuffix('"') for k, v in (line.split("=", 1) for line in lines)}
 
 

