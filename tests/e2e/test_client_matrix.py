@@ -33,6 +33,7 @@ from _pkgindex import PackageIndex, build_wheel
 from _sandboxenv import printed_env, sandbox
 from harness import ROOT, ProxyProcess, free_port
 from servers import TestCA
+from test_mcp import start_server, stop_server
 from websockets.asyncio.server import ServerConnection, serve
 
 pytestmark = pytest.mark.e2e
@@ -51,6 +52,7 @@ CREDS = {  # credential name -> host it is bound to
     "grpc": "grpc.test",
     "ws": "ws.test",
     "pkgs": "pkgs.test",
+    "mcp": "mcp.test",  # tests/e2e/_mcp_server.py, on 127.0.0.1 (its own process)
 }
 
 
@@ -129,6 +131,7 @@ class Matrix:
     grpc_port: int
     grpc_seen: list[str]
     index: PackageIndex
+    mcp_port: int
     received: list[bytes] = field(default_factory=list)
 
     def run(
@@ -183,6 +186,9 @@ def matrix(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Matrix]:
     for name, value in secrets.items():
         canary.source(tmp / f"secret-{name}", value)
     (tmp / "token").write_text("matrix-proxy-token\n")
+    canary.source(tmp / "secret", secrets["mcp"])  # the MCP server's --secret-file
+    canary.exempt(tmp / "auth.log")  # the MCP server's record of the Authorization it got
+    mcp_port = free_port()
     grpc_seen: list[str] = []
     apis = Apis(
         ca, {CREDS[n]: secrets[n] for n in ("openai", "anthropic", "github", "npm", "api")}, (addr, 443)
@@ -196,23 +202,29 @@ def matrix(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Matrix]:
         PackageIndex(ca, "pkgs.test", password=secrets["pkgs"], wheels=[wheel], bind=(addr, 0)) as index,
     ):
         gserver, gport = grpc_server(ca, addr, secrets["grpc"], grpc_seen)
+        mcp = start_server(tmp, ca, mcp_port)
         ports = dict.fromkeys(CREDS.values(), 443) | {
             "grpc.test": gport,
             "ws.test": ws.port,
             "pkgs.test": index.port,
+            "mcp.test": mcp_port,
         }
         (tmp / "rules.yaml").write_text(_rules(ports))
         proxy = ProxyProcess(
-            tmp / "rules.yaml", tmp, upstream_ca=ca.ca_pem, resolve=dict.fromkeys(ports, addr)
+            tmp / "rules.yaml",
+            tmp,
+            upstream_ca=ca.ca_pem,
+            resolve=dict.fromkeys(ports, addr) | {"mcp.test": "127.0.0.1"},
         )
         try:
             proxy.start()
             env = sandbox(printed_env(proxy, "sbx"), tmp / "home")
-            m = Matrix(proxy, apis, secrets, env, tmp, ws, gport, grpc_seen, index)
+            m = Matrix(proxy, apis, secrets, env, tmp, ws, gport, grpc_seen, index, mcp_port)
             yield m
         finally:
             proxy.stop()
             gserver.stop(None)
+            stop_server(mcp)
     canary.assert_absent(
         {
             "audit file": proxy.audit_path.read_bytes() if proxy.audit_path.exists() else b"",
@@ -512,3 +524,38 @@ def test_websocket_client(matrix: Matrix) -> None:
     )
     assert done.returncode == 0 and done.stdout.strip() == "echo:hello", done.stdout + done.stderr
     assert matrix.ws.auth == [f"Bearer {matrix.secrets['ws']}"]
+
+
+def test_mcp_client_streamable_http(matrix: Matrix) -> None:
+    """The MCP SDK's own HTTP client (create_mcp_http_client): its tool call streams progress,
+    and the server holds after the first notification until the client has it (the client
+    creates the release file), so the SSE response is forwarded as it is sent."""
+    done = matrix.python(
+        f"""
+        import asyncio, os, pathlib
+        from mcp import ClientSession
+        from mcp.client.streamable_http import streamable_http_client
+        from mcp.shared._httpx_utils import create_mcp_http_client
+
+        seen = []
+        async def progress(p, total, message):
+            seen.append(message)
+            pathlib.Path({str(matrix.tmp / "release")!r}).touch()
+
+        async def main():
+            auth = {{"Authorization": "Bearer " + os.environ["SURROGATE_PLACEHOLDER_MCP"]}}
+            async with (
+                create_mcp_http_client(headers=auth) as http,
+                streamable_http_client("https://mcp.test:{matrix.mcp_port}/mcp", http_client=http) as (r, w),
+                ClientSession(r, w) as session,
+            ):
+                await session.initialize()
+                result = await session.call_tool("stepwise", {{}}, progress_callback=progress)
+                print(seen, [c.text for c in result.content if c.type == "text"])
+        asyncio.run(main())
+        """
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert done.stdout.strip() == "['first', 'second', 'third'] ['stepwise done']"
+    seen = (matrix.tmp / "auth.log").read_text().splitlines()
+    assert seen and set(seen) == {f"Bearer {matrix.secrets['mcp']}"}
