@@ -619,6 +619,7 @@ def test_mcp_client_streamable_http(matrix: Matrix) -> None:
         ("undici", "NODE_EXTRA_CA_CERTS"),
         ("npm", "NPM_CONFIG_CAFILE"),
         ("grpcio", "GRPC_DEFAULT_SSL_ROOTS_FILE_PATH"),
+        ("jvm", "JAVA_TOOL_OPTIONS"),
     ],
 )
 def test_without_the_printed_variable_it_reads_the_client_fails(
@@ -637,7 +638,63 @@ def test_without_the_printed_variable_it_reads_the_client_fails(
         "undici": lambda: undici_fetch(matrix, path, drop),
         "npm": lambda: npm_install(matrix, matrix.tmp / f"npm-without-{variable.lower()}", drop),
         "grpcio": lambda: grpc_ping(matrix, drop),
+        "jvm": lambda: java_get(matrix, path, drop),
     }
     done = runs[client]()
     assert done.returncode != 0, done.stdout + done.stderr
     assert (len(matrix.apis.seen), len(matrix.grpc_seen)) == before
+
+
+JAVA_PROGRAM = """\
+import java.net.*;
+import java.nio.charset.StandardCharsets;
+
+public class Get {
+    public static void main(String[] args) throws Exception {
+        // The JDK reads no proxy credential from properties: the program gives the claim's own.
+        String[] user = URI.create(System.getenv("HTTPS_PROXY")).getRawUserInfo().split(":", 2);
+        Authenticator.setDefault(new Authenticator() {
+            protected PasswordAuthentication getPasswordAuthentication() {
+                if (getRequestorType() != RequestorType.PROXY) return null;
+                return new PasswordAuthentication(URLDecoder.decode(user[0], StandardCharsets.UTF_8),
+                    URLDecoder.decode(user[1], StandardCharsets.UTF_8).toCharArray());
+            }
+        });
+        HttpURLConnection c = (HttpURLConnection) new URL(args[0]).openConnection();
+        c.setRequestProperty("Authorization", "Bearer " + System.getenv("SURROGATE_PLACEHOLDER_API"));
+        System.out.println(c.getResponseCode() + " " + new String(c.getInputStream().readAllBytes()));
+    }
+}
+"""
+
+
+def java_get(matrix: Matrix, path: str, drop: tuple[str, ...] = ()) -> subprocess.CompletedProcess[str]:
+    java = _need("java", "default-jdk-headless")
+    src = matrix.tmp / "java" / "Get.java"
+    src.parent.mkdir(exist_ok=True)
+    src.write_text(JAVA_PROGRAM)
+    return matrix.run([java, str(src), f"https://api.test{path}"], drop=drop, timeout=120)
+
+
+def test_jvm_httpurlconnection_with_java_tool_options(matrix: Matrix) -> None:
+    """The PKCS#12 trust store and the proxy properties reach the JVM through JAVA_TOOL_OPTIONS;
+    the program gives the proxy token by a java.net.Authenticator (Basic, which the printed
+    jdk.http.auth.tunneling.disabledSchemes= allows for CONNECT)."""
+    done = java_get(matrix, "/matrix/jvm")
+    assert done.returncode == 0 and done.stdout.startswith("200 "), done.stdout + done.stderr
+    assert "Picked up JAVA_TOOL_OPTIONS" in done.stderr and "matrix-proxy-token" not in done.stderr
+    _real(matrix, "api.test", "/matrix/jvm", f"Bearer {matrix.secrets['api']}")
+
+
+def test_node_20_fetch_ignores_the_proxy_variables(matrix: Matrix) -> None:
+    """Node before 22.21 reads no proxy variable in fetch, NODE_USE_ENV_PROXY included: the
+    request goes direct (here: the name does not resolve) and never reaches the proxy."""
+    node = _need("node", "nodejs")
+    version = subprocess.run([node, "--version"], capture_output=True, text=True, check=True).stdout.strip()
+    if int(version.lstrip("v").split(".")[0]) >= 22:
+        pytest.skip(f"the node on PATH is {version}: this row is about Node 20")
+    before = len(matrix.apis.seen)
+    done = matrix.run([node, "-e", NODE_FETCH, "https://api.test/matrix/node20"])
+    assert done.returncode != 0 and "ENOTFOUND" in done.stdout, done.stdout + done.stderr
+    assert len(matrix.apis.seen) == before
+    assert not [e for e in matrix.events("api.test") if e.get("path") == "/matrix/node20"]
