@@ -58,22 +58,38 @@ def export_pem(state_dir: Path) -> str:
 BUNDLE_FORMATS = ("pem", "pkcs12")
 
 
+def sandbox_bundle_path(state_dir: Path, fmt: str = "pem") -> Path:
+    """Where :func:`write_sandbox_bundle` writes by default: what the banner and ``env`` name
+    (``bundle.pem``; ``bundle.p12`` for ``pkcs12``)."""
+    return ca_dir(state_dir) / ("bundle.p12" if fmt == "pkcs12" else "bundle.pem")
+
+
 def write_sandbox_bundle(state_dir: Path, out: Path | None, fmt: str = "pem") -> Path:
-    """System roots plus surrogate's CA in one file, for runtimes that read a single bundle;
-    returns its path. ``fmt`` ``pem`` (default ``<state dir>/ca/bundle.pem``: Python, Node, git,
-    Go, gRPC, Deno, Cargo) or ``pkcs12`` (default ``<state dir>/ca/bundle.p12``: a Java trust
-    store). Raises ValueError for another format."""
+    """System roots plus surrogate's CA in one file (default :func:`sandbox_bundle_path`), for
+    runtimes that read a single bundle; returns its path. ``fmt`` ``pem`` (Python, Node, git,
+    Go, gRPC, Deno, Cargo) or ``pkcs12`` (a trust store for the JVM, :func:`java_trust_store`).
+
+    The CA alone is not enough: an ``intercept: false`` host shows the client its own
+    certificate, which only the system roots verify. Never creates a CA: raises
+    FileNotFoundError when the state dir has none (a new one would be a CA the proxy does not
+    sign with); ValueError for a format not in :data:`BUNDLE_FORMATS`."""
     if fmt not in BUNDLE_FORMATS:
         raise ValueError(f"unknown bundle format {fmt!r}; use one of {', '.join(BUNDLE_FORMATS)}")
-    ensure_ca(state_dir)
     system = SYSTEM_ROOTS if SYSTEM_ROOTS.exists() else Path(certifi.where())
-    pem = system.read_text(encoding="ascii") + "\n" + export_pem(state_dir)
-    out = out or ca_dir(state_dir) / ("bundle.pem" if fmt == "pem" else "bundle.p12")
-    if fmt == "pem":
-        out.write_text(pem, encoding="ascii")
-    else:
-        out.write_bytes(java_trust_store(pem.encode("ascii")))
-    out.chmod(0o644)  # public certificates: the sandbox must be able to read it
+    text = system.read_text(encoding="ascii") + "\n" + export_pem(state_dir)
+    data = text.encode("ascii") if fmt == "pem" else java_trust_store(text.encode("ascii"))
+    if out is not None:  # the caller's file (or /dev/stdout): written in place
+        out.write_bytes(data)
+        if out.is_file():
+            out.chmod(0o644)  # public certificates: the sandbox must be able to read it
+        return out
+    # The state dir's own bundle is written aside and renamed: `run` rewrites it at every start
+    # while a sandbox (or `surrogate env`) may be reading it.
+    out = sandbox_bundle_path(state_dir, fmt)
+    tmp = out.with_name(f".{out.name}.{os.getpid()}")
+    tmp.write_bytes(data)
+    tmp.chmod(0o644)
+    os.replace(tmp, out)
     return out
 
 

@@ -4,8 +4,8 @@ The variables: ``HTTP_PROXY``/``HTTPS_PROXY`` (and lower-case forms, which curl,
 Python read) with the claim's proxy credential; ``NO_PROXY`` for loopback; the PEM trust bundle
 for each runtime that carries its own (:data:`TRUST_VARS`: OpenSSL and Python, requests, curl,
 Node, git, pip, the AWS SDKs, npm and pnpm, Yarn 2+, gRPC's C core, Deno, Cargo);
-``NODE_USE_ENV_PROXY=1`` (Node 24, and 22.21+, honour the proxy variables in fetch and
-``https`` with it); ``JAVA_TOOL_OPTIONS`` for the JVM (:func:`java_options`); and one
+``NODE_USE_ENV_PROXY=1`` (Node 22.21+ and 24+ honour the proxy variables in fetch and
+``https`` with it; Node 20 does not); ``JAVA_TOOL_OPTIONS`` for the JVM (:func:`java_options`); and one
 ``SURROGATE_PLACEHOLDER_<NAME>`` per credential. Printed as shell ``export`` lines or as a
 ``.env`` file, after ``#`` comment lines for what no variable can say (:func:`notes`: wget).
 The proxy credential is the sandbox's own (it is useless outside the proxy); no real secret is

@@ -94,6 +94,7 @@ class WsServer:
         assert self.stop_event is not None
         self.loop.call_soon_threadsafe(self.stop_event.set)
         self.thread.join(10)
+        self.loop.close()
 
 
 def grpc_server(ca: TestCA, addr: str, secret: str, seen: list[str]) -> tuple[grpc.Server, int]:

@@ -141,6 +141,7 @@ def test_env_prints_the_new_runtimes_the_jvm_and_the_wget_note(
     rules_file: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     state = tmp_path / "state"
+    ca.ensure_ca(state)  # as `surrogate run` made it (env never creates a CA)
     argv = [
         "env",
         "--rules",
@@ -183,6 +184,7 @@ def test_ca_bundle_pkcs12_holds_the_pem_bundles_certificates_as_trusted_entries(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     state = tmp_path / "state"
+    ca.ensure_ca(state)
     assert (
         main(
             [
@@ -221,6 +223,7 @@ def test_a_bundle_format_that_does_not_exist_is_refused(tmp_path: Path) -> None:
     shutil.which("keytool") is None, reason="no keytool (apt default-jdk-headless; .ci/run installs it)"
 )
 def test_keytool_lists_the_trust_store(tmp_path: Path) -> None:
+    ca.ensure_ca(tmp_path / "state")
     store = ca.write_sandbox_bundle(tmp_path / "state", None, "pkcs12")
     with _quiet():
         count = len(pkcs12.load_pkcs12(store.read_bytes(), b"").additional_certs)
