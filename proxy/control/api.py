@@ -52,7 +52,7 @@ from proxy.control.apiedge import (
 from proxy.control.service import Control, ControlError, Coverage
 from proxy.core import slots
 from proxy.core.policy import DEFAULT_SURFACES, SURFACES, Misplaced
-from proxy.store.sqlite import ClaimRecord, CredentialRecord
+from proxy.store.base import ClaimRecord, CredentialRecord
 
 log = logging.getLogger("surrogate")
 

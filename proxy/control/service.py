@@ -30,8 +30,7 @@ from proxy.core.policy import INTERFACE_NAME, Pool
 from proxy.core.secrets import checked_value
 from proxy.metrics import Metrics
 from proxy.rules.loader import credential_host_risk, opaque_shadow
-from proxy.store.registry import Registry
-from proxy.store.sqlite import (
+from proxy.store.base import (
     ClaimRecord,
     Conflict,
     CredentialRecord,
@@ -39,6 +38,7 @@ from proxy.store.sqlite import (
     NotFound,
     PreconditionFailed,
 )
+from proxy.store.registry import Registry
 
 MAX_VALUE_BYTES = 16 * 1024
 _ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,62}$")

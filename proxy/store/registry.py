@@ -34,7 +34,7 @@ from proxy.core.policy import (
 from proxy.core.secrets import Secret, checked_value
 
 if TYPE_CHECKING:
-    from proxy.store.sqlite import CredentialStore
+    from proxy.store.base import CredentialStore
 
 log = logging.getLogger(__name__)
 
