@@ -22,7 +22,7 @@ import time
 from abc import ABC, abstractmethod
 from collections.abc import Sequence
 from contextlib import AbstractContextManager
-from typing import Any, ClassVar
+from typing import Any, ClassVar, Self
 
 from proxy.core import placeholders
 from proxy.core.policy import INTERFACE_NAME
@@ -104,6 +104,15 @@ class SQLStore(KeyRotation, ABC):
 
     @abstractmethod
     def touch_used(self, claim_id: str, name: str, at: float) -> None: ...
+
+    @abstractmethod
+    def close(self) -> None: ...
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
 
     def _one(self, sql: str, *args: object) -> Any:
         with self._auto() as db:

@@ -59,7 +59,7 @@ import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import ClassVar, Self
+from typing import ClassVar
 
 from proxy.store import schema
 from proxy.store.base import (
@@ -91,12 +91,13 @@ STORE_FILE = "store.sqlite3"
 KEY_FILE = "store.key"
 
 
-def open_state_store(state_dir: Path, create: bool = True) -> Store:
-    """The state dir's store (``store.sqlite3``) under its key file (``store.key``, 0600).
+def open_state_store(state_dir: Path, create: bool = True, key_file: Path | None = None) -> Store:
+    """The state dir's store (``store.sqlite3``) under its key file (``key_file``, by default
+    ``store.key`` in the state dir; 0600).
 
     ``create=False`` refuses (ValueError) a state dir that has no store yet, instead of making one.
     """
-    db, key = state_dir / STORE_FILE, state_dir / KEY_FILE
+    db, key = state_dir / STORE_FILE, key_file or state_dir / KEY_FILE
     if not create:
         for path in (db, key):
             if not path.is_file():
@@ -148,12 +149,6 @@ class Store(SQLStore):
     def close(self) -> None:
         with self._lock:
             self._db.close()
-
-    def __enter__(self) -> Self:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
 
     def __repr__(self) -> str:
         return f"Store(path={str(self.path)!r})"

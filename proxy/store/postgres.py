@@ -1,0 +1,246 @@
+"""The fleet's credential store: the same interface (:class:`proxy.store.base.CredentialStore`)
+and the same queries (:mod:`proxy.store.queries`) as the SQLite store, on a PostgreSQL database
+that every node shares (psycopg 3 and its connection pool).
+
+Selected with ``--store postgresql://USER@HOST:PORT/DB[?OPTIONS]`` (:func:`parse_url`). The
+password never travels in the URL: a URL that holds one (``user:pw@``, ``?password=``) is
+refused, as argv is readable by every local user and lands in shell histories and process
+listings. It comes from libpq's own sources (``PGPASSWORD``, ``PGPASSFILE`` / ``~/.pgpass``,
+``passfile=``) or from ``password_file=PATH``, a file that holds the password alone (a mounted
+Kubernetes Secret), read once when the store opens.
+
+Values are sealed exactly as in the SQLite store (AES-256-GCM under the key file, associated data
+``claim_id NUL name NUL version``): every node must hold the same key file. Opening refuses a
+key file that lacks a key the database's values are sealed under (a node with its own fresh key
+would seal values no other node can read, and read none of theirs).
+
+Transactions:
+
+- A write (:meth:`PostgresStore._write`) first bumps ``surrogate_state.data_version``: that row
+  lock serialises writers of every node, as SQLite's ``BEGIN IMMEDIATE`` does on one machine, so
+  a compare-and-set is exact fleet-wide (READ COMMITTED: each later statement sees every write
+  committed before the lock was granted); the key file is re-read once the lock is held. It
+  commits with ``synchronous_commit = on`` whatever the server's default, so an acknowledged
+  write is on disk. A lock not granted within 5 s is a StoreError (``lock_timeout``).
+- Budgets are counted in one conditional ``UPDATE`` / ``INSERT ... ON CONFLICT`` (row locks,
+  re-checked by PostgreSQL after a wait), so a budget of N is never exceeded across nodes; they
+  do not bump ``data_version`` (nothing a node must re-read changed), nor does ``touch_used``.
+- :meth:`PostgresStore.snapshot` reads in one REPEATABLE READ, READ ONLY transaction.
+
+Decided: :meth:`data_version` reads the version row on each call (one round trip; the registry
+asks at the start of each request), so an acknowledged write is used by the very next request
+on every node. A node that cannot reach the database gets StoreError from it, and the registry
+keeps serving its last index (the staleness bound and change notification are the fleet issue's
+next steps).
+
+Errors: every psycopg error becomes :class:`proxy.store.base.StoreError` naming the database
+(host, port, database; never the password); a bad URL is a ValueError.
+"""
+
+from __future__ import annotations
+
+import re
+import threading
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any, ClassVar
+from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
+
+import psycopg
+from psycopg import conninfo
+from psycopg_pool import ConnectionPool, PoolTimeout
+
+from proxy.store import pgschema
+from proxy.store.base import Cursor, StoreError
+from proxy.store.keyring import KeyRing
+from proxy.store.queries import SQLStore
+
+SCHEMES = ("postgresql", "postgres")
+_TOUCH_EVERY = 1.0  # seconds, as in the SQLite store
+_LOCK_TIMEOUT = "5s"  # SQLite's busy_timeout
+_CONNECT_TIMEOUT = 10.0
+_PARAM = re.compile(r":([A-Za-z_]\w*)")
+
+
+def is_url(text: str) -> bool:
+    return urlsplit(text).scheme in SCHEMES
+
+
+def parse_url(url: str) -> tuple[str, str | None, str]:
+    """``(conninfo, password, where)`` from a ``postgresql://`` URL: the libpq connection string
+    without ``password_file``, the password read from that file (None: libpq finds it), and a
+    name for messages (``HOST:PORT/DB``).
+
+    Raises ValueError, never echoing the URL (it may hold a password): a password in the URL,
+    another scheme, an option libpq does not know, an unreadable or empty ``password_file``.
+    """
+    parts = urlsplit(url)
+    if parts.scheme not in SCHEMES:
+        raise ValueError("a store URL starts with postgresql://")
+    query = parse_qsl(parts.query, keep_blank_values=True)
+    if parts.password is not None or any(k == "password" for k, _ in query):
+        raise ValueError(
+            "the store URL holds a password: it would be readable in the process list; use "
+            "password_file=PATH in the URL, PGPASSFILE or ~/.pgpass, or PGPASSWORD"
+        )
+    files = [v for k, v in query if k == "password_file"]
+    rest = [(k, v) for k, v in query if k != "password_file"]
+    text = urlunsplit(parts._replace(query=urlencode(rest)))
+    try:
+        params = conninfo.conninfo_to_dict(text)
+    except psycopg.Error as e:
+        raise ValueError(f"the store URL is not a libpq URL: {_first_line(e)}") from None
+    if "password" in params:  # any spelling libpq reads as one
+        raise ValueError("the store URL holds a password; use password_file=PATH, PGPASSFILE or PGPASSWORD")
+    password = None
+    if files:
+        path = Path(files[-1])
+        try:
+            password = path.read_text(encoding="utf-8").strip()
+        except (OSError, UnicodeDecodeError) as e:
+            raise ValueError(f"password_file {path}: {getattr(e, 'strerror', None) or e}") from None
+        if not password:
+            raise ValueError(f"password_file {path} is empty")
+    where = f"{params.get('host') or 'localhost'}:{params.get('port') or 5432}/{params.get('dbname') or ''}"
+    return text, password, where
+
+
+def _first_line(e: BaseException) -> str:
+    return (str(e).strip().splitlines() or [type(e).__name__])[0]
+
+
+def _qmark(sql: str) -> bytes:
+    """The shared queries' ``?`` and ``:name`` parameters in psycopg's ``%s`` / ``%(name)s``."""
+    return _PARAM.sub(r"%(\1)s", sql.replace("%", "%%").replace("?", "%s")).encode()
+
+
+class _Conn:
+    """A psycopg connection that reads the shared queries' parameter style."""
+
+    def __init__(self, conn: psycopg.Connection[tuple[Any, ...]]) -> None:
+        self._conn = conn
+        self._cache: dict[str, bytes] = {}
+
+    def execute(self, sql: str, params: Any = (), /) -> Cursor:
+        query = self._cache.get(sql)
+        if query is None:
+            query = self._cache[sql] = _qmark(sql)
+        args = params if isinstance(params, Mapping) else tuple(params)
+        return self._conn.execute(query, args)
+
+
+class PostgresStore(SQLStore):
+    """The credential store on a PostgreSQL database shared by a fleet; thread-safe (a pool)."""
+
+    _errors: ClassVar[tuple[type[Exception], ...]] = (psycopg.Error,)
+
+    def __init__(self, pool: ConnectionPool[psycopg.Connection[tuple[Any, ...]]], keyring: KeyRing,
+                 where: str) -> None:  # fmt: skip
+        self._pool = pool
+        self._keyring = keyring
+        self.where = where
+        self._touched: dict[tuple[str, str], float] = {}
+        self._touch_lock = threading.Lock()
+
+    @classmethod
+    def open(cls, url: str, keyring: KeyRing, *, max_size: int = 4) -> PostgresStore:
+        """Connect (waiting up to 10 s), create or migrate the schema, and check that the key
+        file holds every key the stored values use. ValueError for a bad URL, StoreError else."""
+        text, password, where = parse_url(url)
+        kwargs: dict[str, Any] = {"autocommit": True, "connect_timeout": int(_CONNECT_TIMEOUT)}
+        if password is not None:
+            kwargs["password"] = password
+        pool: ConnectionPool[psycopg.Connection[tuple[Any, ...]]] = ConnectionPool(
+            text, kwargs=kwargs, min_size=1, max_size=max_size, open=False, configure=_configure,
+            name="surrogate-store", timeout=_CONNECT_TIMEOUT,
+        )  # fmt: skip
+        try:
+            pool.open(wait=True, timeout=_CONNECT_TIMEOUT)
+        except (PoolTimeout, psycopg.Error) as e:
+            pool.close()
+            raise StoreError(f"cannot open store {where}: {_first_line(e)}") from None
+        store = cls(pool, keyring, where)
+        try:
+            with pool.connection() as conn:
+                pgschema.migrate(conn, where)
+            store._check_keys()
+        except BaseException as e:
+            pool.close()
+            if isinstance(e, psycopg.Error):
+                raise StoreError(f"store {where} cannot be used: {_first_line(e)}") from None
+            raise
+        return store
+
+    def _check_keys(self) -> None:
+        used = {r[0] for r in self._all("SELECT DISTINCT key_id FROM credentials")}
+        used |= {r[0] for r in self._all("SELECT DISTINCT key_id FROM credential_history")}
+        if missing := sorted(used - set(self._keyring.key_ids)):
+            raise StoreError(
+                f"store {self.where} holds values sealed under key {', '.join(missing)}, which key file "
+                f"{self._keyring.path} lacks: every node must use the same key file"
+            )
+
+    def close(self) -> None:
+        self._pool.close()
+
+    def __repr__(self) -> str:
+        return f"PostgresStore(where={self.where!r})"
+
+    @contextmanager
+    def _connection(self) -> Iterator[psycopg.Connection[tuple[Any, ...]]]:
+        try:
+            with self._pool.connection() as conn:
+                yield conn
+        except (PoolTimeout, psycopg.Error) as e:
+            raise StoreError(f"store {self.where}: {_first_line(e)}") from None
+
+    @contextmanager
+    def _write(self) -> Iterator[_Conn]:
+        with self._connection() as conn, conn.transaction():
+            conn.execute("UPDATE surrogate_state SET data_version = data_version + 1")
+            self._keyring.refresh()
+            yield _Conn(conn)
+
+    @contextmanager
+    def _count(self) -> Iterator[_Conn]:
+        with self._connection() as conn, conn.transaction():
+            yield _Conn(conn)
+
+    @contextmanager
+    def _auto(self) -> Iterator[_Conn]:
+        with self._connection() as conn:
+            yield _Conn(conn)
+
+    @contextmanager
+    def _snapshot(self) -> Iterator[_Conn]:
+        with self._connection() as conn, conn.transaction():
+            conn.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY")
+            yield _Conn(conn)
+
+    def data_version(self) -> int:
+        """``surrogate_state.data_version``: bumped by every write of any node."""
+        return int(self._one("SELECT data_version FROM surrogate_state")[0])
+
+    def touch_used(self, claim_id: str, name: str, at: float) -> None:
+        """Record a use: at most one write a second per credential; skipped (no wait) while a
+        writer holds the credential's row, and when the database is unreachable."""
+        with self._touch_lock:
+            if at - self._touched.get((claim_id, name), float("-inf")) < _TOUCH_EVERY:
+                return
+            self._touched[claim_id, name] = at
+        try:
+            with self._pool.connection(timeout=1.0) as conn, conn.transaction():
+                conn.execute("SET LOCAL lock_timeout = '10ms'")
+                conn.execute(
+                    "UPDATE credentials SET last_used_at = %s WHERE claim_id = %s AND name = %s "
+                    "AND (last_used_at IS NULL OR last_used_at <= %s)",
+                    (at, claim_id, name, at - _TOUCH_EVERY),
+                )
+        except (PoolTimeout, psycopg.Error):
+            pass  # a hint, not worth a stall: a later use records it
+
+
+def _configure(conn: psycopg.Connection[tuple[Any, ...]]) -> None:
+    """Every pooled connection: durable commits and bounded lock waits, whatever the server says."""
+    conn.execute(f"SET synchronous_commit = on; SET lock_timeout = '{_LOCK_TIMEOUT}'".encode())
