@@ -3,6 +3,7 @@
     surrogate run --rules FILE [--state-dir DIR] [--listen HOST:PORT] [--upstream-ca PEM]...
                   [--resolve NAME:ADDR]... [--audit-file PATH] [--workers N] [control listener options]
     surrogate control --rules FILE [--state-dir DIR] [control listener options]
+    (run, control and keys rotate take --store postgresql://USER@HOST/DB and --key-file FILE)
     surrogate claims create|list|get|delete|rotate-token ...
     surrogate creds put|patch|get|list|delete ...
     surrogate keys rotate [--state-dir DIR] [--resume]
@@ -46,6 +47,7 @@ from proxy.engine.state import State
 from proxy.rules.loader import load_rules
 from proxy.rules.sources import ValueSource
 from proxy.store import counters
+from proxy.store.choose import open_store
 from proxy.store.registry import Registry
 from proxy.store.sqlite import open_state_store
 
@@ -102,6 +104,21 @@ def _control_args(p: argparse.ArgumentParser) -> None:
         help="also serve the control API on loopback TCP (needs --control-token-file)",
     )
     p.add_argument("--control-token-file", type=Path, help="file holding the operator bearer token")
+
+
+def _store_args(p: argparse.ArgumentParser) -> None:
+    # A plain string: argparse would echo a refused value (and a password in it) in its error.
+    p.add_argument(
+        "--store",
+        metavar="URL",
+        help="the credential store: postgresql://USER@HOST:PORT/DB[?password_file=PATH] for a fleet "
+        "(never a password in the URL) (default: the SQLite file in the state dir)",
+    )
+    p.add_argument(
+        "--key-file",
+        type=Path,
+        help="the store's key file, the same on every node (default <state dir>/store.key)",
+    )
 
 
 def _control_config(args: argparse.Namespace) -> ControlConfig:
@@ -175,12 +192,14 @@ def _parser() -> argparse.ArgumentParser:
     )
     run.add_argument("--worker-index", type=int, help=argparse.SUPPRESS)  # set by the supervisor
     _control_args(run)
+    _store_args(run)
     _limit_args(run)
 
     control = sub.add_parser("control", parents=[state], help="serve only the control API (sidecar)")
     control.add_argument("--rules", type=Path, required=True, help="the rules file the proxy uses")
     _audit_args(control)
     _control_args(control)
+    _store_args(control)
     client.add_commands(sub, state)
 
     env = sub.add_parser("env", parents=[state], help="print the environment a sandbox needs (shell or .env)")
@@ -225,6 +244,7 @@ def _parser() -> argparse.ArgumentParser:
         "rotate", parents=[state], help="re-encrypt every stored value under a new key (safe to interrupt)"
     )
     rotate.add_argument("--resume", action="store_true", help="finish an interrupted rotation, no new key")
+    _store_args(rotate)
 
     ca_p = sub.add_parser("ca", help="the proxy's CA")
     ca_sub = ca_p.add_subparsers(dest="ca_command", required=True)
@@ -428,7 +448,7 @@ def _supervise(args: argparse.Namespace, argv: list[str]) -> int:
     workers.check_free(ports + ([control.tcp] if control.tcp else []))
     ca.ensure_ca(args.state_dir)
     ca.write_upstream_bundle(args.state_dir, args.upstream_ca)  # names a bad --upstream-ca once
-    open_state_store(args.state_dir).close()
+    open_store(args.state_dir, args.store, args.key_file).close()
     table = args.state_dir / counters.FILENAME
     counters.SharedCounters.create(table, args.workers)  # empty: no count outlives the node
     shared = counters.SharedCounters.open(table, 0)
@@ -464,7 +484,7 @@ def _run(args: argparse.Namespace) -> int:
         counters.SharedCounters.create(table, 1)  # the node is this one process
     shared = counters.SharedCounters.open(table, worker or 0)
     shared.release_worker(worker or 0)  # a worker restarted in a dead one's place starts at zero
-    with open_state_store(args.state_dir) as store:
+    with open_store(args.state_dir, args.store, args.key_file) as store:
         config = RunConfig(
             state=State(Registry(policy, store), dict(args.resolve), counters=shared),
             state_dir=args.state_dir,
@@ -511,7 +531,7 @@ def _env(args: argparse.Namespace) -> int:
 
 
 def _rotate_keys(args: argparse.Namespace) -> int:
-    with open_state_store(args.state_dir) as store:
+    with open_store(args.state_dir, args.store, args.key_file) as store:
         count = store.rotate_keys(new_key=not args.resume)
     print(f"surrogate: {count} stored values re-encrypted under the current key")
     return 0
@@ -525,7 +545,7 @@ def _control(args: argparse.Namespace) -> int:
     control = _control_config(args)
     args.state_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
     audit.configure(args.audit_file, args.audit_max_bytes, args.audit_backups)
-    with open_state_store(args.state_dir) as store:
+    with open_store(args.state_dir, args.store, args.key_file) as store:
         print(f"surrogate: control API on {control.socket_path or ''} {control.tcp or ''}", file=sys.stderr)
         asyncio.run(serve_control_only(Control(Registry(policy, store), store), control))
     return 0
