@@ -151,6 +151,11 @@ class PostgresStore(SQLStore):
         kwargs: dict[str, Any] = {"autocommit": True, "connect_timeout": int(_CONNECT_TIMEOUT)}
         if password is not None:
             kwargs["password"] = password
+        try:  # one direct connection first: a clear error at once, not a pool's retries
+            with psycopg.connect(text, **kwargs) as conn:
+                pgschema.migrate(conn, where)
+        except psycopg.Error as e:
+            raise StoreError(f"cannot open store {where}: {_first_line(e)}") from None
         pool: ConnectionPool[psycopg.Connection[tuple[Any, ...]]] = ConnectionPool(
             text, kwargs=kwargs, min_size=1, max_size=max_size, open=False, configure=_configure,
             name="surrogate-store", timeout=_CONNECT_TIMEOUT,
@@ -162,13 +167,9 @@ class PostgresStore(SQLStore):
             raise StoreError(f"cannot open store {where}: {_first_line(e)}") from None
         store = cls(pool, keyring, where)
         try:
-            with pool.connection() as conn:
-                pgschema.migrate(conn, where)
             store._check_keys()
-        except BaseException as e:
+        except BaseException:
             pool.close()
-            if isinstance(e, psycopg.Error):
-                raise StoreError(f"store {where} cannot be used: {_first_line(e)}") from None
             raise
         return store
 
