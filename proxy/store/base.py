@@ -109,7 +109,9 @@ class CredentialStore(Protocol):
     - **Acknowledged = durable**: once a write returns, it survives ``kill -9`` of any process
       (and power loss, as far as the database's own fsync promises).
     - **Visible**: a write moves :meth:`data_version` for every reader of the store (another
-      process included) before it returns; budget counts and ``touch_used`` may not.
+      process included) before it returns; budget counts and ``touch_used`` may not. (The
+      PostgreSQL store's ``sync=notify`` mode trades this for a bound of milliseconds on other
+      nodes, and keeps it for the writing node: :mod:`proxy.store.pgwatch`.)
     - **Sealed**: a value is at rest only as AES-256-GCM under the key ring, bound to ``claim_id
       NUL name NUL version`` (:func:`proxy.store.rows.aad`); a proxy token only as its SHA-256.
       No error, repr or log line holds a value or a token.

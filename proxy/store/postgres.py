@@ -27,11 +27,14 @@ Transactions:
   do not bump ``data_version`` (nothing a node must re-read changed), nor does ``touch_used``.
 - :meth:`PostgresStore.snapshot` reads in one REPEATABLE READ, READ ONLY transaction.
 
-Decided: :meth:`data_version` reads the version row on each call (one round trip; the registry
-asks at the start of each request), so an acknowledged write is used by the very next request
-on every node. A node that cannot reach the database gets StoreError from it, and the registry
-keeps serving its last index (the staleness bound and change notification are the fleet issue's
-next steps).
+Change detection, decided: by default (``sync=strict``) :meth:`data_version` reads the version
+row on each call (one round trip; the registry asks at the start of each request), so an
+acknowledged write is used by the very next request on every node. With ``?sync=notify`` (and
+``poll=SECONDS``, default 1) a node keeps the version from LISTEN/NOTIFY and a poll
+(:mod:`proxy.store.pgwatch`): no round trip per request, and another node's write is seen within
+the notification's latency (milliseconds) or, when one is lost, one poll; this node's own writes
+at once. A node that cannot reach the database gets StoreError, and the registry keeps serving
+its last index (the staleness bound after which it must refuse is the fleet issue's next step).
 
 Errors: every psycopg error becomes :class:`proxy.store.base.StoreError` naming the database
 (host, port, database; never the password); a bad URL is a ValueError.
@@ -43,6 +46,7 @@ import re
 import threading
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, ClassVar
 from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
@@ -54,6 +58,7 @@ from psycopg_pool import ConnectionPool, PoolTimeout
 from proxy.store import pgschema
 from proxy.store.base import Cursor, StoreError
 from proxy.store.keyring import KeyRing
+from proxy.store.pgwatch import CHANNEL, Watcher
 from proxy.store.queries import SQLStore
 
 SCHEMES = ("postgresql", "postgres")
@@ -61,16 +66,26 @@ _TOUCH_EVERY = 1.0  # seconds, as in the SQLite store
 _LOCK_TIMEOUT = "5s"  # SQLite's busy_timeout
 _CONNECT_TIMEOUT = 10.0
 _PARAM = re.compile(r":([A-Za-z_]\w*)")
+_OWN = ("password_file", "sync", "poll")  # surrogate's options in the URL, not libpq's
 
 
 def is_url(text: str) -> bool:
     return urlsplit(text).scheme in SCHEMES
 
 
-def parse_url(url: str) -> tuple[str, str | None, str]:
-    """``(conninfo, password, where)`` from a ``postgresql://`` URL: the libpq connection string
-    without ``password_file``, the password read from that file (None: libpq finds it), and a
-    name for messages (``HOST:PORT/DB``).
+@dataclass(frozen=True, slots=True, repr=False)  # no repr: it would show the password
+class Target:
+    conninfo: str  # the libpq connection string, without surrogate's own options
+    password: str | None  # read from password_file; None: libpq finds it (PGPASSWORD, .pgpass)
+    where: str  # HOST:PORT/DB, for messages
+    sync: str = "strict"  # "strict": read the version on each call; "notify": LISTEN/NOTIFY + poll
+    poll: float = 1.0  # seconds between version polls in "notify" mode
+
+
+def parse_url(url: str) -> Target:
+    """The :class:`Target` of a ``postgresql://`` URL. Surrogate's own options are taken out of
+    the query before libpq reads it: ``password_file=PATH``, ``sync=strict|notify`` and
+    ``poll=SECONDS`` (``notify`` only; 0.05 to 60).
 
     Raises ValueError, never echoing the URL (it may hold a password): a password in the URL,
     another scheme, an option libpq does not know, an unreadable or empty ``password_file``.
@@ -84,8 +99,17 @@ def parse_url(url: str) -> tuple[str, str | None, str]:
             "the store URL holds a password: it would be readable in the process list; use "
             "password_file=PATH in the URL, PGPASSFILE or ~/.pgpass, or PGPASSWORD"
         )
-    files = [v for k, v in query if k == "password_file"]
-    rest = [(k, v) for k, v in query if k != "password_file"]
+    own = {k: v for k, v in query if k in _OWN}
+    rest = [(k, v) for k, v in query if k not in _OWN]
+    sync, poll = own.get("sync", "strict"), own.get("poll", "1")
+    if sync not in ("strict", "notify"):
+        raise ValueError(f"sync={sync!r} in the store URL: expected strict or notify")
+    try:
+        seconds = float(poll)
+    except ValueError:
+        seconds = -1.0
+    if not 0.05 <= seconds <= 60:
+        raise ValueError(f"poll={poll!r} in the store URL: expected seconds from 0.05 to 60")
     text = urlunsplit(parts._replace(query=urlencode(rest)))
     try:
         params = conninfo.conninfo_to_dict(text)
@@ -94,8 +118,8 @@ def parse_url(url: str) -> tuple[str, str | None, str]:
     if "password" in params:  # any spelling libpq reads as one
         raise ValueError("the store URL holds a password; use password_file=PATH, PGPASSFILE or PGPASSWORD")
     password = None
-    if files:
-        path = Path(files[-1])
+    if "password_file" in own:
+        path = Path(own["password_file"])
         try:
             password = path.read_text(encoding="utf-8").strip()
         except (OSError, UnicodeDecodeError) as e:
@@ -103,7 +127,7 @@ def parse_url(url: str) -> tuple[str, str | None, str]:
         if not password:
             raise ValueError(f"password_file {path} is empty")
     where = f"{params.get('host') or 'localhost'}:{params.get('port') or 5432}/{params.get('dbname') or ''}"
-    return text, password, where
+    return Target(text, password, where, sync, seconds)
 
 
 def _first_line(e: BaseException) -> str:
@@ -136,8 +160,9 @@ class PostgresStore(SQLStore):
     _errors: ClassVar[tuple[type[Exception], ...]] = (psycopg.Error,)
 
     def __init__(self, pool: ConnectionPool[psycopg.Connection[tuple[Any, ...]]], keyring: KeyRing,
-                 where: str) -> None:  # fmt: skip
+                 where: str, watcher: Watcher | None = None) -> None:  # fmt: skip
         self._pool = pool
+        self._watcher = watcher
         self._keyring = keyring
         self.where = where
         self._touched: dict[tuple[str, str], float] = {}
@@ -147,10 +172,11 @@ class PostgresStore(SQLStore):
     def open(cls, url: str, keyring: KeyRing, *, max_size: int = 4) -> PostgresStore:
         """Connect (waiting up to 10 s), create or migrate the schema, and check that the key
         file holds every key the stored values use. ValueError for a bad URL, StoreError else."""
-        text, password, where = parse_url(url)
+        target = parse_url(url)
+        text, where = target.conninfo, target.where
         kwargs: dict[str, Any] = {"autocommit": True, "connect_timeout": int(_CONNECT_TIMEOUT)}
-        if password is not None:
-            kwargs["password"] = password
+        if target.password is not None:
+            kwargs["password"] = target.password
         try:  # one direct connection first: a clear error at once, not a pool's retries
             with psycopg.connect(text, **kwargs) as conn:
                 pgschema.migrate(conn, where)
@@ -165,11 +191,15 @@ class PostgresStore(SQLStore):
         except (PoolTimeout, psycopg.Error) as e:
             pool.close()
             raise StoreError(f"cannot open store {where}: {_first_line(e)}") from None
-        store = cls(pool, keyring, where)
+        watcher = None
+        if target.sync == "notify":
+            watch_kwargs = {**kwargs, "application_name": "surrogate-watch"}
+            watcher = Watcher(lambda: psycopg.connect(text, **watch_kwargs), target.poll).start()
+        store = cls(pool, keyring, where, watcher)
         try:
             store._check_keys()
         except BaseException:
-            pool.close()
+            store.close()
             raise
         return store
 
@@ -183,6 +213,8 @@ class PostgresStore(SQLStore):
             )
 
     def close(self) -> None:
+        if self._watcher is not None:
+            self._watcher.stop()
         self._pool.close()
 
     def __repr__(self) -> str:
@@ -198,10 +230,17 @@ class PostgresStore(SQLStore):
 
     @contextmanager
     def _write(self) -> Iterator[_Conn]:
-        with self._connection() as conn, conn.transaction():
-            conn.execute("UPDATE surrogate_state SET data_version = data_version + 1")
-            self._keyring.refresh()
-            yield _Conn(conn)
+        with self._connection() as conn:
+            with conn.transaction():
+                row = conn.execute(
+                    "UPDATE surrogate_state SET data_version = data_version + 1 RETURNING data_version"
+                ).fetchone()
+                assert row is not None  # the one row of state exists since the schema was made
+                self._keyring.refresh()
+                yield _Conn(conn)
+                conn.execute("SELECT pg_notify(%s, %s)", (CHANNEL, str(row[0])))  # sent on commit
+            if self._watcher is not None:
+                self._watcher.saw(int(row[0]))  # this node's next request sees its own write
 
     @contextmanager
     def _count(self) -> Iterator[_Conn]:
@@ -220,8 +259,15 @@ class PostgresStore(SQLStore):
             yield _Conn(conn)
 
     def data_version(self) -> int:
-        """``surrogate_state.data_version``: bumped by every write of any node."""
-        return int(self._one("SELECT data_version FROM surrogate_state")[0])
+        """``surrogate_state.data_version``: bumped by every write of any node. With
+        ``sync=notify`` the watcher's confirmed copy (:mod:`proxy.store.pgwatch`), else (and
+        whenever that copy is older than 2 × poll) read from the database."""
+        if self._watcher is not None and (cached := self._watcher.current()) is not None:
+            return cached
+        version = int(self._one("SELECT data_version FROM surrogate_state")[0])
+        if self._watcher is not None:
+            self._watcher.saw(version)
+        return version
 
     def touch_used(self, claim_id: str, name: str, at: float) -> None:
         """Record a use: at most one write a second per credential; skipped (no wait) while a

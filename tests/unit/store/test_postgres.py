@@ -7,6 +7,7 @@ from __future__ import annotations
 import subprocess
 import sys
 import threading
+import time
 from pathlib import Path
 
 import canary
@@ -40,8 +41,12 @@ def test_a_password_in_the_url_is_refused_without_echoing_it(url: str) -> None:
     ("url", "message"),
     [("mysql://u@h/db", "starts with postgresql://"), ("/var/lib/store.sqlite3", "starts with postgresql://"),
      ("postgresql://u@h/db?bogus_option=1", "not a libpq URL"),
-     ("postgresql://u@h/db?password_file=/nonexistent/pw", "password_file /nonexistent/pw")],
-    ids=["other-scheme", "a-path", "unknown-option", "missing-password-file"],
+     ("postgresql://u@h/db?password_file=/nonexistent/pw", "password_file /nonexistent/pw"),
+     ("postgresql://u@h/db?sync=eventually", "expected strict or notify"),
+     ("postgresql://u@h/db?sync=notify&poll=0", "expected seconds"),
+     ("postgresql://u@h/db?poll=soon", "expected seconds")],
+    ids=["other-scheme", "a-path", "unknown-option", "missing-password-file", "sync", "poll-zero",
+         "poll-word"],
 )  # fmt: skip
 def test_a_bad_url_is_a_value_error(url: str, message: str) -> None:
     with pytest.raises(ValueError, match=message):
@@ -50,9 +55,11 @@ def test_a_bad_url_is_a_value_error(url: str, message: str) -> None:
 
 def test_password_file_is_read_and_taken_out_of_the_connection_string(tmp_path: Path) -> None:
     pw = canary.source(tmp_path / "pw", PW)
-    text, password, where = parse_url(f"postgresql://u@db.example:6543/s?password_file={pw}&sslmode=require")
-    assert password == PW and PW not in text and "password_file" not in text and "sslmode=require" in text
-    assert where == "db.example:6543/s"
+    target = parse_url(f"postgresql://u@db.example:6543/s?password_file={pw}&sslmode=require&sync=notify")
+    text = target.conninfo
+    assert target.password == PW and PW not in text and "password_file" not in text and "sync" not in text
+    assert "sslmode=require" in text and target.where == "db.example:6543/s"
+    assert (target.sync, target.poll) == ("notify", 1.0) and PW not in repr(target)
     (tmp_path / "empty").write_text("\n")
     with pytest.raises(ValueError, match="is empty"):
         parse_url(f"postgresql://u@h/s?password_file={tmp_path / 'empty'}")
@@ -166,3 +173,68 @@ def test_a_write_waits_for_another_nodes_writer_and_then_sees_its_commit(
             result and isinstance(result[0], PreconditionFailed) and result[0].current == 5
         )  # b saw a's commit
         assert b.get_credential("c1", "gh").hosts == ("held",)  # type: ignore[union-attr]
+
+
+# --- change propagation (sync=notify) ---------------------------------------------------------
+
+
+def _until_moved(store: PostgresStore, seen: int, limit: float) -> float:
+    """Seconds until ``store.data_version()`` differs from ``seen`` (fails past ``limit``)."""
+    start = time.monotonic()
+    while store.data_version() == seen:
+        assert time.monotonic() - start < limit, f"no change seen within {limit} s"
+        time.sleep(0.0002)
+    return time.monotonic() - start
+
+
+def test_with_notify_another_nodes_write_is_seen_within_milliseconds_without_a_poll(
+    pg_cluster: Cluster, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The poll is 30 s here, so whatever arrives sooner came by NOTIFY. Prints the bound."""
+    url = pg_cluster.database()
+    ring = KeyRing.load_or_create(tmp_path / "k")
+    with (
+        PostgresStore.open(url, ring) as writer,
+        PostgresStore.open(url + "&sync=notify&poll=30", ring) as node,
+    ):
+        writer.create_claim("c1", "p")
+        _until_moved(node, -1, 5)
+        lags = []
+        for n in range(40):
+            seen = node.data_version()
+            writer.put_credential("c1", "gh", value=b"v%d" % n, hosts=["h"])  # acknowledged here
+            lags.append(_until_moved(node, seen, 5))
+        own = node.data_version()
+        node.create_claim("c2", "p")
+        assert node.data_version() != own  # a node's own write: at once, no notification needed
+        assert node._watcher is not None and node._watcher.notified >= 40
+    lags.sort()
+    p50, p99 = lags[len(lags) // 2] * 1000, lags[int(len(lags) * 0.99)] * 1000
+    with capsys.disabled():
+        print(f"\nwrite acknowledged -> seen by another node (NOTIFY): p50 {p50:.2f} ms, p99 {p99:.2f} ms")
+    assert lags[-1] < 1.0  # far inside the 30 s poll: the notification did it
+
+
+def test_with_notify_a_lost_notification_is_caught_by_the_poll(pg_cluster: Cluster, tmp_path: Path) -> None:
+    """The watcher's connection is killed by the server: notifications sent meanwhile are lost;
+    the watcher reconnects and its poll (or, while it is not confirmed, a direct read) sees them."""
+    url = pg_cluster.database()
+    ring = KeyRing.load_or_create(tmp_path / "k")
+    with (
+        PostgresStore.open(url, ring) as writer,
+        PostgresStore.open(url + "&sync=notify&poll=0.5", ring) as node,
+    ):
+        writer.create_claim("c1", "p")
+        _until_moved(node, -1, 5)
+        with psycopg.connect(pg_cluster.url_params(), autocommit=True) as admin:
+            killed = admin.execute(
+                "SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
+                "WHERE application_name = 'surrogate-watch'"
+            ).fetchall()
+        assert killed == [(True,)]
+        seen = node.data_version()
+        writer.put_credential("c1", "gh", value=b"v", hosts=["h"])
+        assert _until_moved(node, seen, 3.0) < 3.0  # 2 x poll + a reconnect
+        seen = node.data_version()
+        writer.put_credential("c1", "gh", value=b"w", hosts=["h"])
+        assert _until_moved(node, seen, 1.0) < 1.0  # reconnected: notified again
