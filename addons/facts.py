@@ -30,7 +30,6 @@ connection opened or failed.
 from __future__ import annotations
 
 import functools
-import json
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -39,6 +38,7 @@ from typing import Any
 from mitmproxy import http
 from mitmproxy.proxy import mode_specs
 
+from addons import refusals
 from proxy.core.decide import Decision, Reason, deny
 
 REQUEST_ID = "surrogate.request_id"
@@ -59,7 +59,7 @@ FORGED = "surrogate.forged"
 HOOK = "surrogate.hook"
 PATH = "surrogate.path"
 
-REQUEST_ID_HEADER = "X-Surrogate-Request-Id"
+REQUEST_ID_HEADER = refusals.REQUEST_ID_HEADER
 
 
 @dataclass(frozen=True, slots=True)
@@ -141,8 +141,9 @@ def refuse(flow: http.HTTPFlow, decision: Decision, headers: dict[str, str] | No
     """Answer ``flow`` with ``decision``'s status and a JSON body the sandbox can show, or, when
     the request may carry a large body, close the connection (the audit event still says why).
 
-    The body holds the reason code, the sentence and the request id; decision messages never
-    contain a secret value (they name credentials, hosts and rules only).
+    The answer is built by :func:`addons.refusals.answer` (JSON with the reason code, the sentence
+    and the request id, ``Proxy-Status``; a gRPC answer to a gRPC request); decision messages
+    never contain a secret value (they name credentials, hosts and rules only).
     """
     flow.metadata[DECISION] = decision
     if _may_carry_large_body(flow.request):
@@ -154,17 +155,7 @@ def refuse(flow: http.HTTPFlow, decision: Decision, headers: dict[str, str] | No
     # crash report logged the body). The refused body is small (see above): let it be read.
     flow.request.stream = False
     request_id = flow.metadata.get(REQUEST_ID, flow.id)
-    body = json.dumps(
-        {
-            "error": decision.reason.value,
-            "decision": decision.action.value,
-            "message": decision.message,
-            "request_id": request_id,
-        }
-    )
-    flow.response = http.Response.make(
-        decision.status,
-        body.encode(),
-        {"Content-Type": "application/json", REQUEST_ID_HEADER: request_id, **(headers or {})},
+    flow.response = refusals.answer(
+        decision, request_id, flow.request.headers.get("content-type"), headers=headers
     )
     flow.metadata[DECISION] = decision

@@ -100,9 +100,12 @@ def _violation(body: _Body, more: int) -> str | None:
     return None
 
 
+BROKEN = "surrogate refused to send a request whose body disagrees with its framing"  # addons/errorpage.py
+
+
 def _why_broken(what: str) -> str:
     log.error("request body framing: %s; upstream connection closed", what)
-    return f"surrogate refused to send a request whose body disagrees with its framing: {what}"
+    return f"{BROKEN}: {what}"
 
 
 def _h1_send(original: Send) -> Send:

@@ -8,7 +8,8 @@ unterminated header grew it by 103 MiB, which was not returned after the close. 
 those bytes (``requestheaders`` runs once the head is complete), so :func:`install` wraps the two
 ``read_headers`` state methods once per process: after each read that leaves the head
 unfinished, a buffer past the limit ends the connection: the sandbox gets ``431 Request Header
-Fields Too Large`` (RFC 6585 §5) and the connection is closed; an upstream's connection is closed
+Fields Too Large`` (RFC 6585 §5; surrogate's JSON refusal, ``bad_request_head``) and the
+connection is closed; an upstream's connection is closed
 and the flow fails with a protocol error (the sandbox gets a 502).
 
 The limits sit above :data:`proxy.core.hygiene.MAX_HEAD_BYTES` (64 KiB of header fields, checked on
@@ -24,10 +25,14 @@ from __future__ import annotations
 from collections.abc import Callable, Generator
 from typing import Any
 
+from mitmproxy.net.http import http1
 from mitmproxy.proxy import commands, events
 from mitmproxy.proxy.layers.http import _http1
 from mitmproxy.proxy.layers.http._base import ReceiveHttp
 from mitmproxy.proxy.layers.http._events import ErrorCode, ResponseProtocolError
+
+from addons import refusals
+from proxy.core.decide import Reason, deny
 
 REQUEST_HEAD_LIMIT = 128 * 1024  # bytes of an unfinished request head held per connection
 RESPONSE_HEAD_LIMIT = 256 * 1024  # bytes of an unfinished response head held per connection
@@ -50,8 +55,10 @@ def _bounded_request(original: StateMethod) -> StateMethod:
             and _still_reading(self, original)
         ):
             self.buf.maybe_extract_at_most(len(self.buf))  # drop what was held
-            body = f"request head larger than {REQUEST_HEAD_LIMIT} bytes without its end"
-            yield commands.SendData(self.conn, _http1.make_error_response(431, body))
+            why = f"request head larger than {REQUEST_HEAD_LIMIT} bytes without its end"
+            closing = {"Connection": "close"}
+            refusal = refusals.answer(deny(Reason.BAD_REQUEST_HEAD, why, 431), None, headers=closing)
+            yield commands.SendData(self.conn, http1.assemble_response(refusal))
             yield commands.CloseConnection(self.conn)
             self.state = self.done
 

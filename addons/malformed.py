@@ -32,7 +32,6 @@ tests/adversarial/test_framing.py fails if the wrapped methods stop refusing.
 from __future__ import annotations
 
 import functools
-import json
 import logging
 import re
 from collections.abc import Callable, Generator
@@ -50,7 +49,8 @@ from mitmproxy.proxy.layers.http import _http1, _http2
 from mitmproxy.proxy.layers.http._base import ReceiveHttp
 from mitmproxy.proxy.layers.http._events import ErrorCode, RequestHeaders, RequestProtocolError
 
-from proxy.core.decide import Reason
+from addons import refusals
+from proxy.core.decide import Reason, deny
 
 log = logging.getLogger("surrogate")
 
@@ -116,8 +116,8 @@ def _dry_run(buf: ReceiveBuffer) -> str | None:
 
 
 def _refusal(message: str, reason: Reason) -> http.Response:
-    body = {"error": reason.value, "decision": "deny", "message": message, "request_id": None}
-    return http.Response.make(400, json.dumps(body).encode(), {"Content-Type": "application/json"})
+    # no flow exists yet, so no request id
+    return refusals.answer(deny(reason, message, status=400), None)
 
 
 def _refuse_h1(self: Any, message: str) -> Generator[Any, Any, None]:

@@ -29,7 +29,7 @@ def write_then_request(proxy: Surrogate, upstream: Upstream, rounds: int) -> Wri
     The upstream is tests/servers.Upstream, which records the headers it received (nginx does
     not, and a response cannot show them: surrogate scrubs secrets out of responses).
     """
-    api = proxy.control.api()
+    api = proxy.api()
     token = api.post("/v1/claims", json={"id": "bench", "pool": "p"}).json()["proxy_token"]
     body = {"hosts": [UPSTREAM_HOST], "value": "v0"}
     ph = api.put("/v1/claims/bench/credentials/k", json=body).json()["placeholder"]
@@ -68,7 +68,7 @@ class Registered:
 
 def register_claim(proxy: Surrogate, claim: str, credentials: int) -> Registered:
     """Create ``claim`` through the control API and PUT ``credentials`` credentials on it."""
-    with proxy.control.api() as api:
+    with proxy.api() as api:
         r = api.post("/v1/claims", json={"id": claim, "pool": "p"})
         r.raise_for_status()
         token = r.json()["proxy_token"]

@@ -123,7 +123,7 @@ def test_flow_event_properties_are_the_fields_addons_audit_writes(kind: str) -> 
 
 
 def test_control_event_properties_are_the_fields_proxy_control_writes() -> None:
-    used = constants_used(ROOT / "proxy" / "control.py")
+    used = constants_used(ROOT / "proxy" / "control" / "service.py")
     assert set(branch("control")["properties"]) == used
     assert set(branch("control")["required"]) == used
 
@@ -143,7 +143,7 @@ def test_every_field_constant_is_documented_with_a_description() -> None:
 
 
 def test_control_action_enum_is_what_proxy_control_writes() -> None:
-    tree = ast.parse((ROOT / "proxy" / "control.py").read_text(encoding="utf-8"))
+    tree = ast.parse((ROOT / "proxy" / "control" / "service.py").read_text(encoding="utf-8"))
     actions = {
         node.args[1].value
         for node in ast.walk(tree)

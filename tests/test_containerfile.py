@@ -235,8 +235,10 @@ def test_every_copy_source_exists_and_the_wheel_gets_every_package(
     assert sources
     for src in sources:
         assert (ROOT / src).exists(), f"COPY source {src} is not in the repository"
-    packages = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]["packages"]
-    assert {"pyproject.toml", *packages} <= set(sources)
+    found = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]["packages"]["find"]
+    tops = {name for name in found["include"] if "." not in name and "*" not in name}
+    assert tops == {"proxy", "addons", "certs"}
+    assert {"pyproject.toml", *tops} <= set(sources)
 
 
 def test_healthcheck_asks_the_control_socket_for_healthz(final: Stage) -> None:

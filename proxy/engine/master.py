@@ -39,7 +39,7 @@ from mitmproxy import options
 from mitmproxy.master import Master
 
 import addons
-from addons import framing, h1read, headlimit, malformed, wslimit
+from addons import errorpage, framing, h1read, headlimit, malformed, wslimit
 from addons.reload import Reload
 from certs import ca
 from proxy.control.api import make_app
@@ -93,6 +93,7 @@ def build_master(config: RunConfig, on_ready: Callable[[], None] | None = None) 
     framing.install()
     malformed.install()
     wslimit.install()
+    errorpage.install()
     drop_debug_typechecks()
     cache_hook_args()
     ca.ensure_ca(config.state_dir)

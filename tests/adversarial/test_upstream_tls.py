@@ -18,7 +18,7 @@ from harness import ProxyProcess, World
 def test_an_upstream_from_an_untrusted_ca_gets_no_request_and_no_secret(world: World) -> None:
     """The same rules and upstream, but a proxy that was not told to trust the upstream's CA."""
     untrusting = ProxyProcess(
-        world.proxy.rules.loader,
+        world.proxy.rules,
         world.proxy.workdir / "untrusting",
         resolve={"api.test": "127.0.0.1"},
     )

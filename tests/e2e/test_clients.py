@@ -21,7 +21,7 @@ def sandbox_env(env: Env) -> dict[str, str]:
             "proxy",
             "env",
             "--rules",
-            str(env.proxy.rules.loader),
+            str(env.proxy.rules),
             "--claim",
             "c1",
             "--state-dir",

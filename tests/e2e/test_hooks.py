@@ -36,7 +36,7 @@ SCRIPTS = {
 @pytest.fixture(scope="module")
 def hooked(env: Env) -> Iterator[Path]:
     """Add hook routes to pool p of the module's rules (applied by a live reload)."""
-    tmp = env.proxy.rules.loader.parent
+    tmp = env.proxy.rules.parent
     for name, text in SCRIPTS.items():
         script = tmp / name
         script.write_text(f"#!{sys.executable}\n" + textwrap.dedent(text))
@@ -64,8 +64,8 @@ def hooked(env: Env) -> Iterator[Path]:
         ),
         "    ",
     )
-    rules = env.proxy.rules.loader.read_text()
-    env.proxy.rules.loader.write_text(rules.replace("claims:\n", hooks + "claims:\n", 1))
+    rules = env.proxy.rules.read_text()
+    env.proxy.rules.write_text(rules.replace("claims:\n", hooks + "claims:\n", 1))
     env.proxy.wait_event(event="reload", outcome="applied", timeout=10)
     return stdin_file
 

@@ -868,7 +868,7 @@ def test_a_file_value_rotated_while_an_sse_stream_is_open_is_scrubbed_in_it(worl
     object). Runs last: it rotates the module's secret, and puts it back."""
     _after_note(world)
     new = canary.make("filerot")
-    secret_file = world.proxy.rules.loader.parent / "secret"
+    secret_file = world.proxy.rules.parent / "secret"
     curl = ["curl", "-sS", "-N", "--max-time", "20", "-x", world.proxy.url("c", "tok"), "--cacert",
             str(world.proxy.ca_pem), "-H", f"Authorization: Bearer {PH}"]  # fmt: skip
     try:

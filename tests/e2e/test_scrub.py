@@ -52,8 +52,8 @@ def h2(env: Env) -> Iterator[H2Echo]:
     """An HTTP/2 echo upstream for api.test, allowed by editing the rules file (reloaded live)."""
     assert env.ca is not None
     server = H2Echo(env.ca, ["api.test"], env.proxy.workdir).start()
-    rules = env.proxy.rules.loader.read_text()
-    env.proxy.rules.loader.write_text(
+    rules = env.proxy.rules.read_text()
+    env.proxy.rules.write_text(
         rules.replace(f"ports: [{env.upstream.port}]", f"ports: [{env.upstream.port}, {server.port}]")
     )
     env.proxy.wait_event(event="reload", outcome="applied", timeout=10)

@@ -1,0 +1,196 @@
+"""The one builder of refusals (addons/refusals.py) and mitmproxy's error answers turned into
+refusals (addons/errorpage.py), in mitmproxy's test harness (tflow)."""
+
+from __future__ import annotations
+
+import ast
+import json
+from pathlib import Path
+from urllib.parse import unquote
+
+import http_sf
+import pytest
+from mitmproxy.proxy.layers.http._events import ErrorCode, ResponseProtocolError
+from mitmproxy.test import tflow
+
+from addons import errorpage, facts, refusals
+from proxy.core import refusals as table
+from proxy.core.decide import Reason, deny
+
+ADDONS = Path(__file__).resolve().parents[3] / "addons"
+REFUSALS = [r for r, row in table.ROWS.items() if row is not None]
+
+
+def _params(response: object) -> dict[str, str]:
+    [(name, params)] = http_sf.parse(response.headers["proxy-status"].encode(), tltype="list")  # type: ignore[attr-defined, misc]
+    assert str(name) == "surrogate"
+    return {k: str(v) for k, v in params.items()}
+
+
+@pytest.mark.parametrize("reason", REFUSALS, ids=[r.value for r in REFUSALS])
+def test_every_refusal_answer_carries_proxy_status_and_its_reason(reason: Reason) -> None:
+    r = refusals.answer(deny(reason, "why", 403), "rid-7")
+    assert json.loads(r.content or b"") == {
+        "error": reason.value,
+        "decision": deny(reason, "why").action.value,
+        "message": "why",
+        "request_id": "rid-7",
+    }
+    assert _params(r) == {
+        "error": table.row(reason).proxy_error,
+        "details": f"{reason.value}; request_id=rid-7",
+    }
+    assert (r.status_code, r.reason) == (403, f"Forbidden ({reason.value})")
+    assert r.headers[refusals.REQUEST_ID_HEADER] == "rid-7"
+    assert "server" not in r.headers
+
+
+@pytest.mark.parametrize("reason", REFUSALS, ids=[r.value for r in REFUSALS])
+def test_a_grpc_request_gets_a_trailers_only_grpc_answer(reason: Reason) -> None:
+    r = refusals.answer(deny(reason, "why ü%", 403), "rid-7", "application/grpc+proto")
+    assert (r.status_code, r.content) == (200, b"")
+    assert "content-length" not in r.headers
+    assert r.headers["content-type"] == "application/grpc"
+    assert r.headers["grpc-status"] == str(int(table.row(reason).grpc))
+    message = unquote(r.headers["grpc-message"])
+    assert message == f"surrogate refused this request ({reason.value}): why ü% (request_id rid-7)"
+    assert _params(r)["details"] == f"{reason.value}; request_id=rid-7"
+
+
+def test_refuse_answers_through_the_builder() -> None:
+    flow = tflow.tflow()
+    flow.metadata[facts.REQUEST_ID] = "rid-1"
+    facts.refuse(flow, deny(Reason.NO_RULE, "no egress rule"), {"Retry-After": "1"})
+    assert flow.response is not None and flow.response.headers["retry-after"] == "1"
+    assert _params(flow.response)["error"] == "http_request_denied"
+    assert flow.response.reason == "Forbidden (no_rule)"
+
+
+@pytest.mark.parametrize(
+    ("code", "message", "reason", "kind", "status"),
+    [
+        (
+            ErrorCode.CONNECT_FAILED,
+            "[Errno 111] Connect call failed ('127.0.0.1', 9)",
+            "upstream_error",
+            "connection_refused",
+            502,
+        ),
+        (
+            ErrorCode.CONNECT_FAILED,
+            "Certificate verify failed: hostname mismatch",
+            "upstream_error",
+            "tls_certificate_error",
+            502,
+        ),
+        (
+            ErrorCode.GENERIC_SERVER_ERROR,
+            "server closed connection",
+            "upstream_error",
+            "connection_terminated",
+            502,
+        ),
+        (
+            ErrorCode.RESPONSE_TOO_LARGE,
+            "Response body exceeds mitmproxy's body_size_limit.",
+            "upstream_error",
+            "http_response_body_size",
+            502,
+        ),
+        (
+            ErrorCode.RESPONSE_VALIDATION_FAILED,
+            "Received invalid header from server",
+            "upstream_error",
+            "http_protocol_error",
+            502,
+        ),
+        (
+            ErrorCode.REQUEST_TOO_LARGE,
+            "Request body exceeds mitmproxy's body_size_limit.",
+            "bad_request_body",
+            "http_request_error",
+            413,
+        ),
+        (
+            ErrorCode.REQUEST_VALIDATION_FAILED,
+            "Received both a Transfer-Encoding and a Content-Length",
+            "bad_request_head",
+            "http_request_error",
+            400,
+        ),
+        (
+            ErrorCode.DESTINATION_UNKNOWN,
+            "HTTP request has no host header, destination unknown.",
+            "bad_request_head",
+            "destination_not_found",
+            400,
+        ),
+        (
+            ErrorCode.GENERIC_SERVER_ERROR,
+            "surrogate refused to send a request whose body disagrees with its framing: x",
+            "bad_request_body",
+            "http_request_error",
+            502,
+        ),
+    ],
+    ids=[
+        "refused",
+        "tls",
+        "closed",
+        "response-too-large",
+        "response-invalid",
+        "request-too-large",
+        "request-invalid",
+        "no-host",
+        "framing",
+    ],
+)
+def test_mitmproxys_errors_become_refusals(
+    code: ErrorCode, message: str, reason: str, kind: str, status: int
+) -> None:
+    flow = tflow.tflow()
+    flow.metadata[facts.REQUEST_ID] = "rid-2"
+    r = errorpage.answer_for(flow, ResponseProtocolError(1, message, code), status)
+    body = json.loads(r.content or b"")
+    assert (r.status_code, body["error"], body["request_id"]) == (status, reason, "rid-2")
+    assert _params(r) == {"error": kind, "details": f"{reason}; request_id=rid-2"}
+    assert message not in body["message"] and "mitmproxy" not in (r.content or b"").decode()
+
+
+def test_a_refusal_already_decided_is_the_answer() -> None:
+    flow = tflow.tflow()
+    flow.metadata[facts.DECISION] = deny(Reason.PLACEHOLDER_VIOLATION, "headed elsewhere")
+    error = ResponseProtocolError(1, "server closed connection", ErrorCode.GENERIC_SERVER_ERROR)
+    assert (
+        json.loads(errorpage.answer_for(flow, error, 502).content or b"")["error"] == "placeholder_violation"
+    )
+
+
+def test_mitmproxys_own_error_page_writer_is_replaced() -> None:
+    errorpage.install()
+    from mitmproxy.proxy.layers.http import _http1
+
+    raw = _http1.make_error_response(400, "Bad HTTP request line: b'<script>'")
+    assert raw.startswith(b"HTTP/1.1 400 Bad Request (bad_request_head)\r\n")
+    assert b"mitmproxy" not in raw and b"<script>" not in raw and b"proxy-status: surrogate" in raw.lower()
+
+
+def _calls(path: Path, names: set[str]) -> list[str]:
+    found = []
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Call):
+            f = node.func
+            name = f.attr if isinstance(f, ast.Attribute) else f.id if isinstance(f, ast.Name) else ""
+            if name in names:
+                found.append(f"{path.name}:{node.lineno} {name}")
+    return found
+
+
+def test_every_answer_of_surrogates_own_is_built_in_one_place() -> None:
+    """No second path that could forget Proxy-Status: responses are made only by the builder; a
+    hook route's answer (the operator command's own response) is the one other maker."""
+    made = [
+        c for p in sorted(ADDONS.glob("*.py")) for c in _calls(p, {"make", "Response", "make_error_response"})
+    ]
+    assert [c for c in made if not c.startswith(("refusals.py:", "hooks.py:"))] == []
+    assert len([c for c in made if c.startswith("hooks.py:")]) == 1
