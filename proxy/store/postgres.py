@@ -235,7 +235,8 @@ class PostgresStore(SQLStore):
                 row = conn.execute(
                     "UPDATE surrogate_state SET data_version = data_version + 1 RETURNING data_version"
                 ).fetchone()
-                assert row is not None  # the one row of state exists since the schema was made
+                if row is None:  # the one row of state, made with the schema, was deleted by hand
+                    raise StoreError(f"store {self.where} has no surrogate_state row: restore it")
                 self._keyring.refresh()
                 yield _Conn(conn)
                 conn.execute("SELECT pg_notify(%s, %s)", (CHANNEL, str(row[0])))  # sent on commit

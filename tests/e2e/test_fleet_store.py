@@ -57,7 +57,9 @@ class Fleet:
 
 
 @pytest.fixture
-def fleet(tmp_path: Path, pg_cluster: Cluster) -> Iterator[Fleet]:
+def fleet(request: pytest.FixtureRequest, tmp_path: Path, pg_cluster: Cluster) -> Iterator[Fleet]:
+    """``surrogate control`` and ``surrogate run`` (``--workers`` from the test's parameter, 1 by
+    default) on one database, each with its own state dir."""
     url = pg_cluster.database()
     ca = TestCA(tmp_path)
     upstream = Upstream(ca, ["api.test"], tmpdir=tmp_path).start()
@@ -81,7 +83,9 @@ def fleet(tmp_path: Path, pg_cluster: Cluster) -> Iterator[Fleet]:
     with open(tmp_path / "control.stderr", "wb") as err:
         control = subprocess.Popen(control_args, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=err)
     (tmp_path / "node").mkdir()
-    proxy = ProxyProcess(rules, tmp_path / "node", upstream_ca=ca.ca_pem, resolve={"api.test": "127.0.0.1"})
+    workers = getattr(request, "param", 1)
+    resolve = {"api.test": "127.0.0.1"}
+    proxy = ProxyProcess(rules, tmp_path / "node", upstream_ca=ca.ca_pem, resolve=resolve, workers=workers)
     proxy.args += [*store, "--control-socket", "none"]
     try:
         wait_for(lambda: listening(sock), timeout=30)
@@ -100,6 +104,7 @@ def fleet(tmp_path: Path, pg_cluster: Cluster) -> Iterator[Fleet]:
     canary.assert_absent(logs)
 
 
+@pytest.mark.parametrize("fleet", [1, 2], ids=["one-worker", "two-workers"], indirect=True)
 def test_a_credential_written_through_one_process_is_used_by_the_next_request_of_another(
     fleet: Fleet,
 ) -> None:
