@@ -94,6 +94,19 @@ class CredentialRecord:
     basic_parts: tuple[str, ...] | None = None  # Basic slots; None: the password only
 
 
+@dataclass(frozen=True, slots=True)
+class Changes:
+    """What changed in a store since a version (``changes_since``, PostgreSQL): the rows written
+    after it, the claims and credentials removed after it, and every OAuth spec (few, small)."""
+
+    version: int  # the version these changes bring the reader to
+    claims: list[ClaimRecord]
+    credentials: list[CredentialRecord]
+    removed_claims: list[str]
+    removed_credentials: list[tuple[str, str]]
+    oauth: dict[tuple[str, str], dict[str, Any]]
+
+
 class CredentialStore(Protocol):
     """What the proxy (registry, OAuth capture, budgets), the control API and the CLI (key
     rotation) need of a store. Implemented by :class:`proxy.store.sqlite.Store` (one node) and

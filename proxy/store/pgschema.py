@@ -1,13 +1,21 @@
-"""The PostgreSQL store's schema and its migrations (``surrogate_state.schema_version``, now 1).
+"""The PostgreSQL store's schema and its migrations (``surrogate_state.schema_version``, now 2).
 
 Tables: the SQLite store's (:mod:`proxy.store.schema`) with PostgreSQL's types (``bytea`` for
 sealed values and token hashes, ``double precision`` for times, ``bigint`` for counts; JSON
 columns hold JSON text, as in SQLite, so one row reader serves both; ids and names sort as
 bytes, ``COLLATE "C"``, as in SQLite), plus one row of state::
 
-    surrogate_state(id = 1, schema_version, data_version)
+    surrogate_state(id = 1, schema_version, data_version, pruned_through)
       -- data_version: bumped by every write transaction (proxy.store.postgres), which also
       -- makes that row the store-wide write lock
+    claims.changed, credentials.changed  -- the data_version of the row's last write (version 2)
+    removals(claim_id, name, changed)    -- a tombstone per removed claim (name NULL) or credential
+
+Since version 2, triggers stamp ``changed`` on every insert and update of a claim or credential
+and write a tombstone for every delete (cascades included), so that a node reads only what
+changed since the version it has (``PostgresStore.changes_since``) without the shared queries
+knowing. Tombstones older than 10,000 versions are pruned (``pruned_through``); a node further
+behind reads a whole snapshot.
 
 Migrating: each open runs, in one transaction under a transaction-scoped advisory lock (two
 nodes starting together do not both migrate), the base schema when ``surrogate_state`` is absent
@@ -28,7 +36,7 @@ from proxy.store.base import StoreError
 if TYPE_CHECKING:
     import psycopg
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
 MIGRATE_LOCK = 0x5355_5252_4F47_0001  # pg_advisory_xact_lock key: "SURROG" + 1 (fits in a bigint)
 SCHEMA = (
     """CREATE TABLE surrogate_state (
@@ -61,8 +69,40 @@ SCHEMA = (
       PRIMARY KEY (claim_id, name))""",
     "INSERT INTO surrogate_state VALUES (1, 1, 0)",
 )
-# MIGRATIONS[n] takes a database from schema version n to n + 1 (none yet).
-MIGRATIONS: dict[int, tuple[str, ...]] = {}
+# MIGRATIONS[n] takes a database from schema version n to n + 1 (a new database runs them all).
+MIGRATIONS: dict[int, tuple[str, ...]] = {
+    1: (  # incremental re-reads (PostgresStore.changes_since): each row says at which version it
+        # last changed, a removal leaves a tombstone; triggers stamp them, so the shared queries
+        # need not know. A row's stamp is the data_version its write transaction bumped to.
+        "ALTER TABLE surrogate_state ADD COLUMN pruned_through bigint NOT NULL DEFAULT 0",
+        "ALTER TABLE claims ADD COLUMN changed bigint NOT NULL DEFAULT 0",
+        "ALTER TABLE credentials ADD COLUMN changed bigint NOT NULL DEFAULT 0",
+        "CREATE INDEX claims_changed ON claims(changed)",
+        "CREATE INDEX credentials_changed ON credentials(changed)",
+        """CREATE TABLE removals (claim_id text COLLATE "C" NOT NULL, name text COLLATE "C",
+          changed bigint NOT NULL)""",  # name NULL: the claim itself
+        "CREATE INDEX removals_changed ON removals(changed)",
+        """CREATE FUNCTION surrogate_stamp() RETURNS trigger LANGUAGE plpgsql AS $$
+          BEGIN NEW.changed := (SELECT data_version FROM surrogate_state); RETURN NEW; END $$""",
+        """CREATE FUNCTION surrogate_removed() RETURNS trigger LANGUAGE plpgsql AS $$
+          BEGIN
+            IF TG_TABLE_NAME = 'claims' THEN
+              INSERT INTO removals SELECT OLD.id, NULL, data_version FROM surrogate_state;
+            ELSE
+              INSERT INTO removals SELECT OLD.claim_id, OLD.name, data_version FROM surrogate_state;
+            END IF;
+            RETURN OLD;
+          END $$""",
+        """CREATE TRIGGER claims_stamp BEFORE INSERT OR UPDATE ON claims
+          FOR EACH ROW EXECUTE FUNCTION surrogate_stamp()""",
+        """CREATE TRIGGER credentials_stamp BEFORE INSERT OR UPDATE ON credentials
+          FOR EACH ROW EXECUTE FUNCTION surrogate_stamp()""",
+        """CREATE TRIGGER claims_removed AFTER DELETE ON claims
+          FOR EACH ROW EXECUTE FUNCTION surrogate_removed()""",
+        """CREATE TRIGGER credentials_removed AFTER DELETE ON credentials
+          FOR EACH ROW EXECUTE FUNCTION surrogate_removed()""",
+    ),
+}
 
 
 def migrate(conn: psycopg.Connection[tuple[Any, ...]], where: str) -> None:

@@ -35,6 +35,9 @@ acknowledged write is used by the very next request on every node. With ``?sync=
 the notification's latency (milliseconds) or, when one is lost, one poll; this node's own writes
 at once. A node that cannot reach the database gets StoreError, and the registry keeps serving
 its last index (the staleness bound after which it must refuse is the fleet issue's next step).
+Re-reads are incremental: :meth:`PostgresStore.changes_since` gives the rows written and removed
+after a version (stamped by triggers, :mod:`proxy.store.pgschema`), and the registry applies
+them, so one write costs each node the rows it wrote, not a snapshot of every credential.
 
 Errors: every psycopg error becomes :class:`proxy.store.base.StoreError` naming the database
 (host, port, database; never the password); a bad URL is a ValueError.
@@ -42,6 +45,7 @@ Errors: every psycopg error becomes :class:`proxy.store.base.StoreError` naming 
 
 from __future__ import annotations
 
+import json
 import re
 import threading
 from collections.abc import Iterator, Mapping
@@ -55,8 +59,8 @@ import psycopg
 from psycopg import conninfo
 from psycopg_pool import ConnectionPool, PoolTimeout
 
-from proxy.store import pgschema
-from proxy.store.base import Cursor, StoreError
+from proxy.store import pgschema, rows
+from proxy.store.base import Changes, Cursor, StoreError
 from proxy.store.keyring import KeyRing
 from proxy.store.pgwatch import CHANNEL, Watcher
 from proxy.store.queries import SQLStore
@@ -67,6 +71,14 @@ _LOCK_TIMEOUT = "5s"  # SQLite's busy_timeout
 _CONNECT_TIMEOUT = 10.0
 _PARAM = re.compile(r":([A-Za-z_]\w*)")
 _OWN = ("password_file", "sync", "poll")  # surrogate's options in the URL, not libpq's
+_PRUNE_EVERY = 1000  # versions
+_TOMBSTONE_VERSIONS = 10_000  # a node further behind than this reads a whole snapshot
+# rows.CLAIM_COLUMNS and rows.CREDENTIAL_COLUMNS, spelled out: whole statements, never built
+_CHANGED_CLAIMS = """SELECT id, pool, sources, version, created_at, updated_at, interface FROM claims
+    WHERE changed > ? ORDER BY id"""
+_CHANGED_CREDS = """SELECT claim_id, name, hosts, inject_header, inject_format, placeholder, version,
+    created_at, updated_at, expires_at, last_used_at, surfaces, on_misplaced, max_requests,
+    requests_used, headers, basic_parts FROM credentials WHERE changed > ? ORDER BY claim_id, name"""
 
 
 def is_url(text: str) -> bool:
@@ -239,6 +251,12 @@ class PostgresStore(SQLStore):
                     raise StoreError(f"store {self.where} has no surrogate_state row: restore it")
                 self._keyring.refresh()
                 yield _Conn(conn)
+                if row[0] % _PRUNE_EVERY == 0:  # tombstones a reader this far behind no longer needs
+                    horizon = row[0] - _TOMBSTONE_VERSIONS
+                    conn.execute("DELETE FROM removals WHERE changed <= %s", (horizon,))
+                    conn.execute(
+                        "UPDATE surrogate_state SET pruned_through = GREATEST(pruned_through, %s)", (horizon,)
+                    )
                 conn.execute("SELECT pg_notify(%s, %s)", (CHANNEL, str(row[0])))  # sent on commit
             if self._watcher is not None:
                 self._watcher.saw(int(row[0]))  # this node's next request sees its own write
@@ -269,6 +287,25 @@ class PostgresStore(SQLStore):
         if self._watcher is not None:
             self._watcher.saw(version)
         return version
+
+    def changes_since(self, version: int) -> Changes | None:
+        """The rows written and removed after ``version``, read in one snapshot; None when the
+        tombstones of that time are pruned (or the database is older than ``version``, as after
+        a restore): the caller then reads a whole :meth:`snapshot`."""
+        with self._snapshot() as db:
+            now, pruned = db.execute("SELECT data_version, pruned_through FROM surrogate_state").fetchone()
+            if not pruned <= version <= now:
+                return None
+            claims = [rows.claim(r) for r in db.execute(_CHANGED_CLAIMS, (version,))]
+            creds = [rows.cred(r) for r in db.execute(_CHANGED_CREDS, (version,))]
+            removed = db.execute(
+                "SELECT claim_id, name FROM removals WHERE changed > ?", (version,)
+            ).fetchall()
+            specs = db.execute("SELECT claim_id, name, spec FROM credential_oauth").fetchall()
+        return Changes(
+            int(now), claims, creds, [c for c, n in removed if n is None],
+            [(c, n) for c, n in removed if n is not None], {(c, n): json.loads(v) for c, n, v in specs},
+        )  # fmt: skip
 
     def touch_used(self, claim_id: str, name: str, at: float) -> None:
         """Record a use: at most one write a second per credential; skipped (no wait) while a
