@@ -73,7 +73,7 @@ _PARAM = re.compile(r":([A-Za-z_]\w*)")
 _OWN = ("password_file", "sync", "poll")  # surrogate's options in the URL, not libpq's
 _PRUNE_EVERY = 1000  # versions
 _TOMBSTONE_VERSIONS = 10_000  # a node further behind than this reads a whole snapshot
-# rows.CLAIM_COLUMNS and rows.CREDENTIAL_COLUMNS, spelled out: whole statements, never built
+# the column orders proxy.store.rows reads, spelled out: whole statements, never built
 _CHANGED_CLAIMS = """SELECT id, pool, sources, version, created_at, updated_at, interface FROM claims
     WHERE changed > ? ORDER BY id"""
 _CHANGED_CREDS = """SELECT claim_id, name, hosts, inject_header, inject_format, placeholder, version,

@@ -23,20 +23,14 @@ from proxy.core import placeholders, slots
 from proxy.core.policy import SURFACES, Misplaced
 from proxy.store.base import ClaimRecord, CredentialRecord
 
-# The column order both backends select (their SELECT statements spell these lists out).
-CLAIM_COLUMNS = "id, pool, sources, version, created_at, updated_at, interface"
-CREDENTIAL_COLUMNS = """claim_id, name, hosts, inject_header, inject_format, placeholder, version,
-    created_at, updated_at, expires_at, last_used_at, surfaces, on_misplaced, max_requests,
-    requests_used, headers, basic_parts"""
-
 
 def claim(row: Sequence[Any]) -> ClaimRecord:
-    """A claims row, in :data:`CLAIM_COLUMNS` order, as a record."""
+    """A claims row (id, pool, sources, version, created_at, updated_at, interface) as a record."""
     return ClaimRecord(row[0], row[1], tuple(json.loads(row[2])), *row[3:])
 
 
 def cred(row: Sequence[Any]) -> CredentialRecord:
-    """A credentials row, in :data:`CREDENTIAL_COLUMNS` order, as a record."""
+    """A credentials row, in the order the backends select (``_CREDS``), as a record."""
     surfaces = None if row[11] is None else tuple(json.loads(row[11]))
     (
         claim_id,
