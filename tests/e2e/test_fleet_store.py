@@ -8,6 +8,7 @@ included, tests/pg.py) and every log are scanned for the secrets: none is there.
 
 from __future__ import annotations
 
+import random
 import signal
 import ssl
 import subprocess
@@ -24,7 +25,10 @@ import pytest
 from harness import ROOT, ProxyProcess
 from pg import Cluster
 from servers import TestCA, Upstream
-from test_control_process import listening, stop, wait_for
+from test_control_process import listening, start_control, stop, wait_for
+
+from proxy.store.keyring import KeyRing
+from proxy.store.postgres import PostgresStore
 
 pytestmark = pytest.mark.e2e
 
@@ -150,3 +154,37 @@ def test_the_proxy_keeps_serving_its_last_index_when_the_control_process_dies(fl
         auth = {"Authorization": f"Bearer {put.json()['placeholder']}"}
         assert client.get(fleet.target("/kill/1"), headers=auth).status_code == 200
     assert fleet.seen("/kill/1")[0]["authorization"] == f"Bearer {value}"
+
+
+def test_acknowledged_control_writes_survive_kill_9_of_the_control_process(
+    tmp_path: Path, pg_cluster: Cluster
+) -> None:
+    """``surrogate control --store postgresql://…`` killed with SIGKILL at random points, five
+    times: every write the API acknowledged (201/200) is in the database, readable."""
+    url = pg_cluster.database()
+    key = tmp_path / "shared.key"
+    sock = tmp_path / "state" / "control.sock"
+    rng = random.Random(11)
+    acked: dict[str, str] = {}
+    values = [canary.make(f"kill{n}") for n in range(7)]
+    for round_ in range(5):
+        proc = start_control(tmp_path, "--store", url, "--key-file", str(key))
+        try:
+            if sock.exists():
+                sock.unlink()  # the killed run's socket file
+            wait_for(lambda: listening(sock), timeout=30)
+            transport = httpx.HTTPTransport(uds=str(sock))
+            with httpx.Client(transport=transport, base_url="http://control", timeout=10) as api:
+                if round_ == 0:
+                    assert api.post("/v1/claims", json={"id": "c", "pool": "p"}).status_code == 201
+                for n in range(rng.randint(5, 30)):
+                    name, value = f"k{n % 7}", f"{values[n % 7]}-{round_}-{n}"
+                    r = api.put(
+                        f"/v1/claims/c/credentials/{name}", json={"hosts": ["api.test"], "value": value}
+                    )
+                    assert r.status_code in (200, 201), r.text
+                    acked[name] = value
+        finally:
+            stop(proc, signal.SIGKILL)
+    with PostgresStore.open(url, KeyRing.load_or_create(key)) as store:
+        assert {name: store.secret("c", name)[0].decode() for name in acked} == acked
