@@ -90,7 +90,6 @@ class Answered(ResponseProtocolError):
 def answer_for(flow: http.HTTPFlow, error: ResponseProtocolError, status: int) -> http.Response:
     """The answer to ``flow`` for mitmproxy's ``error`` (whose page would have had ``status``)."""
     request_id = flow.metadata.get(facts.REQUEST_ID, flow.id)
-    content_type = flow.request.headers.get("content-type") if flow.request else None
     decided: Decision | None = flow.metadata.get(facts.DECISION)
     kind = None
     if decided is not None and not decided.allowed:
@@ -106,7 +105,7 @@ def answer_for(flow: http.HTTPFlow, error: ResponseProtocolError, status: int) -
         where = flow.metadata.get(facts.HOST, flow.request.host)
         rule = decided.rule if decided is not None else None
         decision = deny(Reason.UPSTREAM_ERROR, f"{where}:{flow.request.port}: {sentence}", status, rule)
-    return refusals.answer(decision, request_id, content_type, error=kind)
+    return refusals.answer(decision, request_id, flow.request, error=kind)
 
 
 def _answering(original: Method) -> Method:

@@ -155,7 +155,5 @@ def refuse(flow: http.HTTPFlow, decision: Decision, headers: dict[str, str] | No
     # crash report logged the body). The refused body is small (see above): let it be read.
     flow.request.stream = False
     request_id = flow.metadata.get(REQUEST_ID, flow.id)
-    flow.response = refusals.answer(
-        decision, request_id, flow.request.headers.get("content-type"), headers=headers
-    )
+    flow.response = refusals.answer(decision, request_id, flow.request, headers=headers)
     flow.metadata[DECISION] = decision

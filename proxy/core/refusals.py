@@ -11,10 +11,13 @@ Every refusal, and every upstream failure surrogate answers for, carries
   request_id=…"``;
 - on HTTP/1, the reason code in the status line's reason phrase (``403 Forbidden (no_rule)``),
   which is all curl shows of a refused CONNECT (``curl -v``);
-- for a gRPC request (``content-type: application/grpc`` or ``application/grpc+…``), instead of
-  the JSON body: HTTP 200 with ``grpc-status`` and ``grpc-message`` in the headers (a
-  Trailers-Only response, gRPC's "PROTOCOL-HTTP2" document), the message percent-encoded as that
-  document says. ``application/grpc-web`` is not gRPC here: it gets the JSON refusal.
+- for a gRPC request (a ``POST`` over HTTP/2 whose ``content-type`` is ``application/grpc`` or
+  ``application/grpc+…``), instead of the JSON body: HTTP 200 with ``grpc-status`` and
+  ``grpc-message`` in the headers (a Trailers-Only response, gRPC's "PROTOCOL-HTTP2" document),
+  the message percent-encoded as that document says. ``application/grpc-web`` is not gRPC here:
+  it gets the JSON refusal; so does any other method or HTTP version that claims gRPC's
+  Content-Type (review r-refusals: a refused ``CONNECT`` that said gRPC was answered 200, which
+  mitmproxy took for "tunnel established"; an HTTP/1 request read a 200 as success).
 
 Only surrogate's own words go into these fields: the reason code, the request id, surrogate's
 sentence (which never holds a secret) and, for an upstream failure, a sentence chosen here by the
@@ -186,6 +189,13 @@ def is_grpc(content_type: str | None) -> bool:
         return False
     media = content_type.split(";", 1)[0].strip().lower()
     return media == "application/grpc" or media.startswith("application/grpc+")
+
+
+def grpc_request(method: str, http_version: str, content_type: str | None) -> bool:
+    """Whether a request is gRPC and gets a gRPC answer: gRPC's PROTOCOL-HTTP2 says ``:method``
+    is ``POST`` over HTTP/2, with gRPC's Content-Type (:func:`is_grpc`). A refusal of anything
+    else stays a 4xx/5xx: a 2xx to a ``CONNECT`` opens the tunnel (RFC 9110 §9.3.6)."""
+    return method == "POST" and http_version in ("HTTP/2.0", "HTTP/3") and is_grpc(content_type)
 
 
 # gRPC PROTOCOL-HTTP2: bytes %x20-%x7E except "%" may stay; the rest is %XX of the UTF-8 bytes.

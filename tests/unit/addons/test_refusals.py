@@ -10,8 +10,9 @@ from urllib.parse import unquote
 
 import http_sf
 import pytest
+from mitmproxy import http
 from mitmproxy.proxy.layers.http._events import ErrorCode, ResponseProtocolError
-from mitmproxy.test import tflow
+from mitmproxy.test import tflow, tutils
 
 from addons import errorpage, facts, refusals
 from proxy.core import refusals as table
@@ -45,9 +46,14 @@ def test_every_refusal_answer_carries_proxy_status_and_its_reason(reason: Reason
     assert "server" not in r.headers
 
 
+def _grpc_request(method: bytes = b"POST", version: bytes = b"HTTP/2.0") -> http.Request:
+    headers = http.Headers(content_type="application/grpc+proto")
+    return tutils.treq(method=method, http_version=version, headers=headers)
+
+
 @pytest.mark.parametrize("reason", REFUSALS, ids=[r.value for r in REFUSALS])
 def test_a_grpc_request_gets_a_trailers_only_grpc_answer(reason: Reason) -> None:
-    r = refusals.answer(deny(reason, "why ü%", 403), "rid-7", "application/grpc+proto")
+    r = refusals.answer(deny(reason, "why ü%", 403), "rid-7", _grpc_request())
     assert (r.status_code, r.content) == (200, b"")
     assert "content-length" not in r.headers
     assert r.headers["content-type"] == "application/grpc"
@@ -55,6 +61,26 @@ def test_a_grpc_request_gets_a_trailers_only_grpc_answer(reason: Reason) -> None
     message = unquote(r.headers["grpc-message"])
     assert message == f"surrogate refused this request ({reason.value}): why ü% (request_id rid-7)"
     assert _params(r)["details"] == f"{reason.value}; request_id=rid-7"
+
+
+@pytest.mark.parametrize(
+    ("method", "version"),
+    [(b"CONNECT", b"HTTP/1.1"), (b"CONNECT", b"HTTP/2.0"), (b"POST", b"HTTP/1.1"), (b"GET", b"HTTP/2.0")],
+    ids=["connect-h1", "connect-h2", "post-h1", "get-h2"],
+)
+def test_a_request_that_only_says_grpc_gets_the_plain_refusal(method: bytes, version: bytes) -> None:
+    """Review r-refusals: a gRPC answer is a 200, which to a CONNECT opens the tunnel."""
+    r = refusals.answer(deny(Reason.NO_RULE, "why", 403), "rid-7", _grpc_request(method, version))
+    assert r.status_code == 403 and "grpc-status" not in r.headers
+    assert json.loads(r.content or b"")["error"] == "no_rule"
+
+
+@pytest.mark.parametrize("status", [400, 403, 407, 429, 502, 503])
+def test_a_refused_connect_is_never_2xx(status: int) -> None:
+    flow = tflow.tflow()
+    flow.request = _grpc_request(b"CONNECT", b"HTTP/1.1")
+    facts.refuse(flow, deny(Reason.NO_RULE, "no egress rule", status))
+    assert flow.response is not None and flow.response.status_code == status
 
 
 def test_refuse_answers_through_the_builder() -> None:

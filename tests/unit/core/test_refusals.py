@@ -100,6 +100,29 @@ def test_is_grpc(content_type: str | None, grpc: bool) -> None:
     assert refusals.is_grpc(content_type) is grpc
 
 
+@pytest.mark.parametrize(
+    ("method", "version", "grpc"),
+    [
+        ("POST", "HTTP/2.0", True),
+        ("POST", "HTTP/3", True),
+        ("POST", "HTTP/1.1", False),
+        ("POST", "HTTP/1.0", False),
+        ("CONNECT", "HTTP/1.1", False),
+        ("CONNECT", "HTTP/2.0", False),
+        ("GET", "HTTP/2.0", False),
+        ("PUT", "HTTP/2.0", False),
+        ("post", "HTTP/2.0", False),
+    ],
+)
+@pytest.mark.parametrize("content_type", ["application/grpc", "application/grpc+proto"])
+def test_only_a_post_over_http2_is_answered_as_grpc(
+    method: str, version: str, grpc: bool, content_type: str
+) -> None:
+    """Review r-refusals: the gRPC answer is a 200; only gRPC's own requests get it."""
+    assert refusals.grpc_request(method, version, content_type) is grpc
+    assert refusals.grpc_request(method, version, "application/json") is False
+
+
 @given(st.text(max_size=200))
 def test_grpc_message_is_percent_encoded_as_grpc_says(message: str) -> None:
     decision = Decision(Action.DENY, Reason.NO_RULE, message, status=403)
