@@ -38,6 +38,7 @@ doc/statuscodes.md).
 from __future__ import annotations
 
 import json
+import re
 from dataclasses import dataclass
 from enum import IntEnum
 from http import HTTPStatus
@@ -137,11 +138,26 @@ _UPSTREAM_KINDS: tuple[tuple[tuple[str, ...], str, str], ...] = (
 )
 
 
+# Where mitmproxy's message starts quoting someone else's bytes: a repr (``b'…'``, ``'…'``, an
+# event's ``<…>``, a dict's ``{…}``). Its messages quote the upstream's bytes that way: "unexpected
+# server response: b'…'", "HTTP/1 protocol error: illegal chunk header: b'…'", "Unknown pseudo
+# headers: {…}", "HTTP/2 connection closed: <ConnectionTerminated … additional_data:b'…'>".
+_QUOTING = re.compile(r"['\"<{]")
+
+
+def _own_words(message: str) -> str:
+    """``message`` up to the first quotation: what mitmproxy itself wrote."""
+    found = _QUOTING.search(message)
+    return message if found is None else message[: found.start()]
+
+
 def upstream_failure(message: str, connecting: bool) -> tuple[str, str]:
     """(RFC 9209 §2.3 error type, a sentence of surrogate's) for an upstream failure that mitmproxy
     described as ``message``; ``connecting``: it failed while opening the connection. The
-    sentence never quotes ``message``."""
-    low = message.lower()
+    sentence never quotes ``message``, and the kind is read from mitmproxy's own words only (up
+    to the first quotation): an upstream whose bytes mitmproxy quotes cannot choose it (review
+    r-refusals: a partial head saying "certificate verify failed" was a ``tls_certificate_error``)."""
+    low = _own_words(message).lower()
     for needles, kind, sentence in _UPSTREAM_KINDS:
         if any(n in low for n in needles):
             return kind, sentence

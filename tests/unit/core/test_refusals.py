@@ -183,3 +183,49 @@ def test_json_body() -> None:
 def test_the_upstreams_quoted_bytes_do_not_choose_the_kind() -> None:
     message = "Cannot parse HTTP response: Bad HTTP response line: b'[Errno 111] TLS timed out'"
     assert refusals.upstream_failure(message, False)[0] == "http_protocol_error"
+
+
+# mitmproxy 12.3's messages that quote the upstream's bytes (mitmproxy/proxy/layers/http/_http1.py,
+# _http2.py, mitmproxy/net/http/validate.py), with QUOTED where the upstream's bytes go, and the
+# kind each must be whatever those bytes say (review r-refusals).
+QUOTING = [
+    ("unexpected server response: b'QUOTED'", "http_protocol_error"),
+    ("Cannot parse HTTP response: Bad HTTP response line: b'QUOTED'", "http_protocol_error"),
+    ("HTTP/1 protocol error: illegal chunk header: b'QUOTED'", "http_protocol_error"),
+    ("HTTP/1 protocol error: malformed chunk footer: b'QUOTED' (expected b'\\r\\n')", "http_protocol_error"),
+    ("Invalid HTTP/2 response headers: Unknown pseudo headers: {b':x': b'QUOTED'}", "http_protocol_error"),
+    (
+        "Received invalid content-length header: 'QUOTED' from server, refusing to prevent request "
+        "smuggling attacks. Disable the validate_inbound_headers option to skip this security check.",
+        "http_protocol_error",
+    ),
+    (
+        "HTTP/2 connection closed: <ConnectionTerminated error_code:ErrorCodes.NO_ERROR, "
+        "last_stream_id:0, additional_data:b'QUOTED'>",
+        "connection_terminated",
+    ),
+]
+LIES = [
+    "certificate verify failed",
+    "[Errno 111] connection refused",
+    "timed out",
+    "no route",
+    "body exceeds",
+    "head larger",
+    "TLS",
+    "closed",
+    "cannot parse",
+]
+
+
+@pytest.mark.parametrize("lie", LIES)
+@pytest.mark.parametrize(("message", "kind"), QUOTING, ids=[m[:30] for m, _ in QUOTING])
+def test_the_upstreams_quoted_bytes_never_choose_the_kind(message: str, kind: str, lie: str) -> None:
+    for quoted in (lie, lie.upper(), f"x {lie} x"):
+        assert refusals.upstream_failure(message.replace("QUOTED", quoted), False)[0] == kind
+
+
+@given(st.text(max_size=100))
+def test_no_quoted_text_changes_the_kind(quoted: str) -> None:
+    for message, kind in QUOTING:
+        assert refusals.upstream_failure(message.replace("QUOTED", quoted), False)[0] == kind
