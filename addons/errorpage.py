@@ -132,9 +132,22 @@ def _answering(original: Method) -> Method:
     return handle_event
 
 
+def _final_sent(response: http.Response | None) -> bool:
+    """Whether the HTTP/1 connection already carries this request's answer: a final response,
+    or a ``101`` (the connection switched protocols). mitmproxy answers ``Expect: 100-continue``
+    itself before it connects upstream (curl sends it with every upload over 1 MiB), so a ``100``
+    is no answer: without this, an upstream that failed after it got the client nothing at all
+    (review r-refusals)."""
+    return response is not None and (response.status_code >= 200 or response.status_code == 101)
+
+
 def _h1_writing(original: Method) -> Method:
     def send(self: Any, event: Any) -> Generator[Any, Any, None]:
-        if isinstance(event, Answered) and self.conn.state & ConnectionState.CAN_WRITE and not self.response:
+        if (
+            isinstance(event, Answered)
+            and self.conn.state & ConnectionState.CAN_WRITE
+            and not _final_sent(self.response)
+        ):
             event.response.headers["Connection"] = "close"
             yield commands.SendData(self.conn, http1.assemble_response(event.response))
             yield commands.CloseConnection(self.conn)

@@ -24,7 +24,7 @@ from urllib.parse import quote, unquote
 import canary
 import http_sf
 import pytest
-from harness import Env, ProxyProcess
+from harness import Env, ProxyProcess, free_port
 from servers import TestCA
 
 pytestmark = pytest.mark.e2e
@@ -127,7 +127,8 @@ def test_a_grpc_request_still_gets_the_grpc_answer(env: Env) -> None:
 class Liar:
     """A TLS server for liar.test that reads a request head and, for ``/partial/WORDS``, writes
     an unfinished response head whose header says WORDS (``secret``: the canary) and closes; for
-    anything else closes without a byte."""
+    ``/short`` a head announcing 100 bytes and 10 of them; for anything else closes without a
+    byte (the request's body unread)."""
 
     def __init__(self, ca: TestCA, secret: str) -> None:
         self.secret = secret
@@ -154,6 +155,8 @@ class Liar:
             if path.startswith("/partial/"):
                 words = path.removeprefix("/partial/").replace("secret", self.secret)
                 tls.sendall(b"HTTP/1.1 200 OK\r\nX-Why: " + words.encode())
+            elif path == "/short":  # a response that starts, then ends short of its length
+                tls.sendall(b"HTTP/1.1 200 OK\r\nContent-Length: 100\r\n\r\n0123456789")
 
     def stop(self) -> None:
         self.sock.close()
@@ -165,6 +168,7 @@ class LiarWorld:
     liar: Liar
     token: str
     secret: str
+    dead_port: int
     received: list[bytes] = field(default_factory=list)
 
 
@@ -176,6 +180,7 @@ def liar(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LiarWorld]:
     (tmp / "token").write_text(token)
     ca = TestCA(tmp)
     server = Liar(ca, secret)
+    dead = free_port()  # nothing listens there: connection refused
     (tmp / "rules.yaml").write_text(
         textwrap.dedent(f"""\
             version: 1
@@ -184,6 +189,8 @@ def liar(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LiarWorld]:
                 egress:
                   - host: liar.test
                     ports: [{server.port}]
+                  - host: dead.test
+                    ports: [{dead}]
             claims:
               - id: agent
                 pool: p
@@ -192,11 +199,16 @@ def liar(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LiarWorld]:
                   - name: api
                     value: file:secret
                     placeholder: {PH}
-                    hosts: [liar.test]
+                    hosts: [liar.test, dead.test]
             """)
     )
-    proxy = ProxyProcess(tmp / "rules.yaml", tmp, upstream_ca=ca.ca_pem, resolve={"liar.test": "127.0.0.1"})
-    w = LiarWorld(proxy, server, token, secret)
+    proxy = ProxyProcess(
+        tmp / "rules.yaml",
+        tmp,
+        upstream_ca=ca.ca_pem,
+        resolve={"liar.test": "127.0.0.1", "dead.test": "127.0.0.1"},
+    )
+    w = LiarWorld(proxy, server, token, secret, dead)
     try:
         proxy.start()
         yield w
@@ -254,3 +266,30 @@ def test_an_unfinished_head_quoting_the_secret_is_withheld(liar: LiarWorld, prot
     heads, body = _liar_curl(liar, proto, "secret")
     assert not [h for h in heads if h.startswith("HTTP/") and " 200 Connection" not in h], heads
     canary.assert_absent({"answer": body + "\n".join(heads).encode()}, [liar.secret])
+
+
+@pytest.mark.parametrize("where", ["closes", "refuses"])
+def test_an_upstream_failure_after_100_continue_is_still_answered(liar: LiarWorld, where: str) -> None:
+    """mitmproxy answers ``Expect: 100-continue`` itself, before it connects upstream (curl sends
+    it with every upload over 1 MiB); the failure that follows still gets surrogate's 502, not an
+    empty reply (the audit event said 502 while the client got nothing)."""
+    url = {
+        "closes": f"https://liar.test:{liar.liar.port}/close",
+        "refuses": f"https://dead.test:{liar.dead_port}/x",
+    }[where]
+    done = subprocess.run(
+        [
+            "curl", "-sS", "-v", "--http1.1", "--max-time", "20", "-x", liar.proxy.url("agent", liar.token),
+            "--cacert", str(liar.proxy.ca_pem), "-H", "Expect: 100-continue",
+            "--data-binary", "x" * 20000, url,
+        ],
+        capture_output=True, timeout=30, check=False,
+    )  # fmt: skip
+    liar.received.append(done.stdout + done.stderr)
+    heads = [ln[2:] for ln in done.stderr.decode(errors="replace").splitlines() if ln.startswith("< ")]
+    assert "HTTP/1.1 100 Continue" in heads, heads
+    assert "HTTP/1.1 502 Bad Gateway (upstream_error)" in heads, heads
+    body = json.loads(done.stdout)
+    assert body["error"] == "upstream_error"
+    event = liar.proxy.wait_event(request_id=body["request_id"])
+    assert (event["reason"], event["status"]) == ("upstream_error", 502)
