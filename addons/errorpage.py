@@ -39,6 +39,7 @@ from mitmproxy.proxy import commands
 from mitmproxy.proxy.layers import http as http_layers
 from mitmproxy.proxy.layers.http import _http1, _http2
 from mitmproxy.proxy.layers.http._events import ErrorCode, ResponseProtocolError
+from mitmproxy.proxy.layers.http._hooks import HttpErrorHook
 
 from addons import facts, framing, refusals
 from proxy.core.decide import Decision, Reason, deny
@@ -49,6 +50,7 @@ log = logging.getLogger("surrogate")
 _MARK = "_surrogate_errorpage"
 
 Method = Callable[[Any, Any], Generator[Any, Any, None]]
+Check = Callable[[Any, bool], Generator[Any, Any, bool]]
 
 # mitmproxy's error codes for a request it refuses itself (the rest are the upstream's failures)
 _CLIENT_SIDE: dict[ErrorCode, tuple[Reason, str, str]] = {
@@ -73,6 +75,11 @@ _CLIENT_SIDE: dict[ErrorCode, tuple[Reason, str, str]] = {
         "http_request_error",
     ),
 }
+# HttpStream's checks of a request that refuse it themselves: (reason, sentence, status)
+_CHECKS: dict[str, tuple[Reason, str, int]] = {
+    "check_invalid": _CLIENT_SIDE[ErrorCode.REQUEST_VALIDATION_FAILED][:2] + (400,),
+    "check_body_size": _CLIENT_SIDE[ErrorCode.REQUEST_TOO_LARGE][:2] + (413,),
+}
 # connection-specific fields, which HTTP/2 forbids (RFC 9113 §8.2.2)
 _H2_DROPPED = {b"connection", b"keep-alive", b"proxy-connection", b"transfer-encoding", b"upgrade"}
 
@@ -88,8 +95,10 @@ class Answered(ResponseProtocolError):
 
 
 def answer_for(flow: http.HTTPFlow, error: ResponseProtocolError, status: int) -> http.Response:
-    """The answer to ``flow`` for mitmproxy's ``error`` (whose page would have had ``status``)."""
-    request_id = flow.metadata.get(facts.REQUEST_ID, flow.id)
+    """The answer to ``flow`` for mitmproxy's ``error`` (whose page would have had ``status``).
+    A flow no hook saw (mitmproxy refused it before any: no Host) has no audit event, so its
+    answer has no request id."""
+    request_id = flow.metadata.get(facts.REQUEST_ID)
     decided: Decision | None = flow.metadata.get(facts.DECISION)
     kind = None
     if decided is not None and not decided.allowed:
@@ -108,10 +117,49 @@ def answer_for(flow: http.HTTPFlow, error: ResponseProtocolError, status: int) -
     return refusals.answer(decision, request_id, flow.request, error=kind)
 
 
+def _refused_by_mitmproxy(flow: http.HTTPFlow, reason: Reason, sentence: str, status: int) -> None:
+    """Record, before the ``error`` hook (audit, metrics), the refusal the sandbox will be told
+    (:func:`answer_for` answers with it), unless one was decided already."""
+    decided: Decision | None = flow.metadata.get(facts.DECISION)
+    if decided is None or decided.allowed:
+        rule = decided.rule if decided is not None else None
+        flow.metadata[facts.DECISION] = deny(reason, sentence, status, rule)
+        flow.metadata[facts.ANSWERED] = status
+
+
+def _deciding(original: Check, reason: Reason, sentence: str, status: int) -> Check:
+    """``HttpStream.check_invalid`` / ``check_body_size`` (``request``: the client's side),
+    recording their refusal of a request as the decision before the error hook they yield runs
+    (review r-refusals: the sandbox was told ``400 bad_request_head`` and the audit event with
+    its request id said ``error upstream_error 502``)."""
+
+    def check(self: Any, request: bool) -> Generator[Any, Any, bool]:
+        steps = original(self, request)
+        reply = None
+        while True:
+            try:
+                command = steps.send(reply)
+            except StopIteration as done:
+                return bool(done.value)
+            if request and isinstance(command, HttpErrorHook):
+                _refused_by_mitmproxy(self.flow, reason, sentence, status)
+            reply = yield command
+
+    setattr(check, _MARK, True)
+    return check
+
+
 def _answering(original: Method) -> Method:
     def handle_event(self: Any, event: Any) -> Generator[Any, Any, None]:
         for command in original(self, event):
             if (
+                isinstance(command, HttpErrorHook)
+                and type(event) is ResponseProtocolError
+                and event.message.startswith(framing.BROKEN)
+            ):  # surrogate's own words (addons/framing.py): the request's body, not the upstream
+                sentence = "the request body disagrees with the length its head declares"
+                _refused_by_mitmproxy(command.flow, Reason.BAD_REQUEST_BODY, sentence, 502)
+            elif (
                 isinstance(command, http_layers.SendHttp)
                 and type(command.event) is ResponseProtocolError
                 and command.connection is self.context.client
@@ -210,5 +258,8 @@ def install() -> None:
     h2: Any = _http2.Http2Server
     if not getattr(h2._handle_event, _MARK, False):
         h2._handle_event = _h2_writing(h2._handle_event)
+    for name, (reason, sentence, status) in _CHECKS.items():
+        if not getattr(getattr(stream, name), _MARK, False):
+            setattr(stream, name, _deciding(getattr(stream, name), reason, sentence, status))
     if not getattr(_http1.make_error_response, _MARK, False):
         _http1.make_error_response = _error_response

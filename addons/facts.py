@@ -25,6 +25,8 @@ connection opened or failed.
 - ``surrogate.path`` (RequestPath)      policy: the canonical identity of the request's path, from
                                         the target as sent (proxy.core.paths); every path matcher and
                                         the audit read it, never the (maybe substituted) target
+- ``surrogate.answered`` (int)          errorpage: the status of its answer to a request mitmproxy
+                                        refused itself (no ``flow.response``), for audit and metrics
 """
 
 from __future__ import annotations
@@ -58,6 +60,7 @@ BYTES = "surrogate.bytes"
 FORGED = "surrogate.forged"
 HOOK = "surrogate.hook"
 PATH = "surrogate.path"
+ANSWERED = "surrogate.answered"  # errorpage: the status of the answer written for mitmproxy's refusal
 
 REQUEST_ID_HEADER = refusals.REQUEST_ID_HEADER
 

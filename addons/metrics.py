@@ -33,7 +33,7 @@ class Metrics:
             return
         flow.metadata[_DONE] = True
         decision: Decision | None = flow.metadata.get(facts.DECISION)
-        status = flow.response.status_code if flow.response else 0
+        status = flow.response.status_code if flow.response else flow.metadata.get(facts.ANSWERED, 0)
         if flow.error and (decision is None or decision.allowed):
             self._request("error", "upstream_or_client", "none" if not status else f"{status // 100}xx").inc()
         else:

@@ -54,5 +54,9 @@ def answer(
             refusals.json_body(decision, request_id),
             {"Content-Type": "application/json", **fields, **(headers or {})},
         )
+    if request is not None and request.method == "HEAD":
+        # RFC 9110 §9.3.2: no content, the length GET would have had (review r-refusals: the
+        # JSON after the head was read, on a kept-alive HTTP/1 connection, as the next response)
+        response.raw_content = b""
     response.reason = refusals.reason_phrase(response.status_code, decision.reason)
     return response

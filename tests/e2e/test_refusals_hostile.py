@@ -293,3 +293,76 @@ def test_an_upstream_failure_after_100_continue_is_still_answered(liar: LiarWorl
     assert body["error"] == "upstream_error"
     event = liar.proxy.wait_event(request_id=body["request_id"])
     assert (event["reason"], event["status"]) == ("upstream_error", 502)
+
+
+def _tunnel(env: Env, data: bytes, host: str = "api.test") -> bytes:
+    """``data`` through c1's CONNECT tunnel and TLS to ``host``; every byte read back."""
+    port = env.upstream.port
+    got = b""
+    with socket.create_connection(("127.0.0.1", env.proxy.port), timeout=10) as raw:
+        raw.sendall(
+            f"CONNECT {host}:{port} HTTP/1.1\r\nHost: {host}:{port}\r\n"
+            f"Proxy-Authorization: {_auth(env)}\r\n\r\n".encode()
+        )
+        assert raw.recv(4096).startswith(b"HTTP/1.1 200")
+        ctx = ssl.create_default_context(cafile=str(env.proxy.ca_pem))
+        with ctx.wrap_socket(raw, server_hostname=host) as tls:
+            try:
+                tls.sendall(data)
+                while chunk := tls.recv(65536):
+                    got += chunk
+            except (ConnectionError, ssl.SSLError, TimeoutError):
+                pass
+    env.received.append(got)
+    return got
+
+
+# Requests mitmproxy refuses itself (its validate_request: framing headers that can be read two
+# ways), in a tunnel and as absolute-form: (id, how it is sent, the request's bytes).
+_TE_CL = b"Content-Length: 5\r\nTransfer-Encoding: chunked\r\n"
+MITMPROXY_REFUSES = [
+    ("te-and-cl", "tunnel", b"POST /te-cl HTTP/1.1\r\nHost: api.test\r\n" + _TE_CL + b"\r\n0\r\n\r\n"),
+    ("te-gzip", "tunnel", b"POST /te-gzip HTTP/1.1\r\nHost: api.test\r\nTransfer-Encoding: gzip\r\n\r\n"),
+    ("absolute-te-and-cl", "direct", b"POST http://api.test/abs HTTP/1.1\r\nHost: api.test\r\n" + _TE_CL),
+]
+
+
+@pytest.mark.parametrize(
+    ("how", "data"), [m[1:] for m in MITMPROXY_REFUSES], ids=[m[0] for m in MITMPROXY_REFUSES]
+)
+def test_a_request_mitmproxy_refuses_is_audited_as_what_the_sandbox_was_told(
+    env: Env, how: str, data: bytes
+) -> None:
+    """The answer said ``400 bad_request_head`` (a deny); the audit event with its request id
+    said ``error upstream_error 502``, and the metrics counted an upstream failure."""
+    if how == "tunnel":
+        got = _tunnel(env, data)
+    else:
+        got = _raw(env, data + f"Proxy-Authorization: {_auth(env)}\r\n\r\n0\r\n\r\n".encode())
+    assert got.startswith(b"HTTP/1.1 400 Bad Request (bad_request_head)\r\n"), got
+    body = json.loads(got.partition(b"\r\n\r\n")[2])
+    event = env.proxy.wait_event(request_id=body["request_id"])
+    assert (event["decision"], event["reason"], event["status"]) == ("deny", "bad_request_head", 400), event
+
+
+def test_a_request_no_hook_saw_gets_no_request_id(env: Env) -> None:
+    """A request without a Host (mitmproxy refuses it before any hook: it has no audit event)
+    is answered without a request id, as the refusals made inside mitmproxy's readers are, not
+    with one that ``surrogate audit why`` cannot find."""
+    got = _raw(env, f"GET /no-host HTTP/1.1\r\nProxy-Authorization: {_auth(env)}\r\n\r\n".encode())
+    head, _, body = got.partition(b"\r\n\r\n")
+    assert head.startswith(b"HTTP/1.1 400 Bad Request (bad_request_head)\r\n"), got
+    assert json.loads(body)["request_id"] is None and b"x-surrogate-request-id" not in head.lower()
+    assert b'proxy-status: surrogate;error=destination_not_found;details="bad_request_head"' in head.lower()
+
+
+def test_a_refused_head_request_gets_no_body(env: Env) -> None:
+    """RFC 9110 §9.3.2: an answer to HEAD has no content. The JSON refusal's bytes after the
+    head were read, on a kept-alive HTTP/1 connection, as the start of the next response."""
+    head = f"HEAD /head HTTP/1.1\r\nHost: other.test\r\nAuthorization: Bearer {env.placeholder}\r\n\r\n"
+    nxt = "GET /next HTTP/1.1\r\nHost: other.test\r\nConnection: close\r\n\r\n"
+    got = _tunnel(env, (head + nxt).encode(), host="other.test")
+    first, _, rest = got.partition(b"\r\n\r\n")
+    assert first.startswith(b"HTTP/1.1 403 Forbidden (placeholder_violation)\r\n"), got
+    assert b"proxy-status: surrogate;error=http_request_denied" in first.lower()
+    assert rest.startswith(b"HTTP/1.1 200 OK\r\n") and b'"path": "/next"' in rest, got

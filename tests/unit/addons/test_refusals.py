@@ -5,18 +5,23 @@ from __future__ import annotations
 
 import ast
 import json
+from collections.abc import Generator
 from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
 from urllib.parse import unquote
 
 import http_sf
 import pytest
+from mitmproxy import flow as mflow
 from mitmproxy import http
 from mitmproxy.proxy.layers.http._events import ErrorCode, ResponseProtocolError
+from mitmproxy.proxy.layers.http._hooks import HttpErrorHook
 from mitmproxy.test import tflow, tutils
 
-from addons import errorpage, facts, refusals
+from addons import errorpage, facts, framing, refusals
 from proxy.core import refusals as table
-from proxy.core.decide import Reason, deny
+from proxy.core.decide import Action, Decision, Reason, deny
 
 ADDONS = Path(__file__).resolve().parents[3] / "addons"
 REFUSALS = [r for r, row in table.ROWS.items() if row is not None]
@@ -220,3 +225,89 @@ def test_every_answer_of_surrogates_own_is_built_in_one_place() -> None:
     ]
     assert [c for c in made if not c.startswith(("refusals.py:", "hooks.py:"))] == []
     assert len([c for c in made if c.startswith("hooks.py:")]) == 1
+
+
+def _fake_check(flow: http.HTTPFlow, result: bool) -> Any:
+    """A stand-in for HttpStream.check_invalid: flags the flow, yields its error hook, returns."""
+
+    def check(self: Any, request: bool) -> Generator[Any, Any, bool]:
+        flow.error = mflow.Error("Received both a Transfer-Encoding and a Content-Length from client")
+        reply = yield HttpErrorHook(flow)
+        assert reply == "hook done"
+        return result
+
+    return check
+
+
+def _drive(gen: Generator[Any, Any, Any]) -> tuple[list[Any], Any]:
+    seen, reply = [], None
+    while True:
+        try:
+            seen.append(gen.send(reply))
+        except StopIteration as done:
+            return seen, done.value
+        reply = "hook done"
+
+
+@pytest.mark.parametrize("request_side", [True, False])
+def test_mitmproxys_refusal_of_a_request_is_the_decision_before_the_error_hook(request_side: bool) -> None:
+    """Review r-refusals: audit and metrics read the decision in the error hook; the sandbox is
+    told ``400 bad_request_head``, so that is what they record (the response's side: nothing)."""
+    flow = tflow.tflow()
+    flow.metadata[facts.DECISION] = Decision(Action.ALLOW, Reason.ALLOWED, "allowed")
+    stream = SimpleNamespace(flow=flow)
+    check = errorpage._deciding(_fake_check(flow, True), Reason.BAD_REQUEST_HEAD, "two ways", 400)
+    seen, result = _drive(check(stream, request_side))
+    assert result is True and [type(c) for c in seen] == [HttpErrorHook]
+    decided = flow.metadata[facts.DECISION]
+    if request_side:
+        assert (decided.reason, decided.status, flow.metadata[facts.ANSWERED]) == (
+            Reason.BAD_REQUEST_HEAD,
+            400,
+            400,
+        )
+    else:
+        assert decided.allowed and facts.ANSWERED not in flow.metadata
+
+
+def test_a_refusal_decided_before_mitmproxys_stays_the_decision() -> None:
+    flow = tflow.tflow()
+    flow.metadata[facts.DECISION] = deny(Reason.PROXY_AUTH_REQUIRED, "send a token", 407)
+    check = errorpage._deciding(_fake_check(flow, False), Reason.BAD_REQUEST_HEAD, "two ways", 400)
+    assert _drive(check(SimpleNamespace(flow=flow), True))[1] is False
+    assert (
+        flow.metadata[facts.DECISION].reason is Reason.PROXY_AUTH_REQUIRED
+        and facts.ANSWERED not in flow.metadata
+    )
+
+
+def test_a_body_surrogate_refused_to_send_is_the_decision_before_the_error_hook() -> None:
+    """addons/framing.py's refusal arrives as an upstream error; it is the request's fault."""
+    flow = tflow.tflow()
+
+    def original(self: Any, event: Any) -> Generator[Any, Any, None]:
+        yield HttpErrorHook(flow)
+
+    event = ResponseProtocolError(1, framing.BROKEN + ": 3 bytes past", ErrorCode.GENERIC_SERVER_ERROR)
+    list(errorpage._answering(original)(SimpleNamespace(flow=flow), event))
+    decided = flow.metadata[facts.DECISION]
+    assert (decided.reason, flow.metadata[facts.ANSWERED]) == (Reason.BAD_REQUEST_BODY, 502)
+
+
+def test_a_flow_no_hook_saw_is_answered_without_a_request_id() -> None:
+    flow = tflow.tflow()
+    error = ResponseProtocolError(1, "HTTP request has no host header", ErrorCode.DESTINATION_UNKNOWN)
+    r = errorpage.answer_for(flow, error, 400)
+    assert json.loads(r.content or b"")["request_id"] is None and refusals.REQUEST_ID_HEADER not in r.headers
+
+
+def test_a_refused_head_request_gets_the_head_alone() -> None:
+    """RFC 9110 §9.3.2 (review r-refusals): the JSON's length, none of its bytes."""
+    get = refusals.answer(deny(Reason.NO_RULE, "why"), "rid", tutils.treq(method=b"GET"))
+    head = refusals.answer(deny(Reason.NO_RULE, "why"), "rid", tutils.treq(method=b"HEAD"))
+    assert head.raw_content == b"" and head.headers["content-length"] == str(len(get.raw_content or b""))
+    assert (head.status_code, head.reason, head.headers["proxy-status"]) == (
+        get.status_code,
+        get.reason,
+        get.headers["proxy-status"],
+    )
