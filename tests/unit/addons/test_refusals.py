@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import ast
 import json
+import re
 from collections.abc import Generator
 from pathlib import Path
 from types import SimpleNamespace
@@ -13,8 +14,11 @@ from urllib.parse import unquote
 
 import http_sf
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from mitmproxy import flow as mflow
 from mitmproxy import http
+from mitmproxy.net.http import http1
 from mitmproxy.proxy.layers.http._events import ErrorCode, ResponseProtocolError
 from mitmproxy.proxy.layers.http._hooks import HttpErrorHook
 from mitmproxy.test import tflow, tutils
@@ -311,3 +315,38 @@ def test_a_refused_head_request_gets_the_head_alone() -> None:
         get.reason,
         get.headers["proxy-status"],
     )
+
+
+_FIELD_LINE = re.compile(rb"[!#$%&'*+\-.^_`|~0-9A-Za-z]+: [\x21-\x7e]([\x20-\x7e]*[\x21-\x7e])?")
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    st.text(max_size=80),
+    st.sampled_from(REFUSALS),
+    st.sampled_from([b"GET", b"POST", b"HEAD", b"CONNECT"]),
+    st.sampled_from([b"HTTP/1.1", b"HTTP/2.0"]),
+    st.booleans(),
+)
+def test_no_sandbox_or_upstream_text_reaches_a_header_or_the_status_line(
+    text: str, reason: Reason, method: bytes, version: bytes, grpc: bool
+) -> None:
+    """Review r-refusals: whatever a decision's sentence or a host name holds (CR, LF, NUL,
+    non-latin-1: the sandbox's host names and paths end up in sentences), the head is only
+    surrogate's own visible-ASCII fields and a reason phrase naming the reason code."""
+    headers = http.Headers(content_type="application/grpc" if grpc else "application/json")
+    req = tutils.treq(method=method, http_version=version, headers=headers)
+    req.host = "h\r\nX-Evil: 1" + text
+    flow = tflow.tflow()
+    flow.request = req
+    flow.metadata[facts.REQUEST_ID] = "rid-9"
+    for r in (
+        refusals.answer(deny(reason, text + "\r\nX-Evil: 1\x00", 403), "rid-9", req),
+        errorpage.answer_for(flow, ResponseProtocolError(1, text, ErrorCode.CONNECT_FAILED), 502),
+    ):
+        r.http_version = "HTTP/1.1"
+        head = http1.assemble_response_head(r)
+        status, *lines = head.removesuffix(b"\r\n\r\n").split(b"\r\n")
+        assert re.fullmatch(rb"HTTP/1\.1 \d{3} [\x20-\x7e]+ \([a-z_]+\)", status), status
+        assert all(_FIELD_LINE.fullmatch(line) for line in lines), lines
+        assert not any(line.lower().startswith(b"x-evil") for line in lines)
