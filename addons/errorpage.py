@@ -134,6 +134,8 @@ def _deciding(original: Check, reason: Reason, sentence: str, status: int) -> Ch
     its request id said ``error upstream_error 502``)."""
 
     def check(self: Any, request: bool) -> Generator[Any, Any, bool]:
+        if not request:  # the response's side: mitmproxy's as it is (delegated in C)
+            return (yield from original(self, request))
         steps = original(self, request)
         reply = None
         while True:
@@ -141,7 +143,7 @@ def _deciding(original: Check, reason: Reason, sentence: str, status: int) -> Ch
                 command = steps.send(reply)
             except StopIteration as done:
                 return bool(done.value)
-            if request and isinstance(command, HttpErrorHook):
+            if isinstance(command, HttpErrorHook):
                 _refused_by_mitmproxy(self.flow, reason, sentence, status)
             reply = yield command
 
