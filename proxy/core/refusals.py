@@ -189,6 +189,28 @@ def proxy_status(reason: Reason, request_id: str | None, error: str | None = Non
     return http_sf.ser([(http_sf.Token(PROXY_NAME), params)])
 
 
+def _names_us(member: object) -> bool:
+    item = member[0] if isinstance(member, tuple) else member  # (item, parameters)
+    return isinstance(item, (str, http_sf.Token)) and str(item).lower() == PROXY_NAME
+
+
+def without_ours(value: str) -> str | None:
+    """An upstream's ``Proxy-Status`` field without the members that name surrogate (a Token or
+    String, in any case: RFC 9209 §2), which only surrogate may write; ``None``: drop the field
+    (nothing else in it, or not a valid RFC 8941 List, which a lenient reader could still take
+    for surrogate's). Review r-refusals: an upstream could dress its answer up as surrogate's
+    refusal, with a request id ``surrogate audit why`` does not know."""
+    try:
+        members = http_sf.parse(value.encode("latin-1"), tltype="list")
+    except (http_sf.StructuredFieldError, UnicodeEncodeError):
+        return None
+    assert isinstance(members, list)
+    kept = [m for m in members if not _names_us(m)]
+    if len(kept) == len(members):
+        return value
+    return http_sf.ser(kept) if kept else None
+
+
 def reason_phrase(status: int, reason: Reason) -> str:
     """An HTTP/1 reason phrase (RFC 9112 §4) with the reason code: ``Forbidden (no_rule)``."""
     try:

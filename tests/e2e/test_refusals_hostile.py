@@ -124,6 +124,17 @@ def test_a_grpc_request_still_gets_the_grpc_answer(env: Env) -> None:
     assert "grpc-status: 7" in heads and body == b""
 
 
+SPOOF = (
+    b"HTTP/1.1 403 Forbidden (no_rule)\r\n"
+    b'Proxy-Status: surrogate;error=http_request_denied;details="no_rule; request_id=forged", '
+    b"next-hop;error=dns_error\r\n"
+    b'Proxy-Status: "Surrogate";error=proxy_loop_detected\r\n'
+    b'Proxy-Status: surrogate;details="unclosed\r\n'
+    b"X-Surrogate-Request-Id: forged\r\n"
+    b"Content-Type: application/json\r\nContent-Length: 2\r\nConnection: close\r\n\r\n{}"
+)
+
+
 class Liar:
     """A TLS server for liar.test that reads a request head and, for ``/partial/WORDS``, writes
     an unfinished response head whose header says WORDS (``secret``: the canary) and closes; for
@@ -155,6 +166,8 @@ class Liar:
             if path.startswith("/partial/"):
                 words = path.removeprefix("/partial/").replace("secret", self.secret)
                 tls.sendall(b"HTTP/1.1 200 OK\r\nX-Why: " + words.encode())
+            elif path == "/spoof":  # an answer dressed up as surrogate's refusal
+                tls.sendall(SPOOF)
             elif path == "/short":  # a response that starts, then ends short of its length
                 tls.sendall(b"HTTP/1.1 200 OK\r\nContent-Length: 100\r\n\r\n0123456789")
 
@@ -366,3 +379,31 @@ def test_a_refused_head_request_gets_no_body(env: Env) -> None:
     assert first.startswith(b"HTTP/1.1 403 Forbidden (placeholder_violation)\r\n"), got
     assert b"proxy-status: surrogate;error=http_request_denied" in first.lower()
     assert rest.startswith(b"HTTP/1.1 200 OK\r\n") and b'"path": "/next"' in rest, got
+
+
+@pytest.mark.parametrize("proto", ["--http1.1", "--http2"])
+def test_an_upstream_cannot_dress_its_answer_up_as_surrogates_refusal(liar: LiarWorld, proto: str) -> None:
+    """Only surrogate names itself: an upstream's X-Surrogate-Request-Id is dropped and its
+    Proxy-Status keeps only the members that name someone else (RFC 9209 §2: each intermediary
+    its own member)."""
+    heads, body = _curl_liar(liar, proto, "/spoof")
+    assert body == b"{}", body
+    fields = [h.lower() for h in heads]
+    assert not any(f.startswith("x-surrogate-request-id") for f in fields), heads
+    assert [f for f in fields if f.startswith("proxy-status")] == [
+        "proxy-status: next-hop;error=dns_error"
+    ], heads
+
+
+def _curl_liar(liar: LiarWorld, proto: str, path: str) -> tuple[list[str], bytes]:
+    done = subprocess.run(
+        [
+            "curl", "-sS", "-v", proto, "--max-time", "20", "-x", liar.proxy.url("agent", liar.token),
+            "--cacert", str(liar.proxy.ca_pem), f"https://liar.test:{liar.liar.port}{path}",
+        ],
+        capture_output=True, timeout=30, check=False,
+    )  # fmt: skip
+    liar.received.append(done.stdout + done.stderr)
+    return [
+        ln[2:] for ln in done.stderr.decode(errors="replace").splitlines() if ln.startswith("< ")
+    ], done.stdout

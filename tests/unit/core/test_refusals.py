@@ -229,3 +229,21 @@ def test_the_upstreams_quoted_bytes_never_choose_the_kind(message: str, kind: st
 def test_no_quoted_text_changes_the_kind(quoted: str) -> None:
     for message, kind in QUOTING:
         assert refusals.upstream_failure(message.replace("QUOTED", quoted), False)[0] == kind
+
+
+@pytest.mark.parametrize(
+    ("value", "kept"),
+    [
+        ("next-hop;error=dns_error", "next-hop;error=dns_error"),
+        ('surrogate;error=http_request_denied;details="no_rule"', None),
+        ("Surrogate;error=x, next-hop;error=y", "next-hop;error=y"),
+        ('"surrogate";error=x', None),
+        ("SURROGATE, a, surrogate;x=1, b", "a, b"),
+        ('surrogate;details="unclosed', None),
+        ("surrogatex;error=y", "surrogatex;error=y"),
+        ("caf\u00e9", None),
+    ],
+)
+def test_an_upstreams_proxy_status_loses_the_members_naming_surrogate(value: str, kept: str | None) -> None:
+    """Review r-refusals: only surrogate writes its member; an invalid field is dropped whole."""
+    assert refusals.without_ours(value) == kept
