@@ -7,7 +7,7 @@ an HTML page and ``Server: mitmproxy``: ``Http1Server.send`` writes ``make_error
 ``HttpStream`` sends toward the client (``mitmproxy/proxy/layers/http/__init__.py``:
 ``handle_protocol_error``, ``check_invalid``, ``check_body_size``). No hook can answer instead:
 the ``error`` hook runs before the page is written and mitmproxy ignores a response set there.
-:func:`install` wraps three methods once per process:
+:func:`install` wraps these once per process:
 
 - ``HttpStream.handle_event``: each such error toward the client is given its answer, built from
   the flow (request id, Content-Type, the refusal already decided if there is one) by
@@ -16,6 +16,9 @@ the ``error`` hook runs before the page is written and mitmproxy ignores a respo
   ``UNAVAILABLE`` (:mod:`proxy.core.refusals`);
 - ``Http1Server.send`` and ``Http2Server._handle_event`` write that answer where mitmproxy wrote
   its page (HTTP/1: then the connection closes, as before);
+- ``HttpStream.check_invalid`` and ``check_body_size``: a request mitmproxy refuses itself
+  (framing read two ways, a body too large) is recorded as that refusal before the ``error``
+  hook, so the audit event and metrics say what the sandbox is told (review r-refusals);
 - ``_http1.make_error_response`` (what is left: a request head mitmproxy cannot parse, before any
   flow) becomes the same JSON refusal without a request id.
 
