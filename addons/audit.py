@@ -6,6 +6,24 @@ transparent-mode TLS pass-through (no CONNECT, no flow) is logged as a tunnel ev
 method and status once its upstream connection opened, or failed (then with the reason). An
 intercepted connection closed because its bytes were not HTTP (addons/tunnel.py) is logged the
 same way, reason ``not_http``, when the client connection closes.
+
+How a flow that the rules allowed ended (issue 18 item 6; decided in :mod:`addons.ending`, which
+the metrics use too, so both say it in the same words):
+
+- the upstream ended the response: ``allow`` ``allowed``, whatever the client did afterwards;
+- the client went away after the response head, and everything forwarded of a
+  ``text/event-stream`` body ends with a blank line (an event boundary), or of an NDJSON / JSON
+  Lines body with a newline, or nothing of the body was forwarded yet: ``allow``
+  ``client_closed`` (it stopped reading a stream it had received whole: the OpenAI SDK after
+  ``data: [DONE]``);
+- the client went away before the head, mid-event, mid-line or in any other body: ``error``
+  ``client_closed`` (it cut the response short; not the upstream's failure);
+- anything else (the upstream refused, failed TLS, closed or broke the response): ``error``
+  ``upstream_error``.
+
+``credentials`` lists only the credentials whose secret left the proxy (none for a request
+refused before it was sent, or whose upstream TLS never completed), and a refusal after the
+egress rules allowed a request names the rule that allowed it (issue 18 item 7).
 """
 
 from __future__ import annotations
@@ -17,37 +35,18 @@ from typing import Any
 from mitmproxy import connection, http, tls
 from mitmproxy.proxy import server_hooks
 
-from addons import facts
+from addons import ending, facts
 from addons.limits import REFUSED_CONNECTIONS, REFUSED_RATE
 from proxy import audit as a
 from proxy.core.decide import Action, Decision, Reason
 
 
-def _client_hung_up(flow: http.HTTPFlow) -> bool:
-    """Which side ended a flow early, from mitmproxy 12.3's messages (the error hook carries no
-    more): its HTTP/1 server side says "Client disconnected.", its HTTP/1 client side "server
-    closed connection", and either HTTP/2 side "peer closed connection" — the client's when only
-    the client speaks HTTP/2."""
-    msg = flow.error.msg if flow.error else ""
-    if msg == "Client disconnected.":
-        return True
-    return (
-        msg == "peer closed connection" and flow.client_conn.alpn == b"h2" and flow.server_conn.alpn != b"h2"
-    )
-
-
 def _event(flow: http.HTTPFlow, kind: str) -> dict[str, Any]:
     req = flow.request
-    decision: Decision | None = flow.metadata.get(facts.DECISION)
+    decision = ending.decision(flow)  # how it ended, in the metrics' words too (addons/ending.py)
     claim = flow.metadata.get(facts.CLAIM)
-    if flow.error and (decision is None or decision.allowed):
-        rule = decision.rule if decision else None
-        reason = Reason.CLIENT_CLOSED if flow.response and _client_hung_up(flow) else Reason.UPSTREAM_ERROR
-        decision = Decision(Action.ERROR, reason, flow.error.msg, rule, status=502)
     counts = flow.metadata.get(facts.BYTES, (0, 0))
-    used = flow.metadata.get(facts.USED, {})
-    if flow.error and not flow.server_conn.timestamp_tls_setup and flow.request.scheme == "https":
-        used = {}  # the upstream's TLS never completed: no secret left the proxy
+    used = ending.used(flow)  # only credentials whose secret left
     end = (flow.response.timestamp_end if flow.response else None) or time.time()
     peer = flow.client_conn.peername
     return {
@@ -135,6 +134,9 @@ class Audit:
             a.emit(kind, _event(flow, kind))
         except Exception as e:  # an audit failure must not take the flow down; say so on stderr
             logging.getLogger("surrogate").error("audit event for %s failed: %s", flow.id, type(e).__name__)
+
+    def responseheaders(self, flow: http.HTTPFlow) -> None:
+        ending.watch(flow)  # last in the chain's stream wrappers: sees what the client was sent
 
     def response(self, flow: http.HTTPFlow) -> None:
         self._emit(flow, "request")

@@ -9,6 +9,8 @@ Keys (all optional until the addon that owns them has run):
                                         request's own host becomes the checked IP in resolve)
 - ``surrogate.original_dst`` (ip, port) identify, transparent mode: where the sandbox connected
 - ``surrogate.decision`` (Decision)     whoever decided last: policy, substitute, or a refusal
+- ``surrogate.allowed_by`` (EgressRule) policy: the rule that allowed the flow, kept for the audit
+                                        when a later refusal replaces the decision (addons.ending)
 - ``surrogate.opaque`` (bool)           policy: CONNECT allowed by a non-intercepting rule
 - ``surrogate.used`` (dict name→version) substitute: credentials swapped or injected
 - ``surrogate.carried`` (list[str])     substitute: placeholders passed unchanged
@@ -50,6 +52,7 @@ AUTHORITY = "surrogate.authority"
 HOST = "surrogate.host"
 ORIGINAL_DST = "surrogate.original_dst"
 DECISION = "surrogate.decision"
+ALLOWED_BY = "surrogate.allowed_by"
 OPAQUE = "surrogate.opaque"
 USED = "surrogate.used"
 CARRIED = "surrogate.carried"
@@ -149,6 +152,8 @@ def refuse(flow: http.HTTPFlow, decision: Decision, headers: dict[str, str] | No
     never contain a secret value (they name credentials, hosts and rules only).
     """
     flow.metadata[DECISION] = decision
+    if flow.response is None:  # refused before the request was sent: no secret left (addons.ending)
+        flow.metadata.pop(USED, None)
     if _may_carry_large_body(flow.request):
         flow.kill()
         return

@@ -1,5 +1,6 @@
 """metrics: Prometheus counters per flow (see :mod:`proxy.metrics`), at the same moments the
-audit addon writes its event, from the same facts. Label values are bounded."""
+audit addon writes its event, from the same facts and in the same words: the decision, reason and
+credentials of :mod:`addons.ending`. Label values are bounded."""
 
 from __future__ import annotations
 
@@ -7,8 +8,7 @@ from typing import Any
 
 from mitmproxy import connection, http
 
-from addons import facts
-from proxy.core.decide import Decision
+from addons import ending, facts
 from proxy.engine.state import State
 
 _DONE = "surrogate.counted"
@@ -32,15 +32,12 @@ class Metrics:
         if flow.metadata.get(_DONE):
             return
         flow.metadata[_DONE] = True
-        decision: Decision | None = flow.metadata.get(facts.DECISION)
+        decision = ending.decision(flow)  # the audit event's decision and reason (addons/ending.py)
         status = flow.response.status_code if flow.response else flow.metadata.get(facts.ANSWERED, 0)
-        if flow.error and (decision is None or decision.allowed):
-            self._request("error", "upstream_or_client", "none" if not status else f"{status // 100}xx").inc()
-        else:
-            action = decision.action.value if decision else "none"
-            reason = decision.reason.value if decision else "none"
-            self._request(action, reason, f"{status // 100}xx" if status else "none").inc()
-        for name in flow.metadata.get(facts.USED, {}):
+        action = decision.action.value if decision else "none"
+        reason = decision.reason.value if decision else "none"
+        self._request(action, reason, f"{status // 100}xx" if status else "none").inc()
+        for name in ending.used(flow):
             child = self._substitutions.get(name)
             if child is None:
                 child = self._substitutions[name] = self.m.substitutions.labels(name)

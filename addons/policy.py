@@ -45,7 +45,9 @@ class Policy:
         flow.metadata[facts.DECISION] = decision
         if not decision.allowed:
             facts.refuse(flow, decision)
-        elif decision.rule is not None and not decision.rule.intercept:
+            return
+        flow.metadata[facts.ALLOWED_BY] = decision.rule
+        if decision.rule is not None and not decision.rule.intercept:
             flow.metadata[facts.OPAQUE] = True  # resolve may still refuse it (own listener, special)
 
     def http_connected(self, flow: http.HTTPFlow) -> None:
@@ -99,6 +101,8 @@ class Policy:
         flow.metadata[facts.DECISION] = decision
         if not decision.allowed:
             facts.refuse(flow, decision)
+        else:
+            flow.metadata[facts.ALLOWED_BY] = decision.rule
 
     def _decide(self, flow: http.HTTPFlow, pool_name: str) -> Decision:
         req = flow.request

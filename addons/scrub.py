@@ -15,8 +15,9 @@ chunked: :mod:`addons.hygiene`, before token capture reads it). A scrubbed body 
 that ends with the connection), except on a response that
 has no body (HEAD, 1xx, 204, 304), whose framing is left alone. The reason phrase and header
 names are scrubbed as the values are; so are HTTP/2 trailers (in the ``response`` hook, before
-mitmproxy sends them), the head of a ``101`` and, in :class:`ScrubMessages`, every WebSocket
-message from the upstream.
+mitmproxy sends them), the head of a ``101`` and, in :class:`addons.wsscrub.ScrubMessages`
+(re-exported here), every WebSocket message from the upstream and its control frames. The pairs
+each scrubber uses, and their cache, are :mod:`addons.scrubpairs`.
 
 Errors: mitmproxy's protocol-error messages quote the offending bytes (``Received invalid
 header name: b'...'``), it sends that message to the client as its 502 page, and the audit event
@@ -34,72 +35,20 @@ writer) withholds it.
 from __future__ import annotations
 
 import time
-from typing import Any
 
-import wsproto.events
 from mitmproxy import ctx, http
 from mitmproxy import flow as mflow
-from mitmproxy.proxy.layers import websocket as websocket_layer
 
 from addons import facts
+from addons.scrubpairs import PairCache, Pairs, claims_now
+from addons.wsscrub import ScrubMessages
 from proxy.core.decide import Reason, deny
 from proxy.core.decode import Unscannable, decoder
-from proxy.core.errors import SecretUnavailable
 from proxy.core.policy import Claim
-from proxy.core.scrub import Compiled, Scrubber, compile_pairs, escapes_matter
+from proxy.core.scrub import Scrubber, escapes_matter
 from proxy.engine.state import State
-from proxy.store.live import live_values
-from proxy.store.registry import StoreValue
 
-
-def _pairs(claim: Claim, now: float) -> list[tuple[bytes, bytes]]:
-    """Every live value of every credential (proxy.store.live), each with its credential's placeholder."""
-    return [
-        (secret.reveal().encode(), c.placeholder.encode())
-        for c in claim.credentials
-        for secret in live_values(c, now)
-    ]
-
-
-_CLAIMS_KEPT = 256
-Pairs = tuple[tuple[bytes, bytes], ...]
-
-
-class _PairCache:
-    """``_pairs`` of each claim, kept while its values stay the same, so a claim with thousands
-    of credentials does not pay a pass over them (and a hash of them all) on every response.
-
-    A store claim's values (and its live previous ones) are fixed for the life of its Claim
-    object: the registry builds a new one when the store changes. A rules-file value (``file:``
-    re-read on change, ``env:``) may change under the same Claim: those credentials' current
-    Secret objects are compared by identity on each use (a changed value is a new object). A
-    claim with an unreadable value is not kept: the next response reads again.
-    """
-
-    def __init__(self) -> None:
-        self._kept: dict[int, tuple[Claim, tuple[tuple[Any, Any], ...], Pairs, Compiled]] = {}
-
-    def get(self, claim: Claim, now: float) -> tuple[Pairs, Compiled]:
-        """The claim's (secret, placeholder) pairs and their compiled patterns."""
-        entry = self._kept.get(id(claim))
-        if entry is not None and entry[0] is claim:
-            try:
-                if all(c.secret()[0] is s for c, s in entry[1]):
-                    return entry[2], entry[3]
-            except SecretUnavailable:
-                pass
-        pairs = tuple(_pairs(claim, now))
-        compiled = compile_pairs(pairs)
-        volatile = []
-        try:
-            volatile = [(c, c.secret()[0]) for c in claim.credentials if not isinstance(c.source, StoreValue)]
-        except SecretUnavailable:
-            self._kept.pop(id(claim), None)
-            return pairs, compiled
-        if len(self._kept) >= _CLAIMS_KEPT:
-            self._kept.clear()
-        self._kept[id(claim)] = (claim, tuple(volatile), pairs, compiled)
-        return pairs, compiled
+__all__ = ["Scrub", "ScrubMessages"]
 
 
 def _unscannable(flow: http.HTTPFlow, why: str) -> None:
@@ -119,7 +68,7 @@ class _Body:
     value re-read under the same one): a long SSE stream outlives the request that decided it.
     Each later scrubber reads what the earlier ones let out."""
 
-    def __init__(self, first: Scrubber, pairs: Pairs, claim: Claim, state: State | None, cache: _PairCache,
+    def __init__(self, first: Scrubber, pairs: Pairs, claim: Claim, state: State | None, cache: PairCache,
                  binary: bool):  # fmt: skip
         self.chain, self.seen = [first], [pairs]
         self.claim, self.state, self.cache, self.binary = claim, state, cache, binary
@@ -147,7 +96,7 @@ class _Body:
 
 class Scrub:
     def __init__(self, state: State | None = None) -> None:
-        self.pairs = _PairCache()
+        self.pairs = PairCache()
         self.state = state  # to read the claim as it is now while a body streams (_Body)
 
     @facts.fail_closed
@@ -243,7 +192,7 @@ class Scrub:
         if response is None or not response.trailers or claim is None or not claim.credentials:
             return
         try:
-            for current in _claims_now(claim, self.state):  # the stream may have outlived it
+            for current in claims_now(claim, self.state):  # the stream may have outlived it
                 pairs, compiled = self.pairs.get(current, time.time())
                 _scrub_fields(response.trailers, Scrubber(pairs, compiled=compiled))
         except Exception as e:  # fail closed: trailers we cannot check are not sent
@@ -257,7 +206,7 @@ class Scrub:
         try:
             message = flow.error.msg.encode("utf-8", "surrogateescape")
             quoted = False
-            for current in _claims_now(claim, self.state):
+            for current in claims_now(claim, self.state):
                 pairs, compiled = self.pairs.get(current, time.time())
                 quoted = (
                     quoted
@@ -296,114 +245,6 @@ def _scrub_head(response: http.Response, scrubber: Scrubber) -> None:
     (a 101 included: its head reaches the sandbox before the WebSocket messages)."""
     response.data.reason = scrubber.scrub(response.data.reason)
     _scrub_fields(response.headers, scrubber)
-
-
-_CONTROL_PAYLOAD = 125  # bytes: a control frame's payload at most (RFC 6455 §5.5)
-# client connection id -> the claim whose WebSocket it carries, and the state to read it again
-# from (set in websocket_start)
-_WS_CLAIMS: dict[str, tuple[Claim, State | None]] = {}
-
-
-def _claims_now(claim: Claim, state: State | None) -> list[Claim]:
-    """The claim a WebSocket was opened with and, when the registry holds another object for its
-    id now (a store credential added or its value replaced: the registry rebuilds the claim),
-    that one first. A WebSocket outlives the request that decided it; a value replaced while it
-    is open may reach the upstream on another connection and come back on this one (review r4).
-    Both are scrubbed with: replacing any secret by its placeholder is never worse than passing it."""
-    fresh = state.registry.claim(claim.id) if state is not None else None
-    return [claim] if fresh is None or fresh is claim else [fresh, claim]
-
-
-_CONTROL_PAIRS = _PairCache()
-_MARK = "_surrogate_scrub_control"
-
-
-def _scrub_control(event: Any, scrubber: Scrubber) -> Any:
-    """A ping, pong or close frame toward the sandbox, its payload or reason scrubbed (cut to
-    what a control frame holds: the placeholder may be longer than the secret)."""
-    if isinstance(event, wsproto.events.Ping | wsproto.events.Pong):
-        return type(event)(payload=scrubber.scrub(bytes(event.payload))[:_CONTROL_PAYLOAD])
-    if isinstance(event, wsproto.events.CloseConnection) and event.reason:
-        reason = scrubber.scrub(event.reason.encode())[: _CONTROL_PAYLOAD - 2]
-        return wsproto.events.CloseConnection(code=event.code, reason=reason.decode("utf-8", "ignore"))
-    return event
-
-
-def _install_control_scrub() -> None:
-    """Wrap mitmproxy's ``WebsocketConnection.send2`` (once per process): the layer forwards a
-    ping, pong or close frame from the upstream as it is, with no hook, so its payload is
-    scrubbed where it is written to a sandbox's connection."""
-    original = websocket_layer.WebsocketConnection.send2
-    if getattr(original, _MARK, False):
-        return
-
-    def send2(self: Any, event: Any) -> Any:
-        entry = _WS_CLAIMS.get(self.conn.id)
-        if entry is not None and not isinstance(event, wsproto.events.Message):
-            try:
-                for claim in _claims_now(*entry):
-                    pairs, compiled = _CONTROL_PAIRS.get(claim, time.time())
-                    event = _scrub_control(event, Scrubber(pairs, compiled=compiled))
-            except Exception as e:  # fail closed: a payload we cannot check is not sent
-                facts.log.error(
-                    "scrub of a WebSocket control frame failed with %s; emptied", type(e).__name__
-                )
-                if isinstance(event, wsproto.events.Ping | wsproto.events.Pong):
-                    event = type(event)(payload=b"")
-                elif isinstance(event, wsproto.events.CloseConnection):
-                    event = wsproto.events.CloseConnection(code=event.code)
-        return original(self, event)
-
-    setattr(send2, _MARK, True)
-    websocket_layer.WebsocketConnection.send2 = send2  # type: ignore[method-assign]
-
-
-class ScrubMessages:
-    """WebSocket messages from the upstream, text and binary, scrubbed whole before they are
-    forwarded (mitmproxy calls ``websocket_message`` with the complete message and sends
-    ``message.content`` on afterwards). This addon runs before ``stream``, which lets every
-    message go from ``flow.websocket.messages``; a message is bounded by the WebSocket size
-    limit, so scrubbing it whole holds nothing that is not held already. A text message stays
-    valid UTF-8: a placeholder is ASCII. Escaped forms are sought in binary messages too (they
-    often carry JSON or form-encoded text). Ping, pong and close frames have no hook: their
-    payloads and close reasons are scrubbed where mitmproxy writes them to the sandbox
-    (:func:`_install_control_scrub`). Both use the claim as it is now as well as the one the
-    WebSocket was opened with (:func:`_claims_now`)."""
-
-    def __init__(self, state: State | None = None) -> None:
-        self.pairs = _PairCache()
-        self.state = state  # to read the claim as it is now (_claims_now)
-        _install_control_scrub()
-
-    def websocket_start(self, flow: http.HTTPFlow) -> None:
-        claim = flow.metadata.get(facts.CLAIM)
-        if claim is not None and claim.credentials:
-            _WS_CLAIMS[flow.client_conn.id] = (claim, self.state)
-
-    def websocket_end(self, flow: http.HTTPFlow) -> None:
-        _WS_CLAIMS.pop(flow.client_conn.id, None)
-
-    def client_disconnected(self, client: Any) -> None:
-        _WS_CLAIMS.pop(client.id, None)
-
-    def websocket_message(self, flow: http.HTTPFlow) -> None:
-        claim = flow.metadata.get(facts.CLAIM)
-        if flow.websocket is None or not flow.websocket.messages or claim is None or not claim.credentials:
-            return
-        message = flow.websocket.messages[-1]
-        if message.from_client:
-            return
-        try:
-            content = message.content
-            for current in _claims_now(claim, self.state):
-                pairs, compiled = self.pairs.get(current, time.time())
-                content = Scrubber(pairs, compiled=compiled).scrub(content)
-            message.content = content
-        except Exception as e:  # fail closed: a message we cannot check is not passed
-            facts.log.error("scrub.websocket_message failed with %s; connection closed", type(e).__name__)
-            message.drop()
-            if flow.killable:
-                flow.kill()
 
 
 def _close_client(flow: http.HTTPFlow) -> None:

@@ -39,14 +39,18 @@ changed (upper- or lower-cased), and S split by anything the forms above do not 
 
 How: every form above is one plain spelling (S, or a base64 slice of S) with some characters
 escaped, so a claim's secrets compile to one alternation of plain spellings, longest first
-(Python's ``re`` scans it at ~150 MB/s and compiles 10,000 secrets in well under a second).
-Escaped spellings are found by decoding: within reach of an escape sequence the data is decoded
-(``%XX`` to its byte, ``\\uXXXX`` and surrogate pairs to UTF-8, ``\\/ \\" \\\\``, and ``+`` to a
-space when a secret holds one) with a map back to the original offsets, and the same
-alternation runs on the decoded bytes; a match there replaces the escaped original. Whether a
-held tail could still grow into a match is one binary search in the sorted spellings. An
-earlier version built an escape-aware pattern per form: 45 s to compile for 1,000 secrets, on
-the event loop.
+(:mod:`proxy.core.scrubmatch`; Python's ``re`` scans it at ~150 MB/s and compiles 10,000 secrets
+in well under a second). Escaped spellings are found by decoding: within reach of an escape
+sequence the data is decoded (``%XX`` to its byte, ``\\uXXXX`` and surrogate pairs to UTF-8,
+``\\/ \\" \\\\``, and ``+`` to a space when a secret holds one) with a map back to the original
+offsets (:mod:`proxy.core.scrubforms`), and the same alternation runs on the decoded bytes; a
+match there replaces the escaped original. Whether a held tail could still grow into a match is
+one binary search in the sorted spellings.
+
+Three modules: this one, the streaming :class:`Scrubber`; :mod:`proxy.core.scrubmatch`, the
+compiled matcher (:func:`compile_pairs`, :class:`Compiled`); :mod:`proxy.core.scrubforms`, the
+tables of spellings, escapes and binary media types (:func:`escapes_matter`). The names callers
+use are importable from here.
 
 Pure; no I/O.
 """
@@ -54,325 +58,15 @@ Pure; no I/O.
 from __future__ import annotations
 
 import bisect
-import contextlib
-import dataclasses
-import functools
-import re
 from collections.abc import Iterable, Iterator
-from dataclasses import dataclass
-from typing import Any
-
-import ahocorasick  # type: ignore[import-not-found]  # no stubs
 
 from proxy.core import base64run
+from proxy.core.scrubforms import ESCAPE_HEAD, OPEN_ESCAPE, SKELETON, escapes_matter, unescape
+from proxy.core.scrubmatch import Compiled, compile_pairs
 
-_NEVER = 1 << 62  # a search start past any data: "not searched yet"
-_FIND_LIMIT = 32  # strings: up to this, one bytes.find per string (see _Literals)
-_RE_LIMIT = 512  # strings: past this, an automaton (see _Literals)
+__all__ = ["MIN_BASE64", "Compiled", "Scrubber", "compile_pairs", "escapes_matter"]
+
 MIN_BASE64 = base64run.MIN_BASE64
-_EXPANSION = 12  # original bytes per decoded byte at most (a surrogate pair: 12 for 4 bytes)
-
-
-def _recoded(secret: bytes) -> list[bytes]:
-    """A non-ASCII (UTF-8) secret as a server that gets the charset wrong writes it: its UTF-8
-    bytes read as Latin-1 and written as UTF-8 ("Ã©" for "é"), and Latin-1 itself when every
-    character has a Latin-1 byte."""
-    out = [secret.decode("latin-1").encode()]
-    with contextlib.suppress(UnicodeDecodeError, UnicodeEncodeError):
-        out.append(secret.decode().encode("latin-1"))
-    return out
-
-
-def _spellings(secret: bytes, placeholder: bytes) -> tuple[dict[bytes, bytes], dict[bytes, base64run.Run]]:
-    """The plain spellings of ``secret`` (itself, its recodings, its base64 forms), each with its
-    replacement, and how to replace the base64 ones inside a run (proxy/core/base64run.py)."""
-    out = {secret: placeholder}
-    if any(b >= 0x80 for b in secret):  # a non-ASCII value, in the byte spellings servers produce
-        for other in _recoded(secret):
-            out.setdefault(other, placeholder)
-    runs = base64run.spellings(secret, placeholder)
-    for text, run in runs.items():
-        out.setdefault(text, run.alone or run.core)  # (the replacement is made by base64run.replace)
-    return out, runs
-
-
-# The escapes the forms use: %XX, \uXXXX (a surrogate pair as two), \/ \" \\, and + for a space.
-_ESCAPE = rb"%[0-9A-Fa-f]{2}|\\u[0-9A-Fa-f]{4}|\\[/\"\\]"
-_BASE_TOKEN = (
-    rb"%([0-9A-Fa-f]{2})|\\u([dD][89abAB][0-9A-Fa-f]{2})\\u([dD][c-fC-F][0-9A-Fa-f]{2})"
-    rb"|\\u([0-9A-Fa-f]{4})|\\([/\"])"
-)
-# one tokenizer per view (see _decode): a token skipped after matching would hide the next one
-_TOKENS = {
-    (spaces, backslash): re.compile(
-        _BASE_TOKEN + (rb"|\\(\\)" if backslash else rb"|(?!)()") + (rb"|(\+)" if spaces else rb"|(?!)()")
-    )
-    for spaces in (False, True)
-    for backslash in (False, True)
-}
-# a byte an escape starts with ("+" is one only when a spelling holds a space: looked at anyway)
-_ESCAPE_HEAD = re.compile(rb"[%\\+]")
-# a tail that may be the start of an escape the next read completes
-_OPEN_ESCAPE = re.compile(
-    rb"(?:%[0-9A-Fa-f]?|\\(?:u[0-9A-Fa-f]{0,3})?|\\u[dD][89abAB][0-9A-Fa-f]{2}\\?u?[0-9A-Fa-f]{0,3})\Z"
-)
-# _ESCAPE's escapes as fixed strings over a skeleton of the data: hex digits read "h", the bytes an
-# escape is made of stay, everything else is NUL.
-_SKELETON = bytes(
-    ord("h") if chr(b) in "0123456789abcdefABCDEF" else b if chr(b) in '%\\u/"+' else 0 for b in range(256)
-)
-_KINDS = (b"%hh", b"\\uhhhh", b"\\/", b'\\"', b"\\\\")
-
-
-View = tuple[bool, bool, bool]  # decode "+" as a space; "\\\\" as a backslash; \u0080-\u00ff as bytes
-
-
-def _decode(data: bytes, start: int, end: int, view: View) -> tuple[bytes, list[int]]:
-    """``data[start:end]`` with every escape decoded, and for each decoded byte (and the end) the
-    offset in ``data`` where the escape or byte it came from starts.
-
-    ``view`` says whether "+" is read as a space (a form body), "\\\\" as a backslash, and
-    ``\\u0080``..``\\u00ff`` as the one byte they number (the per-byte spelling of UTF-8 that a
-    server treating bytes as Latin-1 writes: ``\\u00c3\\u00a9`` for "é"). The backslash view is
-    off unless a secret holds a backslash: decoding starts anywhere in a run of backslashes, so
-    pairing them could hide a ``\\u`` escape that another alignment reveals; the byte view is
-    off unless a secret holds a non-ASCII byte."""
-    out = bytearray()
-    offsets: list[int] = []
-    pos = start
-    for m in _TOKENS[view[0], view[1]].finditer(data, start, end):
-        out += data[pos : m.start()]
-        offsets += range(pos, m.start())
-        if m.group(1) is not None:
-            piece = bytes([int(m.group(1), 16)])
-        elif m.group(2) is not None:
-            hi, lo = int(m.group(2), 16), int(m.group(3), 16)
-            piece = chr(0x10000 + ((hi - 0xD800) << 10) + (lo - 0xDC00)).encode()
-        elif m.group(4) is not None:
-            point = int(m.group(4), 16)
-            if view[2] and 0x80 <= point <= 0xFF:
-                piece = bytes([point])
-            else:
-                piece = chr(point).encode("utf-8", "surrogatepass")
-        elif m.group(5) is not None:
-            piece = m.group(5)
-        elif m.group(6) is not None:
-            piece = b"\\"
-        else:
-            piece = b" "
-        out += piece
-        offsets += [m.start()] * len(piece)
-        pos = m.end()
-    out += data[pos:end]
-    offsets += range(pos, end)
-    offsets.append(end)
-    return bytes(out), offsets
-
-
-class _Literals:
-    """Leftmost-longest search for many byte strings at once.
-
-    Up to :data:`_FIND_LIMIT` strings (a claim with a few credentials), ``search`` runs one
-    ``bytes.find`` per string (several GB/s each: it skips ahead by the string's length, where
-    ``re`` steps through every byte at ~200 MB/s), remembering each string's next occurrence in
-    the data being scanned. Up to :data:`_RE_LIMIT` strings: one ``re`` alternation, longest
-    first. Beyond: an Aho-Corasick automaton (pyahocorasick; bytes mapped 1:1
-    to code points through latin-1), whose cost does not grow with the number of strings (~17
-    MB/s in a measured run): the alternation of 10,000 secrets' spellings scanned 7.6 KB in 1.9 s,
-    as base64 spellings can start almost anywhere.
-    """
-
-    def __init__(self, spellings: Iterable[bytes]) -> None:
-        words = sorted(spellings, key=len, reverse=True)
-        self._words = tuple(words) if len(words) <= _FIND_LIMIT else ()
-        self._found: tuple[bytes, list[tuple[int, int]]] | None = None  # see _find
-        self._rx: re.Pattern[bytes] | None = None
-        self._automaton: Any = None
-        if len(words) <= _RE_LIMIT:
-            self._rx = re.compile(b"|".join(re.escape(w) for w in words))
-        else:
-            self._automaton = ahocorasick.Automaton()
-            for w in words:
-                self._automaton.add_word(w.decode("latin-1"), len(w))
-            self._automaton.make_automaton()
-        self._text: tuple[bytes, str] | None = None
-
-    def _str(self, data: bytes) -> str:
-        if self._text is None or self._text[0] is not data:
-            self._text = (data, data.decode("latin-1"))
-        return self._text[1]
-
-    def search(self, data: bytes, pos: int = 0) -> tuple[int, int] | None:
-        """(start, end) of the leftmost-longest string in ``data[pos:]``, or None."""
-        if pos >= len(data):  # (pyahocorasick raises IndexError for a start at the end)
-            return None
-        if self._words:
-            return self._find(data, pos)
-        if self._rx is not None:
-            m = self._rx.search(data, pos)
-            return (m.start(), m.end()) if m else None
-        for last, length in self._automaton.iter_long(self._str(data), pos):
-            return last + 1 - length, last + 1
-        return None
-
-    def _find(self, data: bytes, pos: int) -> tuple[int, int] | None:
-        # Each word's next occurrence, kept while the same data is searched at growing
-        # positions, so a body full of matches costs one pass per word, not one per match.
-        # (Bytes are immutable: the same object is the same data.) A word's entry is (where its
-        # search started, what it found); it answers a search from ``pos`` when it started at or
-        # before ``pos`` and found nothing, or found an occurrence at or after ``pos``.
-        if self._found is None or self._found[0] is not data:
-            self._found = (data, [(_NEVER, -1)] * len(self._words))
-        known = self._found[1]
-        best: tuple[int, int] | None = None
-        for i, w in enumerate(self._words):  # longest first: the first at a start is the longest
-            since, j = known[i]
-            if since > pos or 0 <= j < pos:
-                j = data.find(w, pos)
-                known[i] = (pos, j)
-            if j >= 0 and (best is None or j < best[0]):
-                best = (j, j + len(w))
-        return best
-
-    def finditer(self, data: bytes) -> Iterator[tuple[int, int]]:
-        """(start, end) of each leftmost-longest string in ``data``, left to right."""
-        if self._rx is not None:
-            for m in self._rx.finditer(data):
-                yield m.start(), m.end()
-            return
-        for last, length in self._automaton.iter_long(data.decode("latin-1")):
-            yield last + 1 - length, last + 1
-
-
-@dataclass(frozen=True, slots=True)
-class Compiled:
-    spellings: dict[bytes, bytes]
-    runs: dict[bytes, base64run.Run]  # the base64 spellings among them (proxy/core/base64run.py)
-    ordered: list[bytes]  # sorted, for prefix tests by binary search
-    literal: _Literals | None
-    escape: re.Pattern[bytes]
-    kinds: tuple[bytes, ...]
-    views: tuple[View, ...]  # the decodings tried (see _decode)
-    first: re.Pattern[bytes]  # any byte a spelling starts with
-    longest: int  # bytes of the longest spelling, escaped
-    # the bytes the spellings are made of: an escape that decodes to another byte cannot lie
-    # inside a match, so no window is decoded around it (JSON's \" and \\, most %XX)
-    made_of: frozenset[int] = frozenset()
-    non_ascii: bool = False  # some spelling holds a byte >= 0x80 (a \uXXXX beyond ASCII may matter)
-    binary: Compiled | None = None  # the same spellings, escaped forms not sought (escapes_matter)
-    folded: Compiled | None = None  # the raw secrets lower-cased, for header names (Scrubber.scrub_name)
-
-
-def _byte_class(values: Iterable[int]) -> re.Pattern[bytes]:
-    """A pattern matching any one of the byte ``values`` (none: never)."""
-    members = b"".join(re.escape(bytes([b])) for b in sorted(values))
-    return re.compile(b"[" + members + b"]" if members else b"(?!)")
-
-
-@functools.lru_cache(maxsize=64)
-def _compile(pairs: tuple[tuple[bytes, bytes], ...], escapes: bool) -> Compiled:
-    """The patterns for ``pairs``, built once per set of pairs."""
-    spellings: dict[bytes, bytes] = {}
-    runs: dict[bytes, base64run.Run] = {}
-    for secret, placeholder in pairs:
-        if secret:
-            forms, secret_runs = _spellings(secret, placeholder) if escapes else ({secret: placeholder}, {})
-            for s, r in forms.items():
-                if s not in spellings:
-                    spellings[s] = r
-                    if s in secret_runs:
-                        runs[s] = secret_runs[s]
-    joined = b"".join(spellings)
-    made_of = frozenset(joined)
-    spaces = escapes and b" " in joined
-    backslash = escapes and b"\\" in joined
-    non_ascii = escapes and not joined.isascii()
-    views: list[View] = (
-        [(False, False, False)]
-        + [(True, False, False)] * spaces
-        + [(False, True, False)] * backslash
-        + [(False, backslash, True)] * non_ascii  # per-byte JSON escapes a backslash as JSON does
-    )
-    base = Compiled(
-        spellings=spellings,
-        runs=runs,
-        ordered=sorted(spellings),
-        # leftmost-longest: a secret that contains another is replaced whole
-        literal=_Literals(spellings) if spellings else None,
-        escape=re.compile(_ESCAPE + (rb"|\+" if spaces else b"")),
-        # a one-byte escape of a byte no spelling holds is never sought (see Scrubber._may_matter)
-        kinds=tuple(k for k in _KINDS if len(k) != 2 or k[1] in made_of) + ((b"+",) if spaces else ())
-        if escapes
-        else (),
-        views=tuple(views),
-        first=_byte_class({s[0] for s in spellings}),
-        longest=max(map(len, spellings), default=0) * (_EXPANSION if escapes else 1),
-        made_of=made_of,
-        non_ascii=not joined.isascii(),
-    )
-    if not escapes:
-        return base
-    # (+1: a complete spelling that ends a read is held, so the byte after it, a base64 boundary
-    # character maybe, is seen with it whatever the cut)
-    plain = dataclasses.replace(
-        base, kinds=(), views=((False, False, False),), longest=max(map(len, spellings), default=0) + 1
-    )
-    folded = _compile(tuple((s.lower(), p.lower()) for s, p in pairs if s), False)
-    return dataclasses.replace(base, binary=plain, folded=folded)
-
-
-# Media types whose bodies are binary: escaped spellings are not sought in them (escapes_matter).
-_BINARY_TOP_LEVEL = ("image/", "audio/", "video/", "font/")
-_BINARY_TYPES = frozenset(
-    {
-        "application/octet-stream",
-        "application/zip",
-        "application/gzip",
-        "application/x-gzip",
-        "application/x-tar",
-        "application/x-xz",
-        "application/x-bzip2",
-        "application/zstd",
-        "application/x-7z-compressed",
-        "application/java-archive",
-        "application/pdf",
-        "application/wasm",
-        "application/x-git-upload-pack-result",
-        "application/x-git-receive-pack-result",
-        "application/vnd.git-lfs",
-        "application/grpc",
-        "application/protobuf",
-        "application/x-protobuf",
-        "application/cbor",
-        "application/msgpack",
-        "application/vnd.docker.image.rootfs.diff.tar.gzip",
-    }
-)
-_TEXT_EXCEPTIONS = ("+xml", "+json")  # image/svg+xml is text
-
-
-def escapes_matter(content_type: str) -> bool:
-    """Whether a response body of this ``Content-Type`` value is searched for escaped spellings
-    (percent, JSON ``\\u``/``\\/``/``\\"``/``\\\\``, ``+``), or only for the plain ones (the
-    secret and its base64 forms), through :attr:`Compiled.binary`.
-
-    Escapes belong to text: URLs, forms, JSON, HTML. An archive, an image, a git pack or a
-    protobuf message that holds a secret by accident holds its bytes, found as plain spellings;
-    finding escapes in them costs ~6 times the plain search (random bytes hold a ``%`` or a
-    ``\\`` every 128 bytes). Binary: ``image/``, ``audio/``, ``video/``, ``font/`` (but not
-    ``+xml``/``+json`` types such as ``image/svg+xml``), and the archive, package, git, gRPC and
-    serialization types listed in ``_BINARY_TYPES``. Everything else, a missing or unparsable
-    type included, is text. Parameters (``; charset=...``) are ignored; case is not significant.
-    """
-    media = content_type.split(";", 1)[0].strip().lower()
-    if media.endswith(_TEXT_EXCEPTIONS):
-        return True
-    return not (media in _BINARY_TYPES or media.startswith(_BINARY_TOP_LEVEL))
-
-
-def compile_pairs(pairs: tuple[tuple[bytes, bytes], ...], escapes: bool = True) -> Compiled:
-    """The compiled patterns of ``pairs`` (cached), to hand to :class:`Scrubber` again."""
-    return _compile(pairs, escapes)
 
 
 class Scrubber:
@@ -386,7 +80,7 @@ class Scrubber:
     ) -> None:
         """``compiled``: what :func:`compile_pairs` returned for these pairs, kept by the caller
         (hashing 10,000 pairs to find them in the cache cost ~100 µs per response)."""
-        self._c = compiled if compiled is not None else _compile(tuple(pairs), escapes)
+        self._c = compiled if compiled is not None else compile_pairs(tuple(pairs), escapes)
         self._skeleton: tuple[bytes, bytes] | None = None  # (data, its skeleton), see _escapes
         self._carry = b""
 
@@ -427,7 +121,7 @@ class Scrubber:
             # leftmost, then longest, match of any reading wins (a shorter reading of the same
             # text would leave a stray escape behind)
             for view in c.views:
-                decoded, offsets = _decode(data, start, end, view)
+                decoded, offsets = unescape(data, start, end, view)
                 for ms, me in c.literal.finditer(decoded):
                     s, e = offsets[ms], offsets[me]
                     if s > last or s >= limit or (found is not None and (s, -e) >= (found[0], -found[1])):
@@ -456,7 +150,7 @@ class Scrubber:
             text, kinds, check = data, heads, True
         else:
             if self._skeleton is None or self._skeleton[0] is not data:
-                self._skeleton = (data, data.translate(_SKELETON))
+                self._skeleton = (data, data.translate(SKELETON))
             text, kinds, check = self._skeleton[1], kinds_all, False
         nxt = {k: text.find(k, pos) for k in kinds}
         while live := [i for i in nxt.values() if i >= 0]:
@@ -521,14 +215,14 @@ class Scrubber:
                 starts.append(m.start())
                 break
         if c.kinds:
-            open_escape = _OPEN_ESCAPE.search(data, tail)
+            open_escape = OPEN_ESCAPE.search(data, tail)
             end = open_escape.start() if open_escape else len(data)
             if open_escape:
                 starts.append(end)
             # with no escape in the tail, open or whole, its decoding is the tail itself, searched
             # above (an open escape cuts the decoded window short: then it differs)
-            for view in c.views if open_escape or _ESCAPE_HEAD.search(data, tail, end) else ():
-                decoded, offsets = _decode(data, tail, end, view)
+            for view in c.views if open_escape or ESCAPE_HEAD.search(data, tail, end) else ():
+                decoded, offsets = unescape(data, tail, end, view)
                 for m in c.first.finditer(decoded):
                     if self._could_start(decoded[m.start() :]):
                         starts.append(offsets[m.start()])

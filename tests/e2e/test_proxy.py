@@ -273,6 +273,7 @@ def test_audit_event_has_every_documented_field(env: Env) -> None:
         "time",
         "seq",
         "worker",
+        "node",
         "event",
         "request_id",
         "claim",
@@ -297,6 +298,7 @@ def test_audit_event_has_every_documented_field(env: Env) -> None:
         "bytes_out",
         "bytes_in",
         "duration_ms",
+        "prev",
     }
     assert event["method"] == "POST" and event["bytes_out"] == 5 and event["scheme"] == "https"
     assert event["client"].startswith("127.0.0.1:") and event["duration_ms"] >= 0
@@ -320,12 +322,15 @@ def test_keep_alive_tunnel_reuses_one_upstream_connection(env: Env) -> None:
 
 
 def test_client_hanging_up_mid_response_is_audited_as_client_closed(env: Env) -> None:
-    """Was: audited as upstream_error, though the upstream was fine."""
+    """Was: audited as upstream_error, though the upstream was fine. curl leaves after the first
+    whole event (the upstream holds the second): it stopped reading at an event boundary, so the
+    request was served as allowed (issue 18 item 6, addons/ending.py; mid-event: an error,
+    tests/e2e/test_endings.py)."""
     env.upstream.sse_release.clear()
     curl(env, env.url("api.test", "/sse"), "--max-time", "1")  # curl's last --max-time counts
     env.upstream.sse_release.set()
     event = env.proxy.wait_event(path="/sse", reason="client_closed")
-    assert (event["decision"], event["status"]) == ("error", 200)
+    assert (event["decision"], event["status"]) == ("allow", 200)
 
 
 def test_http1_client_hanging_up_is_client_closed_too(env: Env) -> None:

@@ -1,6 +1,7 @@
 """The scrub addon's patterns are compiled once per set of values, not per response (with 1,000
 credentials a rebuild per response took ~70% of the proxy's CPU), and rebuilt exactly when a
-value changed (addons/scrub.py ``_pairs``, proxy/core/scrub.py ``_compile``)."""
+value changed (addons/scrubpairs.py ``pairs``, ``PairCache``; proxy/core/scrubmatch.py
+``compile_pairs``)."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ import os
 import time
 from pathlib import Path
 
-from addons.scrub import _PairCache, _pairs
+from addons.scrubpairs import PairCache, pairs
 from proxy.core.hosts import HostPattern
 from proxy.core.policy import Claim, Credential
 from proxy.core.scrub import Scrubber
@@ -25,7 +26,7 @@ def _claim(tmp: Path, value: str | None) -> Claim:
 
 
 def _scrubber(claim: Claim) -> Scrubber:
-    return Scrubber(_pairs(claim, time.time()))
+    return Scrubber(pairs(claim, time.time()))
 
 
 def test_the_patterns_are_compiled_once_per_set_of_values(tmp_path: Path) -> None:
@@ -53,7 +54,7 @@ def test_an_unreadable_value_is_not_kept_out_for_good(tmp_path: Path) -> None:
 
 
 def test_a_claims_pairs_are_kept_until_a_value_changes(tmp_path: Path) -> None:
-    cache, claim = _PairCache(), _claim(tmp_path, "SecretValueOne123")
+    cache, claim = PairCache(), _claim(tmp_path, "SecretValueOne123")
     first = cache.get(claim, time.time())[0]
     assert cache.get(claim, time.time())[0] is first
     (tmp_path / "v").write_text("SecretValueTwo4567\n")
