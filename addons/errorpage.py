@@ -78,10 +78,15 @@ _CLIENT_SIDE: dict[ErrorCode, tuple[Reason, str, str]] = {
         "http_request_error",
     ),
 }
-# HttpStream's checks of a request that refuse it themselves: (reason, sentence, status)
-_CHECKS: dict[str, tuple[Reason, str, int]] = {
-    "check_invalid": _CLIENT_SIDE[ErrorCode.REQUEST_VALIDATION_FAILED][:2] + (400,),
-    "check_body_size": _CLIENT_SIDE[ErrorCode.REQUEST_TOO_LARGE][:2] + (413,),
+# HttpStream's checks of a request that refuse it themselves: (reason, sentence, status, the
+# message of that refusal when the check may yield other error hooks; mitmproxy 12.3's words)
+_CHECKS: dict[str, tuple[Reason, str, int, str | None]] = {
+    "check_invalid": (*_CLIENT_SIDE[ErrorCode.REQUEST_VALIDATION_FAILED][:2], 400, None),
+    "check_body_size": (
+        *_CLIENT_SIDE[ErrorCode.REQUEST_TOO_LARGE][:2],
+        413,
+        "Request body exceeds mitmproxy's body_size_limit.",
+    ),
 }
 # connection-specific fields, which HTTP/2 forbids (RFC 9113 §8.2.2)
 _H2_DROPPED = {b"connection", b"keep-alive", b"proxy-connection", b"transfer-encoding", b"upgrade"}
@@ -130,11 +135,14 @@ def _refused_by_mitmproxy(flow: http.HTTPFlow, reason: Reason, sentence: str, st
         flow.metadata[facts.ANSWERED] = status
 
 
-def _deciding(original: Check, reason: Reason, sentence: str, status: int) -> Check:
+def _deciding(original: Check, reason: Reason, sentence: str, status: int, own: str | None) -> Check:
     """``HttpStream.check_invalid`` / ``check_body_size`` (``request``: the client's side),
     recording their refusal of a request as the decision before the error hook they yield runs
     (review r-refusals: the sandbox was told ``400 bad_request_head`` and the audit event with
-    its request id said ``error upstream_error 502``)."""
+    its request id said ``error upstream_error 502``). ``own``: the message of the check's own
+    refusal, where the check can also run other steps whose error hooks are not its refusal
+    (``check_body_size`` starts streaming past ``stream_large_bodies``, which connects upstream
+    and may fail there)."""
 
     def check(self: Any, request: bool) -> Generator[Any, Any, bool]:
         if not request:  # the response's side: mitmproxy's as it is (delegated in C)
@@ -146,7 +154,9 @@ def _deciding(original: Check, reason: Reason, sentence: str, status: int) -> Ch
                 command = steps.send(reply)
             except StopIteration as done:
                 return bool(done.value)
-            if isinstance(command, HttpErrorHook):
+            if isinstance(command, HttpErrorHook) and (
+                own is None or (command.flow.error is not None and command.flow.error.msg == own)
+            ):
                 _refused_by_mitmproxy(self.flow, reason, sentence, status)
             reply = yield command
 
@@ -263,8 +273,8 @@ def install() -> None:
     h2: Any = _http2.Http2Server
     if not getattr(h2._handle_event, _MARK, False):
         h2._handle_event = _h2_writing(h2._handle_event)
-    for name, (reason, sentence, status) in _CHECKS.items():
+    for name, (reason, sentence, status, own) in _CHECKS.items():
         if not getattr(getattr(stream, name), _MARK, False):
-            setattr(stream, name, _deciding(getattr(stream, name), reason, sentence, status))
+            setattr(stream, name, _deciding(getattr(stream, name), reason, sentence, status, own))
     if not getattr(_http1.make_error_response, _MARK, False):
         _http1.make_error_response = _error_response

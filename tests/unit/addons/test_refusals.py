@@ -260,7 +260,7 @@ def test_mitmproxys_refusal_of_a_request_is_the_decision_before_the_error_hook(r
     flow = tflow.tflow()
     flow.metadata[facts.DECISION] = Decision(Action.ALLOW, Reason.ALLOWED, "allowed")
     stream = SimpleNamespace(flow=flow)
-    check = errorpage._deciding(_fake_check(flow, True), Reason.BAD_REQUEST_HEAD, "two ways", 400)
+    check = errorpage._deciding(_fake_check(flow, True), Reason.BAD_REQUEST_HEAD, "two ways", 400, None)
     seen, result = _drive(check(stream, request_side))
     assert result is True and [type(c) for c in seen] == [HttpErrorHook]
     decided = flow.metadata[facts.DECISION]
@@ -277,7 +277,7 @@ def test_mitmproxys_refusal_of_a_request_is_the_decision_before_the_error_hook(r
 def test_a_refusal_decided_before_mitmproxys_stays_the_decision() -> None:
     flow = tflow.tflow()
     flow.metadata[facts.DECISION] = deny(Reason.PROXY_AUTH_REQUIRED, "send a token", 407)
-    check = errorpage._deciding(_fake_check(flow, False), Reason.BAD_REQUEST_HEAD, "two ways", 400)
+    check = errorpage._deciding(_fake_check(flow, False), Reason.BAD_REQUEST_HEAD, "two ways", 400, None)
     assert _drive(check(SimpleNamespace(flow=flow), True))[1] is False
     assert (
         flow.metadata[facts.DECISION].reason is Reason.PROXY_AUTH_REQUIRED
@@ -350,3 +350,31 @@ def test_no_sandbox_or_upstream_text_reaches_a_header_or_the_status_line(
         assert re.fullmatch(rb"HTTP/1\.1 \d{3} [\x20-\x7e]+ \([a-z_]+\)", status), status
         assert all(_FIELD_LINE.fullmatch(line) for line in lines), lines
         assert not any(line.lower().startswith(b"x-evil") for line in lines)
+
+
+def test_an_upstream_failure_inside_the_body_size_check_is_not_taken_for_its_refusal() -> None:
+    """check_body_size starts streaming past stream_large_bodies (1m here), which connects
+    upstream; that connection's failure hook is the upstream's, not the check's own refusal."""
+    flow = tflow.tflow()
+    flow.metadata[facts.DECISION] = Decision(Action.ALLOW, Reason.ALLOWED, "allowed")
+
+    def check(self: Any, request: bool) -> Generator[Any, Any, bool]:
+        flow.error = mflow.Error("[Errno 111] Connect call failed ('127.0.0.1', 9)")
+        yield HttpErrorHook(flow)  # from the nested make_server_connection
+        return False
+
+    reason, sentence, status, own = errorpage._CHECKS["check_body_size"]
+    _drive(errorpage._deciding(check, reason, sentence, status, own)(SimpleNamespace(flow=flow), True))
+    assert flow.metadata[facts.DECISION].allowed and facts.ANSWERED not in flow.metadata
+    flow.error = None
+
+    def refusing(self: Any, request: bool) -> Generator[Any, Any, bool]:
+        flow.error = mflow.Error("Request body exceeds mitmproxy's body_size_limit.")
+        yield HttpErrorHook(flow)
+        return True
+
+    _drive(errorpage._deciding(refusing, reason, sentence, status, own)(SimpleNamespace(flow=flow), True))
+    assert (flow.metadata[facts.DECISION].reason, flow.metadata[facts.ANSWERED]) == (
+        Reason.BAD_REQUEST_BODY,
+        413,
+    )
