@@ -157,3 +157,51 @@ def test_a_second_process_on_the_same_file_is_refused(tmp_path: Path) -> None:
     assert done.returncode != 0 and "is being written by another process" in done.stderr
     audit.configure(None)  # closed: free again
     assert subprocess.run([sys.executable, "-c", code], cwd=ROOT, check=False).returncode == 0
+
+
+# -- one event, one line, whatever the sandbox put in it (review r-audit) ---------------------
+
+SPLITTERS = {
+    "LF": "\n",
+    "CR": "\r",
+    "CRLF": "\r\n",
+    "LINE SEPARATOR": "\u2028",
+    "PARAGRAPH SEPARATOR": "\u2029",
+    "NEL": "\x85",
+    "VT FF FS GS RS": "\x0b\x0c\x1c\x1d\x1e",
+    "NUL": "\x00",
+    "a lone surrogate (a path byte)": "\udcff",
+    "a lone high surrogate": "\ud800",
+    "a forged line": '"}\n{"event": "request", "host": "forged.test", "prev": null}\n{"x": "',
+    "1 MiB": "A" * (1 << 20),
+}
+
+
+@pytest.mark.parametrize("value", list(SPLITTERS.values()), ids=list(SPLITTERS))
+def test_a_value_that_splits_lines_elsewhere_stays_inside_its_line(
+    tmp_path: Path, value: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Written by the process itself and relayed from a worker (rendered there, chained by the
+    writer): each event is one line that parses back, and the chain verifies. (A reader that
+    splits on U+2028, NEL or CR would see more lines: verify splits on LF only.)"""
+    fields = {
+        audit.HOST: f"a{value}b.test",
+        audit.PATH: f"/p{value}",
+        audit.MESSAGE: value,
+        audit.RULE: value,
+    }
+    audit.configure(None, chain=False)  # a worker: its lines go to its stdout, the relay's pipe
+    audit.emit("request", dict(fields))
+    relayed = capsys.readouterr().out.encode("utf-8", "surrogateescape").split(b"\n")
+    assert relayed[-1] == b"" and len(relayed) == 2
+    path = tmp_path / "audit.jsonl"
+    audit.configure(path)
+    audit.emit("request", dict(fields))
+    audit.write_line(relayed[0].decode("utf-8", "replace"))  # as workers._relay hands it on
+    audit.emit("request", event(3))
+    raw = lines(path)
+    assert len(raw) == 3
+    for r in raw[:2]:
+        assert json.loads(r)[audit.PATH].startswith("/p")
+    assert verify(path).broken is None
+    assert main(["audit", "verify", str(path)]) == 0
