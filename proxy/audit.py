@@ -200,7 +200,7 @@ class _Sink:
             if self._ocsf is not None:
                 try:
                     self._put_ocsf(json.loads(line))
-                except ValueError:  # never stop the relay of a worker's lines (its pipe would fill)
+                except (ValueError, RecursionError):  # never stop the relay (a worker's pipe would fill)
                     logging.getLogger("surrogate").error("a relayed audit line is not JSON: no OCSF event")
 
     def _put(self, f: logging.handlers.RotatingFileHandler | None, line: str) -> None:
@@ -223,8 +223,14 @@ class _Sink:
         f.stream.write(line + "\n")
         f.stream.flush()
 
-    def _put_ocsf(self, event: dict[str, Any]) -> None:
-        mapped = ocsf.http_activity(event, _epoch_ms(event.get(TIME)))
+    def _put_ocsf(self, event: Any) -> None:
+        try:
+            mapped = (
+                ocsf.http_activity(event, _epoch_ms(event.get(TIME))) if isinstance(event, dict) else None
+            )
+        except (TypeError, ValueError, AttributeError):  # a relayed line's fields of another type
+            logging.getLogger("surrogate").error("an audit line's fields do not map to OCSF: no OCSF event")
+            return  # (the native line is written; the relay must never stop: a worker's pipe would fill)
         if mapped is not None:
             self._put(self._ocsf, _render(mapped))
 

@@ -250,7 +250,10 @@ async def _relay(proc: asyncio.subprocess.Process) -> None:
             continue
         if not line:
             return
-        audit.write_line(line.decode("utf-8", "replace").rstrip("\n"))
+        try:
+            audit.write_line(line.decode("utf-8", "replace").rstrip("\n"))
+        except Exception as e:  # the relay must go on: a worker whose pipe fills stalls its flows
+            log.error("worker %s: an audit line could not be written: %s", proc.pid, type(e).__name__)
 
 
 async def _drop_line(reader: asyncio.StreamReader) -> None:

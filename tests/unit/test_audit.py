@@ -205,3 +205,48 @@ def test_a_value_that_splits_lines_elsewhere_stays_inside_its_line(
         assert json.loads(r)[audit.PATH].startswith("/p")
     assert verify(path).broken is None
     assert main(["audit", "verify", str(path)]) == 0
+
+
+@pytest.mark.parametrize(
+    "fields",
+    [
+        {"duration_ms": [1]},
+        {"bytes_in": {"a": 1}, "status": 200},
+        {"bytes_out": "many"},
+        {"time": 12},
+        {"credentials": 5},
+        {"client": ["x"]},
+        {"port": [443], "host": ["h"]},
+    ],
+    ids=[
+        "duration list",
+        "bytes_in object",
+        "bytes_out text",
+        "time number",
+        "credentials number",
+        "client list",
+        "port list",
+    ],
+)
+def test_a_relayed_line_the_ocsf_mapping_cannot_read_is_still_written(
+    tmp_path: Path, fields: dict[str, Any]
+) -> None:
+    """Hostile review: a worker's line whose fields are of another type made the OCSF mapping
+    raise TypeError out of ``write_line``: the relay task died, the worker's pipe filled and
+    its flows stalled. The native line is written (and chained) and the next lines too."""
+    path, ocsf = tmp_path / "audit.jsonl", tmp_path / "audit.ocsf.jsonl"
+    audit.configure(path, ocsf=ocsf)
+    audit.write_line(json.dumps({"event": "request", "method": "GET", "decision": "allow", **fields}))
+    audit.write_line(json.dumps({"event": "request", "method": "GET", "decision": "allow", "host": "next"}))
+    assert len(lines(path)) == 2 and verify(path).broken is None
+    assert json.loads(lines(ocsf)[-1])["http_request"]["url"]["hostname"] == "next"
+
+
+def test_a_relayed_line_nested_too_deep_to_parse_is_still_written(tmp_path: Path) -> None:
+    """RecursionError (not a ValueError) out of json.loads ended the relay the same way."""
+    path, ocsf = tmp_path / "audit.jsonl", tmp_path / "audit.ocsf.jsonl"
+    audit.configure(path, ocsf=ocsf)
+    audit.write_line('{"event": "request", "x": ' + '{"a": ' * 200_000 + "1" + "}" * 200_000 + "}")
+    audit.write_line(json.dumps({"event": "request", "method": "GET", "decision": "allow", "host": "next"}))
+    assert len(lines(path)) == 2
+    assert json.loads(lines(ocsf)[-1])["http_request"]["url"]["hostname"] == "next"

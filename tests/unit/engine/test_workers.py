@@ -48,3 +48,21 @@ async def test_lines_under_the_limit_are_relayed_whole_and_in_order(monkeypatch:
     lines = [json.dumps({"seq": i, "path": "/x" * (i * 50)}) for i in range(1, 40)]
     out = await relayed(("\n".join(lines) + "\n").encode(), 4096, monkeypatch)
     assert out == lines
+
+
+async def test_a_line_the_sink_cannot_write_does_not_end_the_relay(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A relay that ended left the worker writing into a pipe no one reads: its flows stall."""
+    out: list[str] = []
+
+    def write(line: str) -> None:
+        if "bad" in line:
+            raise TypeError("the sink could not write it")
+        out.append(line)
+
+    monkeypatch.setattr(audit, "write_line", write)
+    reader = asyncio.StreamReader(limit=4096)
+    proc: Any = SimpleNamespace(stdout=reader, pid=4242)
+    reader.feed_data(b'{"bad": 1}\n{"seq": 2}\n')
+    reader.feed_eof()
+    await asyncio.wait_for(workers._relay(proc), 10)
+    assert out == ['{"seq": 2}']
