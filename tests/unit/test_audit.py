@@ -250,3 +250,27 @@ def test_a_relayed_line_nested_too_deep_to_parse_is_still_written(tmp_path: Path
     audit.write_line(json.dumps({"event": "request", "method": "GET", "decision": "allow", "host": "next"}))
     assert len(lines(path)) == 2
     assert json.loads(lines(ocsf)[-1])["http_request"]["url"]["hostname"] == "next"
+
+
+PLACEHOLDER_LIKE = "surr_AuditPlaceholder000000001"
+
+
+@pytest.mark.parametrize(
+    "spelling",
+    [
+        PLACEHOLDER_LIKE,
+        PLACEHOLDER_LIKE.upper(),
+        PLACEHOLDER_LIKE.replace("_", "%5f"),
+        PLACEHOLDER_LIKE + "A" * 60,  # a longer run: the bounded pattern matched none of it
+        "x" + PLACEHOLDER_LIKE + "0" * 100 + ".evil.test",
+    ],
+    ids=["plain", "upper", "percent", "longer run", "inside a label"],
+)
+@pytest.mark.parametrize("field", [audit.HOST, audit.MESSAGE, audit.METHOD])
+def test_no_placeholder_shaped_string_stays_in_a_named_field(field: str, spelling: str) -> None:
+    """Hostile review: ``method`` (any token a sandbox sends) was not hidden at all, and a
+    placeholder followed by more letters or digits than a placeholder holds escaped the
+    pattern (its end had to be a non-alphanumeric within 64 characters)."""
+    fields: dict[str, Any] = {field: f"{spelling} and {spelling}"}
+    audit.hide_placeholders(fields)
+    assert PLACEHOLDER_LIKE[5:].lower() not in str(fields[field]).lower()
