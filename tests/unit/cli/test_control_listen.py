@@ -7,7 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from proxy.cli.main import _control_config, _parser
+from proxy.cli.main import _parser
+from proxy.cli.serve import control_config
 
 
 @pytest.mark.parametrize("given", ["localhost", "LOCALHOST", "127.0.0.1", "[::1]"])
@@ -23,7 +24,7 @@ def test_a_proxy_nodes_control_listener_binds_a_loopback_address_not_a_name(
         + ["--control-token-file", str(token)]
     )
     try:
-        config = _control_config(args)
+        config = control_config(args)
     except ValueError:
         assert given == "LOCALHOST"  # refused is fine too: never bound by name
         return
