@@ -52,13 +52,21 @@ def add_parser(audit_sub: argparse._SubParsersAction[argparse.ArgumentParser]) -
 
 
 def chain_order(files: list[Path]) -> list[Path]:
-    """``files`` oldest first: ``PATH.N`` (highest N first) before ``PATH``, else by name."""
+    """``files`` oldest first: ``PATH.N`` (highest N first) before ``PATH``, else by name; each
+    file once, however it is named."""
 
     def key(p: Path) -> tuple[str, int]:
         m = _ROTATED.match(str(p))
         return (m["base"], -int(m["n"])) if m else (str(p), 0)
 
-    return sorted(dict.fromkeys(files), key=key)
+    unique: dict[Path, Path] = {}
+    for p in files:  # one file named twice (``./a``, ``a``, a symlink) is read once
+        try:
+            same = p.resolve()
+        except OSError:
+            same = p
+        unique.setdefault(same, p)
+    return sorted(unique.values(), key=key)
 
 
 def read_lines(path: Path) -> list[chain.Line]:

@@ -171,3 +171,13 @@ def test_verify_streams_a_large_file(
     finally:
         tracemalloc.stop()
     assert peak < 2 << 20, peak
+
+
+def test_one_file_named_twice_is_read_once(files: list[Path], capsys: pytest.CaptureFixture[str]) -> None:
+    """``verify audit.jsonl* ../logs/audit.jsonl``: the same lines twice read as a copy (a false
+    break)."""
+    newest = chain_order(files)[-1]
+    again = newest.parent / ".." / newest.parent.name / newest.name
+    link = newest.parent / "current.jsonl"
+    link.symlink_to(newest)
+    assert main(["audit", "verify", *map(str, files), str(again), str(link)]) == 0, capsys.readouterr().out
