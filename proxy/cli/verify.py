@@ -10,8 +10,9 @@ there) or no line carries ``prev`` at all (nothing was verified), 2 usage (no su
 readable).
 
 The files are streamed: read once line by line when intact, once more to diagnose a break,
-memory flat whatever their size. A line longer than :data:`LONGEST` (any line the writer
-writes is shorter) is broken, and never held whole. ``--restarts``: the files are a captured
+memory flat whatever their size (a pipe, ``… | surrogate audit verify /dev/stdin``, is
+spooled to a temporary file as it is read, since it cannot be read twice). A line longer than
+:data:`LONGEST` (any line the writer writes is shorter) is broken, and never held whole. ``--restarts``: the files are a captured
 stdout (``kubectl logs``), where each start of the proxy begins a fresh chain; without it a
 fresh chain after the first line is a break (:func:`proxy.core.chain.verify`).
 """
@@ -20,7 +21,9 @@ from __future__ import annotations
 
 import argparse
 import re
+import shutil
 import sys
+import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -74,9 +77,11 @@ def read_lines(path: Path) -> list[chain.Line]:
     return list(iter_lines(path))
 
 
-def iter_lines(path: Path) -> Iterator[chain.Line]:
-    """The lines of ``path``, one at a time; the last is incomplete when the file does not end
-    with a newline; a line longer than :data:`LONGEST` is given ``too_long`` with only its start."""
+def iter_lines(path: Path, name: str | None = None) -> Iterator[chain.Line]:
+    """The lines of ``path`` (named ``name`` in reports), one at a time; the last is incomplete
+    when the file does not end with a newline; a line longer than :data:`LONGEST` is given
+    ``too_long`` with only its start."""
+    shown = str(path) if name is None else name
     with path.open("rb") as f:
         number = 0
         while True:
@@ -85,12 +90,12 @@ def iter_lines(path: Path) -> Iterator[chain.Line]:
                 return
             number += 1
             if raw.endswith(b"\n"):
-                yield chain.Line(str(path), number, raw[:-1])
+                yield chain.Line(shown, number, raw[:-1])
             elif len(raw) <= LONGEST:
-                yield chain.Line(str(path), number, raw, complete=False)
+                yield chain.Line(shown, number, raw, complete=False)
             else:
                 complete = _skip_line(f)
-                yield chain.Line(str(path), number, raw[:64], complete=complete, too_long=True)
+                yield chain.Line(shown, number, raw[:64], complete=complete, too_long=True)
 
 
 def _skip_line(f: Any) -> bool:
@@ -105,14 +110,24 @@ def _skip_line(f: Any) -> bool:
 
 class _Files:
     """The files' lines in chain order, read afresh each time they are iterated (the chain is
-    read once more to diagnose a break). An OSError while reading is raised to the caller."""
+    read once more to diagnose a break). A file that cannot be read twice (a pipe:
+    ``… | surrogate audit verify /dev/stdin``) is copied, a chunk at a time, to a temporary file
+    in ``spool`` first. An OSError while reading is raised to the caller."""
 
-    def __init__(self, files: list[Path]) -> None:
-        self.files = files
+    def __init__(self, files: list[Path], spool: Path) -> None:
+        self.files: list[tuple[Path, str]] = []
+        for n, path in enumerate(files):
+            if path.is_file():
+                self.files.append((path, str(path)))
+                continue
+            copy = spool / str(n)
+            with path.open("rb") as src, copy.open("wb") as dst:
+                shutil.copyfileobj(src, dst, _CHUNK)
+            self.files.append((copy, str(path)))
 
     def __iter__(self) -> Iterator[chain.Line]:
-        for path in self.files:
-            yield from iter_lines(path)
+        for path, name in self.files:
+            yield from iter_lines(path, name)
 
 
 def main_verify(args: argparse.Namespace) -> int:
@@ -127,7 +142,8 @@ def main_verify(args: argparse.Namespace) -> int:
             print(f"surrogate: cannot read {path}: {e.strerror or e}", file=sys.stderr)
             return USAGE
     try:
-        report = chain.verify(_Files(files), audit.PREV, restarts=args.restarts)
+        with tempfile.TemporaryDirectory(prefix="surrogate-verify-") as spool:
+            report = chain.verify(_Files(files, Path(spool)), audit.PREV, restarts=args.restarts)
     except OSError as e:
         print(f"surrogate: cannot read {e.filename}: {e.strerror or e}", file=sys.stderr)
         return USAGE

@@ -181,3 +181,27 @@ def test_one_file_named_twice_is_read_once(files: list[Path], capsys: pytest.Cap
     link = newest.parent / "current.jsonl"
     link.symlink_to(newest)
     assert main(["audit", "verify", *map(str, files), str(again), str(link)]) == 0, capsys.readouterr().out
+
+
+@pytest.mark.parametrize("broken", [False, True])
+def test_a_pipe_is_verified_like_a_file(tmp_path: Path, broken: bool) -> None:
+    """``kubectl logs … | surrogate audit verify --restarts /dev/stdin``: a pipe cannot be read a
+    second time (the diagnosis of a break reads the lines again), so it is spooled to a
+    temporary file as it is read (flat memory), and the break named at its line."""
+    import subprocess
+    import sys
+
+    from harness import ROOT
+
+    lines = chained(50)
+    if broken:
+        del lines[20]
+    data = b"\n".join(lines) + b"\n"
+    cmd = [sys.executable, "-m", "proxy", "audit", "verify", "/dev/stdin"]
+    done = subprocess.run(cmd, cwd=ROOT, input=data, capture_output=True, timeout=60, check=False)
+    out = done.stdout.decode()
+    if broken:
+        assert done.returncode == 1, out + done.stderr.decode()
+        assert "/dev/stdin:21: broken: " in out, out
+    else:
+        assert done.returncode == 0 and "intact: 50 lines" in out, out + done.stderr.decode()
