@@ -12,9 +12,10 @@ readable).
 The files are streamed: read once line by line when intact, once more to diagnose a break,
 memory flat whatever their size (a pipe, ``… | surrogate audit verify /dev/stdin``, is
 spooled to a temporary file as it is read, since it cannot be read twice). A line longer than
-:data:`LONGEST` (any line the writer writes is shorter) is broken, and never held whole. ``--restarts``: the files are a captured
-stdout (``kubectl logs``), where each start of the proxy begins a fresh chain; without it a
-fresh chain after the first line is a break (:func:`proxy.core.chain.verify`).
+:data:`LONGEST` (any line the writer writes is shorter) is broken, and never held whole.
+``--restarts``: the files are a captured stdout (``kubectl logs``), where each start of the
+proxy begins a fresh chain; without it a fresh chain after the first line is a break
+(:func:`proxy.core.chain.verify`).
 """
 
 from __future__ import annotations
