@@ -115,17 +115,20 @@ def control_config(args: argparse.Namespace) -> ControlConfig:
         if len(token) < 16:
             raise ValueError(f"{args.control_token_file}: the operator token must be at least 16 characters")
         host = args.control_tcp[0]
+        if host.lower() == "localhost":  # bound as an address: the resolver may say anything
+            host = "127.0.0.1"
+        tcp = (host, args.control_tcp[1])
         tls = getattr(args, "control_tls_cert", None), getattr(args, "control_tls_key", None)
         names = [canonical_host(n) for n in getattr(args, "control_name", [])]
         if (tls[0] is None) != (tls[1] is None):
             raise ValueError("--control-tls-cert and --control-tls-key go together")
-        if host not in ("127.0.0.1", "::1", "localhost") and (tls[0] is None or not names):
+        if host not in ("127.0.0.1", "::1") and (tls[0] is None or not names):
             raise ValueError(
                 "--control-tcp must be a loopback address (127.0.0.1 or ::1)"
                 + ("; surrogate control serves another address only with --control-tls-cert, "
                    "--control-tls-key and --control-name" if hasattr(args, "control_name") else "")
             )  # fmt: skip
-        return ControlConfig(socket_path, args.control_tcp, token, tls[0], tls[1], tuple(names))
+        return ControlConfig(socket_path, tcp, token, tls[0], tls[1], tuple(names))
     return ControlConfig(socket_path, args.control_tcp, token)
 
 
