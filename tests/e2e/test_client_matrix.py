@@ -136,6 +136,7 @@ def _real(matrix: Matrix, host: str, path: str, value: str) -> None:
             "asyncio.run(main())",
         ),
     ],
+    ids=["httpx", "urllib", "aiohttp"],
 )
 def test_python_http_clients(matrix: Matrix, client: str, script: str) -> None:
     path = f"/matrix/{client}"
