@@ -44,6 +44,7 @@ class Held:
     kib_per_tunnel: float
     setup_per_s: float
     idle_rss_mib: float
+    kib_left_per_tunnel: float  # RSS above idle a second after every tunnel closed, per tunnel
 
 
 async def _open(target: Target, port: int, ctx: ssl.SSLContext) -> asyncio.StreamWriter:
@@ -83,7 +84,8 @@ async def _hold(target: Target, port: int, k: int) -> Held:
         w.close()
     await asyncio.gather(*(w.wait_closed() for w in held), return_exceptions=True)
     await asyncio.sleep(1.0)
-    return Held(k, (rss - idle) / k, k / seconds, idle / 1024)
+    after = status_kib(target.pid, "VmRSS")
+    return Held(k, (rss - idle) / k, k / seconds, idle / 1024, (after - idle) / k)
 
 
 def hold(target: Target, port: int, k: int) -> Held:
@@ -138,14 +140,15 @@ def _main() -> int:
 
 def render(got: dict[tuple[str, int], list[Held]]) -> str:
     lines = [
-        "| target | tunnels | idle RSS | RSS per tunnel above idle | set-up rate |",
-        "|---|---|---|---|---|",
+        "| target | tunnels | idle RSS | RSS per tunnel above idle | set-up rate | left after close |",
+        "|---|---|---|---|---|---|",
     ]
     for (name, k), hs in sorted(got.items(), key=lambda kv: (kv[0][1], kv[0][0])):
         lines.append(
             f"| {name} | {k:,} | {statistics.median(h.idle_rss_mib for h in hs):.0f} MiB "
             f"| {statistics.median(h.kib_per_tunnel for h in hs):.1f} KiB "
-            f"| {statistics.median(h.setup_per_s for h in hs):.0f}/s |"
+            f"| {statistics.median(h.setup_per_s for h in hs):.0f}/s "
+            f"| {statistics.median(h.kib_left_per_tunnel for h in hs):.1f} KiB |"
         )
     return "\n".join(lines)
 
