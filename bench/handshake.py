@@ -91,13 +91,13 @@ def one(
         tls.sendall(
             f"GET /small HTTP/1.1\r\nHost: {target.host}:{port}\r\nConnection: close\r\n\r\n".encode()
         )
-        resp = http.client.HTTPResponse(tls, method="GET")  # type: ignore[arg-type]
+        resp = http.client.HTTPResponse(tls, method="GET")
         resp.begin()
         body = resp.read()
         t_end = time.perf_counter()
         if resp.status != 200 or len(body) != 100:
             raise RuntimeError(f"{target.name}: {resp.status}, {len(body)} bytes")
-        return (t_tls - t0) * 1000, (t_end - t0) * 1000, tls.session_reused, tls.session
+        return (t_tls - t0) * 1000, (t_end - t0) * 1000, bool(tls.session_reused), tls.session
 
 
 def run(target: Target, port: int, n: int, resume: bool) -> Handshakes:
