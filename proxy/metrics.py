@@ -19,6 +19,8 @@ host, path or anything else the sandbox chooses.
                                                                 | websocket_held
     surrogate_hook_processes                                    hook commands running now
     surrogate_hook_processes_limit{pool}                        their bound: a pool's, "*" the node's
+    surrogate_node_info{node}                                   1: the node's name (``--node``), said
+                                                                once, not as a label of every series
 """
 
 from __future__ import annotations
@@ -86,6 +88,17 @@ class Metrics:
         self.control_requests = Counter(
             "surrogate_control_requests", "control API requests", ["method", "status_class"], registry=r
         )
+        self.node_info = Gauge(
+            "surrogate_node_info",
+            "always 1; the node label names this node (surrogate run --node)",
+            ["node"],
+            registry=r,
+            multiprocess_mode="max",  # every worker says the same name
+        )
+
+    def name_node(self, node: str) -> None:
+        """Say which node this is: ``surrogate_node_info{node=...} 1``."""
+        self.node_info.labels(node).set(1)
 
     def exposition(self) -> CollectorRegistry:
         """The registry ``/metrics`` serves: this process's, or under ``--workers N`` one that

@@ -22,9 +22,12 @@ import httpx
 import pytest
 from harness import ROOT, ProxyProcess, free_port
 from jsonschema import Draft202012Validator
+from ocsf_check import ocsf_errors
 from servers import TestCA, Upstream
 
 from proxy import audit
+from proxy.cli.verify import read_lines
+from proxy.core import chain
 from proxy.core.decide import Action, Reason
 
 SCHEMA_PATH = ROOT / "docs" / "audit-schema.json"
@@ -68,9 +71,10 @@ def constants_used(source: Path) -> set[str]:
         for node in ast.walk(tree)
         if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) and node.value.id in aliases
     }
-    # `time`, `seq` and `worker` are added by processors in proxy.audit.configure, `event` is structlog's
-    # event name.
-    return {fields[n] for n in names if n in fields} | {audit.TIME, audit.EVENT, audit.SEQ, audit.WORKER}
+    # `time`, `seq`, `worker` and `node` are added by processors in proxy.audit.configure, `prev` by
+    # its sink (the hash chain), `event` is structlog's event name.
+    added = {audit.TIME, audit.EVENT, audit.SEQ, audit.WORKER, audit.NODE, audit.PREV}
+    return {fields[n] for n in names if n in fields} | added
 
 
 # -- the schema against the code -------------------------------------------------------------
@@ -103,6 +107,7 @@ def test_date_time_format_is_really_checked() -> None:
             "new_version": 1,
             "seq": 1,
             "worker": 4242,
+            "node": "node-a",
         }
     )
 
@@ -175,6 +180,7 @@ GOOD_REQUEST: Event = {
     "message": None,
     "seq": 7,
     "worker": 4242,
+    "node": "node-a",
     "would_deny": None,
     "credentials": [{"name": "github", "version": 1}],
     "carried": [],
@@ -184,6 +190,7 @@ GOOD_REQUEST: Event = {
     "bytes_out": 0,
     "bytes_in": 12,
     "duration_ms": 3.5,
+    "prev": "5d41402abc4b2a76b9719d911017c592" * 2,
 }
 
 
@@ -200,6 +207,11 @@ GOOD_REQUEST: Event = {
         {"event": "tunnel"},
         {"violation_surface": "cookie"},
         {"carried_on": [{"name": "github"}]},
+        {"node": "node a"},
+        {"node": ""},
+        {"node": None},
+        {"prev": "5D41402ABC4B2A76B9719D911017C592" * 2},
+        {"prev": "abc"},
     ],
     ids=[
         "extra-field",
@@ -212,6 +224,11 @@ GOOD_REQUEST: Event = {
         "tunnel-with-a-path",
         "unknown-surface",
         "carried-without-surface",
+        "node-not-a-label",
+        "node-empty",
+        "node-null",
+        "prev-upper-case",
+        "prev-not-a-sha256",
     ],
 )
 def test_schema_refuses_events_that_break_the_contract(change: Event) -> None:
@@ -288,6 +305,8 @@ class World:
         self.placeholder = "surr_SchemaPlaceholder000001"
         resolve = {n: "127.0.0.1" for n in names}
         self.proxy = ProxyProcess(rules, tmp, upstream_ca=self.ca.ca_pem, resolve=resolve)
+        self.ocsf_path = tmp / "audit.ocsf.jsonl"
+        self.proxy.args += ["--audit-ocsf-file", str(self.ocsf_path)]
 
     def url(self, host: str, path: str, port: int | None = None) -> str:
         return f"https://{host}:{port or self.upstream.port}{path}"
@@ -411,3 +430,16 @@ def test_every_real_audit_line_matches_the_schema(world: World) -> None:
     assert problems == [], "\n".join(problems)
     missing = [kind for kind, seen in EXPECTED.items() if not any(seen(e) for e in events)]
     assert missing == [], f"never seen: {missing}\n{text}"
+
+    # the same lines are one intact hash chain (docs/audit-schema.json "prev")
+    lines = read_lines(world.proxy.audit_path)
+    assert chain.verify(lines, audit.PREV).broken is None
+
+    # ... and each request and tunnel event is also OCSF HTTP Activity the OCSF schema accepts
+    ocsf_text = world.ocsf_path.read_text(encoding="utf-8")
+    assert world.secret not in ocsf_text and world.placeholder not in ocsf_text
+    mapped = [json.loads(line) for line in ocsf_text.splitlines()]
+    flows = [e for e in events if e["event"] in ("request", "tunnel")]
+    assert [m["metadata"].get("uid") for m in mapped] == [e["request_id"] for e in flows]
+    ocsf_problems = [f"line {n}: {p}" for n, m in enumerate(mapped, 1) for p in ocsf_errors(m)]
+    assert ocsf_problems == [], "\n".join(ocsf_problems)

@@ -1,8 +1,9 @@
 """The ``surrogate`` command (also ``python -m proxy``).
 
 :mod:`proxy.cli.main` parses the arguments and runs a command; :mod:`proxy.cli.explain` answers
-``rules explain`` and ``audit why``; :mod:`proxy.cli.provision` prints ``surrogate env``. May
-import every layer.
+``rules explain`` and :mod:`proxy.cli.why` ``audit why``, both from the pieces in
+:mod:`proxy.cli.dryrun`; :mod:`proxy.cli.provision` prints ``surrogate env``. May import every
+layer.
 
 ``proxy.cli:main`` (the entry point of earlier releases) still works (forwarded to
 :mod:`proxy.cli.main`).

@@ -1,23 +1,31 @@
 """The ``surrogate`` command line (also ``python -m proxy``).
 
     surrogate run --rules FILE [--state-dir DIR] [--listen HOST:PORT] [--upstream-ca PEM]...
-                  [--resolve NAME:ADDR]... [--audit-file PATH] [--workers N] [control listener options]
-    surrogate control --rules FILE [--state-dir DIR] [control listener options]
+                  [--resolve NAME:ADDR]... [--audit-file PATH] [--workers N] [--node NAME]
+                  [control listener options]
+    surrogate control --rules FILE [--state-dir DIR] [--node NAME] [control listener options]
+                      [--control-tls-cert PEM --control-tls-key PEM --control-name NAME...]
     surrogate claims create|list|get|delete|rotate-token ...
     surrogate creds put|patch|get|list|delete ...
     surrogate keys rotate [--state-dir DIR] [--resume]
     surrogate ca export [--state-dir DIR]
-    surrogate rules check FILE...
-    surrogate rules explain --rules FILE --claim ID [--state-dir DIR] [--json] METHOD URL [-H 'N: V']...
+    surrogate rules check [--check-sources] FILE...
+    surrogate rules explain --rules FILE --claim ID [--state-dir DIR] [--json] [--check-sources]
+                            METHOD URL [-H 'N: V']...
     surrogate audit why REQUEST_ID --audit-file FILE --rules FILE [--state-dir DIR] [--json]
+    surrogate audit verify FILE...   (exit 0 intact, 1 broken, 2 usage)
     surrogate demo init [--state-dir DIR]
 
 The state dir (default ``$SURROGATE_STATE_DIR``, else ``~/.local/state/surrogate``) holds the
 proxy's CA, the upstream trust bundle, the credential store and its key file, and the control
 socket. Control listener options: ``--control-socket PATH`` (default ``<state dir>/control.sock``;
-``none`` for no socket), ``--control-tcp HOST:PORT`` with ``--control-token-file FILE``.
+``none`` for no socket), ``--control-tcp HOST:PORT`` with ``--control-token-file FILE``
+(loopback; ``surrogate control`` may serve another address over TLS under ``--control-name``).
+``--node`` names the node in every audit event and in ``/metrics`` (default: the host name;
+:mod:`proxy.core.node`).
 
-Exit status: 0 ok, 1 error (printed as one clear message, never a traceback), 2 usage.
+Exit status: 0 ok, 1 error (printed as one clear message, never a traceback), 2 usage;
+``rules explain`` also says its verdict: 3 deny, 4 violation, 5 error (:mod:`proxy.cli.explain`).
 """
 
 from __future__ import annotations
@@ -27,19 +35,26 @@ import asyncio
 import ipaddress
 import os
 import secrets
+import socket
 import sys
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from certs import ca
 from proxy import audit
-from proxy.cli.explain import main_explain, main_why
+from proxy.cli.explain import EXIT_HELP as EXPLAIN_EXIT_HELP
+from proxy.cli.explain import main_explain
 from proxy.cli.provision import render, sandbox_env
+from proxy.cli.verify import add_parser as add_verify_parser
+from proxy.cli.verify import main_verify
+from proxy.cli.why import main_why
 from proxy.control import client
-from proxy.core.errors import HostError, SurrogateError
+from proxy.core.errors import HostError, RulesError, SurrogateError
 from proxy.core.hosts import canonical_host
 from proxy.core.limits import DEFAULT_NODE_HOOK_PROCESSES, DEFAULT_WEBSOCKET_HELD
 from proxy.core.netrules import transparent_rules
+from proxy.core.node import node_name
 from proxy.core.policy import Policy, SourceToken
 from proxy.engine import hardening, workers
 from proxy.engine.state import State
@@ -83,12 +98,36 @@ def _resolve(value: str) -> tuple[str, str]:
         ) from None
 
 
+def _node_arg(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--node",
+        metavar="NAME",
+        help="this node's name in every audit event and in /metrics (default: the host name)",
+    )
+
+
+def _node(args: argparse.Namespace) -> str:
+    """``--node``, else the host name; raises ValueError naming which was not a node name."""
+    if args.node is not None:
+        return node_name(args.node)
+    host = socket.gethostname()
+    try:
+        return node_name(host)
+    except ValueError as e:
+        raise ValueError(f"the host name is not a node name ({e}); name this node with --node NAME") from None
+
+
 def _audit_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--audit-file", type=Path, help="append audit events here (default stdout)")
     p.add_argument(
         "--audit-max-bytes", type=int, default=0, help="rotate the audit file past this size (0: never)"
     )
     p.add_argument("--audit-backups", type=int, default=5, help="rotated audit files to keep (default 5)")
+    p.add_argument(
+        "--audit-ocsf-file",
+        type=Path,
+        help="also write request and tunnel events as OCSF 1.5.0 HTTP Activity here (rotated alike)",
+    )
 
 
 def _control_args(p: argparse.ArgumentParser) -> None:
@@ -104,6 +143,21 @@ def _control_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--control-token-file", type=Path, help="file holding the operator bearer token")
 
 
+def _served_control_args(p: argparse.ArgumentParser) -> None:
+    """``surrogate control`` only (never a proxy node, where sandboxes are): a TCP listener
+    beyond loopback, for a cluster's Service, over TLS and under the names its clients use."""
+    p.add_argument("--control-tls-cert", type=Path, metavar="PEM", help="serve --control-tcp over TLS")
+    p.add_argument("--control-tls-key", type=Path, metavar="PEM", help="the key of --control-tls-cert")
+    p.add_argument(
+        "--control-name",
+        action="append",
+        default=[],
+        metavar="NAME",
+        help="a name clients reach --control-tcp by (its Host header), e.g. a Service's DNS name "
+        "(repeatable; needed, with TLS, for an address other than loopback)",
+    )
+
+
 def _control_config(args: argparse.Namespace) -> ControlConfig:
     from proxy.engine.master import ControlConfig
 
@@ -113,6 +167,8 @@ def _control_config(args: argparse.Namespace) -> ControlConfig:
         else Path(args.control_socket or args.state_dir / "control.sock")
     )
     token = None
+    if args.control_tcp is None and getattr(args, "control_tls_cert", None) is not None:
+        raise ValueError("--control-tls-cert serves --control-tcp over TLS: name the listener too")
     if args.control_tcp is not None:
         if args.control_token_file is None:
             raise ValueError("--control-tcp needs --control-token-file (the operator bearer token)")
@@ -120,8 +176,17 @@ def _control_config(args: argparse.Namespace) -> ControlConfig:
         if len(token) < 16:
             raise ValueError(f"{args.control_token_file}: the operator token must be at least 16 characters")
         host = args.control_tcp[0]
-        if host not in ("127.0.0.1", "::1", "localhost"):
-            raise ValueError("--control-tcp must be a loopback address (127.0.0.1 or ::1)")
+        tls = getattr(args, "control_tls_cert", None), getattr(args, "control_tls_key", None)
+        names = [canonical_host(n) for n in getattr(args, "control_name", [])]
+        if (tls[0] is None) != (tls[1] is None):
+            raise ValueError("--control-tls-cert and --control-tls-key go together")
+        if host not in ("127.0.0.1", "::1", "localhost") and (tls[0] is None or not names):
+            raise ValueError(
+                "--control-tcp must be a loopback address (127.0.0.1 or ::1)"
+                + ("; surrogate control serves another address only with --control-tls-cert, "
+                   "--control-tls-key and --control-name" if hasattr(args, "control_name") else "")
+            )  # fmt: skip
+        return ControlConfig(socket_path, args.control_tcp, token, tls[0], tls[1], tuple(names))
     return ControlConfig(socket_path, args.control_tcp, token)
 
 
@@ -161,6 +226,13 @@ def _parser() -> argparse.ArgumentParser:
         help="connect to ADDR for NAME, like curl --resolve (repeatable)",
     )
     _audit_args(run)
+    _node_arg(run)
+    run.add_argument(
+        "--otlp-endpoint",
+        metavar="URL",
+        help="export one OpenTelemetry span per request over OTLP/HTTP to URL, e.g. "
+        "http://127.0.0.1:4318/v1/traces (needs the otel extra)",
+    )
     run.add_argument(
         "--transparent",
         type=_listen,
@@ -180,7 +252,9 @@ def _parser() -> argparse.ArgumentParser:
     control = sub.add_parser("control", parents=[state], help="serve only the control API (sidecar)")
     control.add_argument("--rules", type=Path, required=True, help="the rules file the proxy uses")
     _audit_args(control)
+    _node_arg(control)
     _control_args(control)
+    _served_control_args(control)
     client.add_commands(sub, state)
 
     env = sub.add_parser("env", parents=[state], help="print the environment a sandbox needs (shell or .env)")
@@ -238,8 +312,13 @@ def _parser() -> argparse.ArgumentParser:
     rules_sub = rules.add_subparsers(dest="rules_command", required=True)
     check = rules_sub.add_parser("check", help="validate rules files without starting anything")
     check.add_argument("files", type=Path, nargs="+")
+    _sources_arg(check)
     explain = rules_sub.add_parser(
-        "explain", help="dry-run one request through the rules: decision, rule, credentials (no network)"
+        "explain",
+        help="dry-run one request through the rules: decision, rule, credentials (no network)",
+        description="Dry-run one request through the rules: decision, rule, credentials (no network).",
+        epilog=EXPLAIN_EXIT_HELP,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     explain.add_argument("--rules", type=Path, required=True, help="rules file (YAML, version: 1)")
     explain.add_argument("--claim", required=True, help="the claim that sends the request")
@@ -255,6 +334,7 @@ def _parser() -> argparse.ArgumentParser:
         help="a request header (repeatable)",
     )
     explain.add_argument("--json", action="store_true", help="print JSON instead of text")
+    _sources_arg(explain)
     explain.add_argument("method", metavar="METHOD", help="e.g. GET")
     explain.add_argument("url", metavar="URL", help="http:// or https:// URL")
 
@@ -270,6 +350,7 @@ def _parser() -> argparse.ArgumentParser:
     why.add_argument("--rules", type=Path, required=True, help="the rules file in force")
     why.add_argument("--state-dir", type=Path, help="also the control-API claims in this state dir's store")
     why.add_argument("--json", action="store_true", help="print JSON instead of text")
+    add_verify_parser(audit_sub)
 
     demo = sub.add_parser("demo", help="the embedded demo")
     demo_sub = demo.add_subparsers(dest="demo_command", required=True)
@@ -301,7 +382,9 @@ def main(argv: list[str] | None = None) -> int:
         if args.command == "rules" and args.rules_command == "explain":
             return main_explain(args)
         if args.command == "rules":
-            return _check(args.files)
+            return _check(args.files, args.check_sources)
+        if args.command == "audit" and args.audit_command == "verify":
+            return main_verify(args)
         if args.command == "audit":
             return main_why(args)
         if args.command == "demo":
@@ -339,18 +422,35 @@ def main(argv: list[str] | None = None) -> int:
     return 2
 
 
-def _check(files: list[Path]) -> int:
+def _sources_arg(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--check-sources",
+        action="store_true",
+        help="also read every env:/file: value source now, as 'run' does, and report one that "
+        "cannot be read (by default only their form is checked: no secret is read)",
+    )
+
+
+def _check(files: list[Path], read_sources: bool = False) -> int:
     status = 0
     for f in files:
         try:
-            policy = load_rules(f)
+            policy = load_rules(f, read_secrets=read_sources)
             for w in policy.warnings:
                 print(w, file=sys.stderr)
             print(f"{f}: ok" + (f" ({len(policy.warnings)} warnings)" if policy.warnings else ""))
+        except RulesError as e:  # every error and warning of the file, then how many
+            print(e, file=sys.stderr)
+            print(f"{f}: {_count(e.problems, 'error')}, {_count(e.warnings, 'warning')}", file=sys.stderr)
+            status = 1
         except SurrogateError as e:
             print(e, file=sys.stderr)
             status = 1
     return status
+
+
+def _count(items: Sequence[object], what: str) -> str:
+    return f"{len(items)} {what}{'' if len(items) == 1 else 's'}"
 
 
 def _demo_init(state_dir: Path) -> int:
@@ -422,6 +522,7 @@ def _supervise(args: argparse.Namespace, argv: list[str]) -> int:
     policy = load_rules(args.rules)
     for warning in policy.warnings:
         print(warning, file=sys.stderr)
+    node = _node(args)
     control = _control_config(args)
     args.state_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
     ports = [args.listen, *([args.transparent] if args.transparent else [])]
@@ -433,7 +534,9 @@ def _supervise(args: argparse.Namespace, argv: list[str]) -> int:
     counters.SharedCounters.create(table, args.workers)  # empty: no count outlives the node
     shared = counters.SharedCounters.open(table, 0)
     workers.share_metrics(args.state_dir / "metrics")
-    audit.configure(args.audit_file, args.audit_max_bytes, args.audit_backups)
+    audit.configure(
+        args.audit_file, args.audit_max_bytes, args.audit_backups, node=node, ocsf=args.audit_ocsf_file
+    )
     try:
         return asyncio.run(
             workers.supervise(workers.worker_command(argv), args.workers, shared.release_worker)
@@ -452,12 +555,16 @@ def _run(args: argparse.Namespace) -> int:
     if not worker:
         for warning in policy.warnings:
             print(warning, file=sys.stderr)
+    node = _node(args)
     control = _control_config(args)
     args.state_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
     if worker is None:
-        audit.configure(args.audit_file, args.audit_max_bytes, args.audit_backups)
+        audit.configure(
+            args.audit_file, args.audit_max_bytes, args.audit_backups, node=node, ocsf=args.audit_ocsf_file
+        )
     else:
-        audit.configure(None)  # a pipe to the supervisor, which writes the one audit stream
+        # a pipe to the supervisor, which writes and chains the one audit stream
+        audit.configure(None, node=node, chain=False)
     host, port = args.listen
     table = args.state_dir / counters.FILENAME
     if worker is None:
@@ -481,11 +588,32 @@ def _run(args: argparse.Namespace) -> int:
             http2=not args.no_http2,
             shared_ports=worker is not None,
             serve_control=not worker,
+            node=node,
         )
+        config.state.metrics.name_node(node)
         ready = (lambda: _banner(policy, args, host, port, control)) if not worker else None
         prefix = f"[worker {worker}] " if worker is not None else ""
-        asyncio.run(serve(config, ready, prefix))
+        stop_traces = _start_traces(args.otlp_endpoint)
+        try:
+            asyncio.run(serve(config, ready, prefix))
+        finally:
+            stop_traces()
     return 0
+
+
+def _start_traces(endpoint: str | None) -> Callable[[], None]:
+    """``--otlp-endpoint``: spans from this process (proxy/engine/traces.py); the returned
+    function flushes them. Without the optional packages, a clear error before serving."""
+    if not endpoint:
+        return lambda: None
+    try:
+        from proxy.engine import traces
+    except ImportError as e:
+        raise ValueError(
+            f"--otlp-endpoint needs the OpenTelemetry SDK and its OTLP exporter ({e}): "
+            "pip install 'surrogate[otel]'"
+        ) from None
+    return traces.start(endpoint)
 
 
 def _env(args: argparse.Namespace) -> int:
@@ -522,12 +650,17 @@ def _control(args: argparse.Namespace) -> int:
     from proxy.engine.master import serve_control_only
 
     policy = load_rules(args.rules)
+    node = _node(args)
     control = _control_config(args)
     args.state_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
-    audit.configure(args.audit_file, args.audit_max_bytes, args.audit_backups)
+    audit.configure(
+        args.audit_file, args.audit_max_bytes, args.audit_backups, node=node, ocsf=args.audit_ocsf_file
+    )
     with open_state_store(args.state_dir) as store:
         print(f"surrogate: control API on {control.socket_path or ''} {control.tcp or ''}", file=sys.stderr)
-        asyncio.run(serve_control_only(Control(Registry(policy, store), store), control))
+        service = Control(Registry(policy, store), store)
+        service.metrics.name_node(node)
+        asyncio.run(serve_control_only(service, control, node))
     return 0
 
 

@@ -3,7 +3,8 @@
 :mod:`proxy.control.service` validates a write against the rules in force, applies it to the
 store and audits it (no HTTP); :mod:`proxy.control.api` is the HTTP API over it (FastAPI, on a
 unix socket or loopback with an operator token), :mod:`proxy.control.apiedge` its pure edge
-checks, :mod:`proxy.control.client` the client the CLI uses. May import: :mod:`proxy.core`,
+checks, :mod:`proxy.control.ready` the node's readiness (``/readyz``), :mod:`proxy.control.client`
+the client the CLI uses. May import: :mod:`proxy.core`,
 :mod:`proxy.rules`, :mod:`proxy.store`, :mod:`proxy.audit`, :mod:`proxy.metrics`.
 
 ``from proxy.control import ControlPlane`` and the other names of the flat ``proxy.control``

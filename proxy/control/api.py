@@ -1,6 +1,7 @@
 """The control API: JSON over HTTP (FastAPI), OpenAPI document at ``/openapi.json``.
 
     GET    /healthz                                   liveness and store reachability
+    GET    /readyz                                    readiness: 200 or 503 (proxy.control.ready)
     GET    /metrics                                   Prometheus text format
     POST   /v1/claims                                 create; the proxy token is in this answer only
     GET    /v1/claims                                 list
@@ -29,7 +30,8 @@ from __future__ import annotations
 
 import hmac
 import logging
-from collections.abc import Awaitable, Callable
+import socket
+from collections.abc import Awaitable, Callable, Sequence
 from datetime import UTC, datetime
 from typing import Annotated, Any, Literal
 
@@ -49,6 +51,7 @@ from proxy.control.apiedge import (
     foreign_authority,
     plain_slash_field,
 )
+from proxy.control.ready import NotReadyOut, Readiness, ReadyOut
 from proxy.control.service import Control, ControlError, Coverage
 from proxy.core import slots
 from proxy.core.policy import DEFAULT_SURFACES, SURFACES, Misplaced
@@ -57,6 +60,9 @@ from proxy.store.sqlite import ClaimRecord, CredentialRecord
 log = logging.getLogger("surrogate")
 
 MAX_BODY = 64 * 1024
+# Probes answer without the operator token (an orchestrator's probe holds none); neither says
+# anything but whether the node is up and ready, and the store's version.
+_PROBES = frozenset({"/healthz", "/readyz"})
 ID_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._-]{0,62}$"
 ClaimId = Annotated[str, PathParam(pattern=ID_PATTERN, description="claim id")]
 CredName = Annotated[str, PathParam(pattern=ID_PATTERN, description="credential name")]
@@ -340,15 +346,22 @@ class _BodyLimit:
 
 
 def make_app(
-    control: Control, operator_token: str | None = None, listen: tuple[str, int] | None = None
+    control: Control,
+    operator_token: str | None = None,
+    listen: tuple[str, int] | None = None,
+    readiness: Readiness | None = None,
+    names: Sequence[str] = (),
 ) -> FastAPI:
     """The API for one listener. ``operator_token``: required as a Bearer token (TCP listener);
     None: no token (the 0600 Unix socket). ``listen``: the TCP listener's address, required with
-    a token: ``Host`` (and ``Origin`` when sent) must name it, else 403 (:mod:`proxy.control.apiedge`).
-    ``/metrics`` serves ``control.metrics``. Raises ValueError for a token without ``listen``."""
+    a token: ``Host`` (and ``Origin`` when sent) must name it or one of ``names``, else 403
+    (:mod:`proxy.control.apiedge`).
+    ``/metrics`` serves ``control.metrics``; ``/readyz`` answers ``readiness`` (default: ready while
+    the store answers, for this host's name). Raises ValueError for a token without ``listen``."""
     if operator_token is not None and listen is None:
         raise ValueError("a TCP control listener needs its own address for the Host check")
-    authorities = allowed_authorities(*listen) if listen is not None else None
+    authorities = allowed_authorities(*listen, names) if listen is not None else None
+    ready = readiness or Readiness(control.store, socket.gethostname())
     app = FastAPI(title="surrogate control API", version="1", docs_url=None, redoc_url=None)
     calls = control.metrics.control_requests
     who = "token:operator" if operator_token else "socket"
@@ -369,7 +382,7 @@ def make_app(
                     "(a browser page under another name cannot reach the control API)",
                     bad,
                 )
-        if operator_token is not None and request.url.path != "/healthz":
+        if operator_token is not None and request.url.path not in _PROBES:
             given = request.headers.get("authorization", "")
             scheme, _, token = given.partition(" ")
             if scheme.lower() != "bearer" or not hmac.compare_digest(
@@ -440,6 +453,11 @@ def make_app(
     async def healthz() -> dict[str, Any]:
         control.store.data_version()  # raises if the store cannot be read
         return {"status": "ok"}
+
+    @app.get("/readyz", response_model=ReadyOut, responses={503: {"model": NotReadyOut}})
+    async def readyz() -> JSONResponse:
+        status, body = ready.check()
+        return JSONResponse(body, status_code=status)
 
     @app.get("/metrics", response_class=Response)
     async def metrics_text() -> Response:

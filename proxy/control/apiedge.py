@@ -19,6 +19,7 @@ any other name may be. Sources: RFC 9110 §7.2 (Host), RFC 6454 §7 (Origin).
 from __future__ import annotations
 
 import ipaddress
+from collections.abc import Sequence
 from urllib.parse import unquote, urlsplit
 
 _CLAIMS = [b"", b"v1", b"claims"]
@@ -64,15 +65,17 @@ def plain_slash_field(path: str) -> str | None:
     return "claim"
 
 
-def allowed_authorities(host: str, port: int) -> frozenset[str]:
-    """The ``Host`` values a TCP listener on ``host``:``port`` answers (lower case)."""
+def allowed_authorities(host: str, port: int, names: Sequence[str] = ()) -> frozenset[str]:
+    """The ``Host`` values a TCP listener on ``host``:``port`` answers (lower case): its own
+    address and ``localhost``, and each of ``names`` (``surrogate control --control-name``, the
+    names a cluster's clients reach it by; a TLS listener's certificate names them too)."""
     try:
         ip = ipaddress.ip_address(host)
     except ValueError:  # "localhost" (the CLI takes it): the loopback addresses it names
-        names = {host.lower(), "localhost", "127.0.0.1", "[::1]"}
+        own = {host.lower(), "localhost", "127.0.0.1", "[::1]"}
     else:
-        names = {f"[{ip}]" if ip.version == 6 else str(ip), "localhost"}
-    return frozenset(f"{n}:{port}" for n in names)
+        own = {f"[{ip}]" if ip.version == 6 else str(ip), "localhost"}
+    return frozenset(f"{n}:{port}" for n in own | {n.lower() for n in names})
 
 
 def foreign_authority(host: str | None, origin: str | None, allowed: frozenset[str]) -> str | None:

@@ -44,11 +44,16 @@ class Problem:
 
 
 class RulesError(SurrogateError):
-    """A rules file failed validation. ``problems`` lists every finding, in file order."""
+    """A rules file failed validation. ``problems`` lists every error, in file order;
+    ``warnings`` the file's warnings found beside them. The message holds both, in file order."""
 
-    def __init__(self, problems: list[Problem]) -> None:
+    def __init__(self, problems: list[Problem], warnings: list[Problem] | None = None) -> None:
+        def place(p: Problem) -> tuple[int, int]:
+            return p.line or 0, p.column or 0
+
         self.problems = problems
-        super().__init__("\n".join(str(p) for p in problems))
+        self.warnings = sorted(warnings or [], key=place)
+        super().__init__("\n".join(str(p) for p in sorted([*problems, *self.warnings], key=place)))
 
 
 class SecretUnavailable(SurrogateError):

@@ -18,6 +18,8 @@ heap each time (~90 ms measured on the bench, issue 7) and walks only what was m
 
 The control API runs on the proxy's event loop (its handlers are short: one SQLite transaction),
 so the proxy and the API share one store connection and one index.
+Its ``/readyz`` (:mod:`proxy.control.ready`) says not ready until mitmproxy's ``running`` hook
+(the proxy's listeners are up), and again from the first moment of a SIGTERM or SIGINT.
 """
 
 from __future__ import annotations
@@ -43,6 +45,7 @@ from addons import errorpage, framing, h1read, headlimit, malformed, wslimit
 from addons.reload import Reload
 from certs import ca
 from proxy.control.api import make_app
+from proxy.control.ready import Readiness
 from proxy.control.service import Control
 from proxy.core.limits import DEFAULT_NODE_HOOK_PROCESSES, DEFAULT_WEBSOCKET_HELD
 from proxy.engine.dispatch import LeanMaster, cache_hook_args, drop_debug_typechecks
@@ -55,6 +58,9 @@ class ControlConfig:
     socket_path: Path | None  # the Unix socket (mode 0600); None: no socket listener
     tcp: tuple[str, int] | None = None  # loopback TCP listener, requires the operator token
     operator_token: str | None = None
+    tls_cert: Path | None = None  # the TCP listener over TLS (surrogate control: uvicorn's ssl_*)
+    tls_key: Path | None = None
+    names: tuple[str, ...] = ()  # more Host names the TCP listener answers (a Service's)
 
 
 @dataclass(slots=True)
@@ -74,6 +80,7 @@ class RunConfig:
     http2: bool = True  # False: HTTP/1.1 only (mitmproxy's http2 option), see docs
     shared_ports: bool = False  # a --workers N worker: listen with SO_REUSEPORT (proxy/engine/workers.py)
     serve_control: bool = True  # False: the control API is another worker's (its port stays "own")
+    node: str = "node"  # this node's name (--node): /readyz says it (proxy/control/ready.py)
 
 
 def build_master(config: RunConfig, on_ready: Callable[[], None] | None = None) -> Master:
@@ -174,36 +181,53 @@ def _unix_socket(path: Path) -> socket.socket:
 
 
 def control_servers(
-    control: Control, config: ControlConfig
+    control: Control, config: ControlConfig, readiness: Readiness | None = None
 ) -> list[tuple[_ApiServer, list[socket.socket] | None]]:
     servers: list[tuple[_ApiServer, list[socket.socket] | None]] = []
     quiet = {"log_config": None, "access_log": False, "lifespan": "off"}
     if config.socket_path is not None:
-        app = make_app(control)
+        app = make_app(control, readiness=readiness)
         servers.append((_ApiServer(uvicorn.Config(app, **quiet)), [_unix_socket(config.socket_path)]))  # type: ignore[arg-type]
     if config.tcp is not None:
         if not config.operator_token:
             raise ValueError("a TCP control listener needs an operator token (--control-token-file)")
         host, port = config.tcp
-        app = make_app(control, config.operator_token, (host, port))
-        servers.append((_ApiServer(uvicorn.Config(app, host=host, port=port, **quiet)), None))  # type: ignore[arg-type]
+        app = make_app(control, config.operator_token, (host, port), readiness, config.names)
+        tls = {"ssl_certfile": config.tls_cert, "ssl_keyfile": config.tls_key} if config.tls_cert else {}
+        server = _ApiServer(uvicorn.Config(app, host=host, port=port, **quiet, **tls))  # type: ignore[arg-type]
+        servers.append((server, None))
     return servers
 
 
 async def serve(config: RunConfig, on_ready: Callable[[], None] | None = None, log_prefix: str = "") -> None:
     """Run the proxy (and the control API, when configured) until SIGINT or SIGTERM."""
     _log_to_stderr(log_prefix)
-    master = build_master(config, on_ready)
+    registry = config.state.registry
+    store = registry.store
+    readiness = Readiness(store, config.node, listening=False) if store is not None else None
+
+    def listening() -> None:  # the proxy's listeners are up (mitmproxy's `running` hook)
+        if readiness is not None:
+            readiness.listening = True
+        if on_ready is not None:
+            on_ready()
+
+    def shutdown() -> None:  # not ready from the first moment of a shutdown
+        if readiness is not None:
+            readiness.stopping = True
+        master.shutdown()
+
+    master = build_master(config, listening)
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):
-        loop.add_signal_handler(sig, master.shutdown)
+        loop.add_signal_handler(sig, shutdown)
     reloader = master.addons.get("reload")
     if reloader is not None:
         loop.add_signal_handler(signal.SIGHUP, reloader.reload, "sighup")
-    registry = config.state.registry
     apis = []
     if config.control is not None and config.serve_control and registry.store is not None:
-        apis = control_servers(Control(registry, registry.store, config.state.metrics), config.control)
+        control = Control(registry, registry.store, config.state.metrics)
+        apis = control_servers(control, config.control, readiness)
     tasks = [asyncio.create_task(s.serve(sockets=socks)) for s, socks in apis]
     try:
         await master.run()
@@ -213,14 +237,20 @@ async def serve(config: RunConfig, on_ready: Callable[[], None] | None = None, l
         await asyncio.gather(*tasks, return_exceptions=True)
 
 
-async def serve_control_only(control: Control, config: ControlConfig) -> None:
+async def serve_control_only(control: Control, config: ControlConfig, node: str) -> None:
     """``surrogate control``: the API alone, against the same store as a running proxy."""
     _log_to_stderr()
-    apis = control_servers(control, config)
+    readiness = Readiness(control.store, node)  # no proxy listener to wait for
+    apis = control_servers(control, config, readiness)
     stop = asyncio.Event()
+
+    def shutdown() -> None:
+        readiness.stopping = True
+        stop.set()
+
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):
-        loop.add_signal_handler(sig, stop.set)
+        loop.add_signal_handler(sig, shutdown)
     tasks = [asyncio.create_task(s.serve(sockets=socks)) for s, socks in apis]
     await stop.wait()
     for s, _ in apis:

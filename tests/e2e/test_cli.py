@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import shutil
+import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -86,7 +87,7 @@ def test_rules_explain_from_the_command_line() -> None:
         "-H",
         "Authorization: Bearer surr_DemoGithubPlaceholder0001",
     )
-    assert done.returncode == 0, done.stderr
+    assert done.returncode == 4, done.stderr  # the exit status of a violation
     assert "placeholder_violation" in done.stdout and "github" in done.stdout
     secret = (ROOT / ".state" / "demo-github-token").read_text().strip()
     assert secret not in done.stdout
@@ -128,3 +129,22 @@ def test_rules_check_warns_on_risky_hosts_and_exits_0(tmp_path: Path) -> None:
     assert f"{rules}:24:13: warning: claims[0].credentials[0].hosts[1]: credential host vault.internal" in (
         done.stderr
     )
+
+
+def test_run_reads_every_value_source_and_refuses_to_start_without_them(tmp_path: Path) -> None:
+    """``rules check`` needs no secret (issue 18 item 11); ``run`` still reads every source at
+    start and refuses, naming each, before it listens."""
+    (tmp_path / "rules").mkdir()
+    rules = tmp_path / "rules" / "example.yaml"
+    shutil.copyfile(ROOT / "rules" / "example.yaml", rules)  # no ../.state: a fresh clone
+    assert surrogate("rules", "check", str(rules)).returncode == 0
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    done = surrogate(
+        "run", "--rules", str(rules), "--state-dir", str(tmp_path / "state"), "--workers", "1",
+        "--listen", f"127.0.0.1:{port}", "--control-socket", "none",
+    )  # fmt: skip
+    assert done.returncode == 1
+    assert f"{rules}:31:" in done.stderr and "demo-proxy-token" in done.stderr
+    assert f"{rules}:35:" in done.stderr and "demo-github-token" in done.stderr

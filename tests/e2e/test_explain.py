@@ -28,7 +28,9 @@ from harness import ProxyProcess
 from servers import TestCA, Upstream
 
 from proxy.audit import redact_path
-from proxy.cli.explain import main_explain, main_why
+from proxy.cli.explain import EXIT, main_explain
+from proxy.cli.why import main_why
+from proxy.core.decide import Action
 
 pytestmark = pytest.mark.e2e
 
@@ -142,10 +144,11 @@ def curl(w: World, method: str, url: str, headers: list[str], *, claim: str = "c
 def explain_json(w: World, capsys: pytest.CaptureFixture[str], **kw: Any) -> dict[str, Any]:
     args = argparse.Namespace(**{"rules": w.rules, "claim": "c1", "header": [], "state_dir": None, **kw})
     args.json = True
-    assert main_explain(args) == 0
+    status = main_explain(args)
     out = capsys.readouterr().out
     w.received.append(out.encode())
     doc: dict[str, Any] = json.loads(out)
+    assert status == EXIT[Action(doc["decision"])]  # the exit status says the verdict
     return doc
 
 

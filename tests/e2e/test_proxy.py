@@ -273,6 +273,7 @@ def test_audit_event_has_every_documented_field(env: Env) -> None:
         "time",
         "seq",
         "worker",
+        "node",
         "event",
         "request_id",
         "claim",
@@ -297,6 +298,7 @@ def test_audit_event_has_every_documented_field(env: Env) -> None:
         "bytes_out",
         "bytes_in",
         "duration_ms",
+        "prev",
     }
     assert event["method"] == "POST" and event["bytes_out"] == 5 and event["scheme"] == "https"
     assert event["client"].startswith("127.0.0.1:") and event["duration_ms"] >= 0

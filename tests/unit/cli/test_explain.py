@@ -3,96 +3,23 @@ credentials' headers, and never a secret value."""
 
 from __future__ import annotations
 
-import argparse
 import dataclasses
 import json
-import textwrap
-from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from proxy.cli.explain import Explanation, explain, main_explain, main_why, parse_header, render, to_json
+from proxy.cli.explain import Explanation, explain, main_explain, parse_header, render, to_json
+from proxy.cli.main import main as cli_main
 from proxy.core.errors import SecretUnavailable
 from proxy.core.policy import Claim, Policy
 from proxy.core.secrets import Secret
-from proxy.rules.loader import load_rules
 from proxy.store.keyring import KeyRing
 from proxy.store.registry import Registry
 from proxy.store.sqlite import Store
-
-P_GH = "surr_UnitGithubPlaceholder0001"
-P_INJ = "surr_UnitInjectedPlaceholder02"
-P_OTHER = "surr_UnitOtherClaimPlaceholder3"
-SECRETS = {
-    "secret-gh": "ghs_UNITSECRETgithub0123456789",
-    "secret-inj": "inj_UNITSECRETinjected987654",
-    "secret-other": "oth_UNITSECRETotherclaim5555",
-    "token": "tok_UNITSECRETproxytoken4444",
-}
-STORE_SECRET = "sto_UNITSECRETstorevalue3333"
-RULES = """\
-    version: 1
-    pools:
-      p:
-        egress:
-          - host: api.test
-            methods: [GET, POST]
-            paths: [/repos, /user]
-          - host: other.test
-          - host: opaque.test
-            intercept: false
-          - host: api.test
-            ports: [80]
-            scheme: http
-          - host: "*.test"
-            intercept: false
-    claims:
-      - id: c1
-        pool: p
-        proxy_token: file:token
-        credentials:
-          - name: gh
-            value: file:secret-gh
-            placeholder: surr_UnitGithubPlaceholder0001
-            hosts: [api.test]
-          - name: inj
-            value: file:secret-inj
-            placeholder: surr_UnitInjectedPlaceholder02
-            hosts: [api.test]
-            inject: {set_header: X-Injected, format: "Token {value}"}
-      - id: c2
-        pool: p
-        proxy_token: file:token
-        credentials:
-          - name: other
-            value: file:secret-other
-            placeholder: surr_UnitOtherClaimPlaceholder3
-            hosts: [api.test]
-"""
-
-
-@pytest.fixture
-def rules_file(tmp_path: Path) -> Path:
-    for name, value in SECRETS.items():
-        (tmp_path / name).write_text(value + "\n")
-    path = tmp_path / "rules.yaml"
-    path.write_text(textwrap.dedent(RULES))
-    return path
-
-
-@pytest.fixture
-def policy(rules_file: Path) -> Policy:
-    return load_rules(rules_file)
-
-
-def assert_no_secret(*texts: str) -> None:
-    for text in texts:
-        for value in (*SECRETS.values(), STORE_SECRET):
-            assert value not in text
-
+from unit.cli.world import P_GH, P_OTHER, assert_no_secret, ns
 
 INJ = ("inj", "X-Injected")
 
@@ -311,17 +238,6 @@ def test_bad_header_is_a_clear_error() -> None:
         parse_header("no colon here")
 
 
-@pytest.fixture
-def state_dir(tmp_path: Path) -> Iterator[tuple[Path, str]]:
-    """A state dir whose store holds claim s1 (pool p) with credential 'st' bound to api.test."""
-    state = tmp_path / "state"
-    state.mkdir()
-    with Store.open(state / "store.sqlite3", KeyRing.load_or_create(state / "store.key")) as store:
-        store.create_claim("s1", "p")
-        rec = store.put_credential("s1", "st", value=STORE_SECRET.encode(), hosts=["api.test"])
-    yield state, rec.placeholder
-
-
 def test_store_claims_through_a_registry(policy: Policy, state_dir: tuple[Path, str]) -> None:
     state, placeholder = state_dir
     with Store.open(state / "store.sqlite3", KeyRing.load_or_create(state / "store.key")) as store:
@@ -334,16 +250,12 @@ def test_store_claims_through_a_registry(policy: Policy, state_dir: tuple[Path, 
     assert_no_secret(render(e), render(bad))
 
 
-def ns(**kw: Any) -> argparse.Namespace:
-    return argparse.Namespace(**{"state_dir": None, "json": False, "header": [], **kw})
-
-
 def test_main_explain_text_and_json(rules_file: Path, capsys: pytest.CaptureFixture[str]) -> None:
     args = ns(rules=rules_file, claim="c1", method="GET", url="https://api.test/repos")
     assert main_explain(args) == 0
     assert "verdict: allow (rule p.egress[0] api.test)" in capsys.readouterr().out
     args = ns(rules=rules_file, claim="c1", method="DELETE", url="https://api.test/repos", json=True)
-    assert main_explain(args) == 0
+    assert main_explain(args) == 3
     doc = json.loads(capsys.readouterr().out)
     assert (doc["decision"], doc["reason"], doc["connect"]["decision"]) == (
         "deny",
@@ -372,96 +284,6 @@ def test_state_dir_without_a_store_is_refused(rules_file: Path, tmp_path: Path) 
     with pytest.raises(ValueError, match="no credential store"):
         main_explain(args)
     assert not (tmp_path / "none").exists()  # a dry run creates nothing
-
-
-# --- audit why ------------------------------------------------------------------------------------
-
-
-def event(request_id: str, **fields: Any) -> dict[str, Any]:
-    base = {
-        "time": "2026-01-01T00:00:00Z", "event": "request", "request_id": request_id, "claim": "c1",
-        "pool": "p", "client": "127.0.0.1:5000", "method": "GET", "scheme": "https", "host": "api.test",
-        "port": 443, "path": "/repos", "status": 200, "decision": "allow", "reason": "allowed",
-        "rule": "p.egress[0] api.test", "message": None, "credentials": [], "carried": [],
-        "bytes_out": 0, "bytes_in": 0, "duration_ms": 1.0,
-    }  # fmt: skip
-    return {**base, **fields}
-
-
-EVENTS = [
-    event("r-allow"),
-    event("r-method", method="DELETE", status=403, decision="deny", reason="method_not_allowed", rule=None,
-          message="no egress rule of pool 'p' allows DELETE to api.test"),
-    event("r-query", path="/repos?token=REDACTED&flag", carried=["gh"]),
-    event("r-viol", host="other.test", path="/x", status=403, decision="violation",
-          reason="placeholder_violation", rule="p.egress[1] other.test",
-          message="placeholder of credential 'gh' in header Authorization is headed for other.test, "
-          "which that credential is not bound to"),
-    event("r-tunnel", event="tunnel", method="CONNECT", scheme=None, host="nowhere.example", path=None,
-          status=403, decision="deny", reason="no_rule", rule=None, message="no egress rule ..."),
-    event("r-opaque", event="tunnel", method="CONNECT", scheme=None, host="opaque.test", path=None,
-          status=200, rule="p.egress[2] opaque.test"),
-    event("r-stale", method="DELETE", rule="p.egress[0] api.test"),
-    event("r-noauth", claim=None, pool=None, status=407, decision="deny", reason="proxy_auth_required",
-          rule=None, message="proxy authentication required"),
-    event("r-gone", claim="ghost"),
-    event("r-421", status=421, decision="deny", reason="authority_mismatch", rule=None,
-          message="Host header 'x.test' does not match the tunnel's host api.test:443"),
-    {"time": "2026-01-01T00:00:00Z", "event": "control", "request_id": "r-control", "who": "socket",
-     "action": "claim.create", "claim": "s1", "credential": None, "old_version": None, "new_version": 1},
-]  # fmt: skip
-
-
-@pytest.fixture
-def audit_file(tmp_path: Path) -> Path:
-    path = tmp_path / "audit.jsonl"
-    lines = [json.dumps(e) for e in EVENTS]
-    path.write_text("not json\n" + "\n".join(lines) + '\n{"partial": ')
-    return path
-
-
-@pytest.mark.parametrize(
-    ("request_id", "expect"),
-    [
-        ("r-allow", ["the rules in force decide as the proxy did"]),
-        ("r-method", ["refused: deny method_not_allowed", "rule: none", "decide as the proxy did"]),
-        ("r-query", ["query values are REDACTED", "decide as the proxy did"]),
-        ("r-viol", ["refused: violation placeholder_violation", "rule: p.egress[1] other.test",
-                    "header values are never logged", "decide as the proxy did"]),
-        ("r-tunnel", ["CONNECT nowhere.example:443: deny no_rule", "decide as the proxy did"]),
-        ("r-opaque", ["tunnel: opaque", "decide as the proxy did"]),
-        ("r-stale", ["decide differently"]),
-        ("r-noauth", ["not identified as any claim"]),
-        ("r-gone", ["cannot replay: no claim 'ghost'", "decide differently"]),
-        ("r-421", ["decided outside the egress rules (authority_mismatch)"]),
-        ("r-control", ["control-API mutation (claim.create by socket)"]),
-    ],
-)  # fmt: skip
-def test_why(
-    rules_file: Path, audit_file: Path, request_id: str, expect: list[str], capsys: pytest.CaptureFixture[str]
-) -> None:
-    assert main_why(ns(request_id=request_id, audit_file=audit_file, rules=rules_file)) == 0
-    out = capsys.readouterr().out
-    assert f'"request_id": "{request_id}"' in out
-    for text in expect:
-        assert text in out
-    assert_no_secret(out)
-
-
-def test_why_json(rules_file: Path, audit_file: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    assert main_why(ns(request_id="r-viol", audit_file=audit_file, rules=rules_file, json=True)) == 0
-    doc = json.loads(capsys.readouterr().out)
-    assert doc["agrees"] is True and doc["event"]["request_id"] == "r-viol"
-    assert doc["explanation"]["request"]["rule"] == "p.egress[1] other.test"
-
-
-def test_why_unknown_id_exits_1(
-    rules_file: Path, audit_file: Path, capsys: pytest.CaptureFixture[str]
-) -> None:
-    assert main_why(ns(request_id="nope", audit_file=audit_file, rules=rules_file)) == 1
-    captured = capsys.readouterr()
-    assert captured.out == ""
-    assert "no audit event with request_id 'nope'" in captured.err
 
 
 def test_explanation_is_frozen(policy: Policy) -> None:
@@ -500,3 +322,86 @@ def test_explain_reads_the_path_as_the_proxy_does(policy: Policy, url: str, reas
     assert exp.verdict.reason.value == reason
     if reason == "ambiguous_path":
         assert exp.verdict.status == 400 and "/admin" not in exp.verdict.message
+
+
+# --- exit status (issue 18 item 8) ------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("argv", "status", "verdict"),
+    [
+        (["GET", "https://api.test/repos"], 0, "verdict: allow"),
+        (["GET", "https://opaque.test/"], 0, "tunnel: opaque"),
+        (["DELETE", "https://api.test/repos"], 3, "verdict: deny method_not_allowed"),
+        (["GET", "https://nowhere.example/"], 3, "verdict: deny no_rule"),
+        (["GET", "https://other.test/x", "-H", f"Authorization: Bearer {P_GH}"], 4,
+         "verdict: violation placeholder_violation"),
+        (["GET", "http://api.test/repos", "-H", f"Authorization: Bearer {P_GH}"], 4,
+         "verdict: violation cleartext_credential"),
+    ],
+    ids=["allow", "opaque", "deny-method", "deny-no-rule", "violation", "cleartext"],
+)  # fmt: skip
+def test_rules_explain_exit_status_says_the_verdict(
+    argv: list[str], status: int, verdict: str, rules_file: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert cli_main(["rules", "explain", "--rules", str(rules_file), "--claim", "c1", *argv]) == status
+    assert verdict in capsys.readouterr().out
+
+
+def test_rules_explain_exit_status_of_an_error_verdict(
+    rules_file: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A store claim whose pool the rules file no longer defines: the proxy fails closed (5)."""
+    state = tmp_path / "state-gone"
+    state.mkdir()
+    with Store.open(state / "store.sqlite3", KeyRing.load_or_create(state / "store.key")) as store:
+        store.create_claim("g1", "gone")
+    argv = ["rules", "explain", "--rules", str(rules_file), "--state-dir", str(state), "--claim", "g1"]
+    assert cli_main([*argv, "GET", "https://api.test/repos"]) == 5
+    assert "verdict: error internal_error" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize(
+    ("argv", "status", "said"),
+    [
+        (["--claim", "nobody", "GET", "https://api.test/"], 1, "no claim 'nobody'"),
+        (["--claim", "c1", "GET", "ftp://api.test/"], 1, "is not an http:// or https:// URL"),
+        (["--claim", "c1", "GET", "https://api.test/", "-H", "no colon"], 1, "is not 'Name: value'"),
+        (["GET", "https://api.test/"], 2, "the following arguments are required: --claim"),
+    ],
+    ids=["unknown-claim", "bad-url", "bad-header", "usage"],
+)
+def test_rules_explain_exit_status_of_input_it_cannot_explain(
+    argv: list[str], status: int, said: str, rules_file: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    if status == 2:
+        with pytest.raises(SystemExit) as exited:
+            cli_main(["rules", "explain", "--rules", str(rules_file), *argv])
+        assert exited.value.code == 2
+    else:
+        assert cli_main(["rules", "explain", "--rules", str(rules_file), *argv]) == status
+    assert said in capsys.readouterr().err
+
+
+def test_rules_explain_exit_status_of_a_rules_file_that_does_not_load(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("version: 1\npools: {p: {egress: [{host: a.test, ports: [0]}]}}\n")
+    assert cli_main(["rules", "explain", "--rules", str(bad), "--claim", "c", "GET", "https://a.test/"]) == 1
+    assert f"{bad}:2:" in capsys.readouterr().err
+
+
+def test_rules_explain_help_documents_the_exit_status(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit):
+        cli_main(["rules", "explain", "--help"])
+    out = capsys.readouterr().out
+    for line in (
+        "0  allow",
+        "3  deny",
+        "4  violation",
+        "5  error",
+        "1  the input cannot be explained",
+        "2  usage",
+    ):
+        assert line in out

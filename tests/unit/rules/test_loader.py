@@ -260,7 +260,7 @@ def test_known_bad_rules_file_reports_its_one_problem_where_it_is(
 
 def test_every_known_bad_file_has_a_row() -> None:
     on_disk = {p.name for p in RULES.glob("bad-*.yaml")}
-    assert on_disk == {b[0] for b in BAD} | {"bad-several-problems.yaml"}
+    assert on_disk == {b[0] for b in BAD} | {"bad-several-problems.yaml", "bad-every-section.yaml"}
 
 
 def test_unknown_key_in_an_egress_rule_lists_the_rule_fields(tmp_path: Path) -> None:
@@ -317,6 +317,95 @@ def test_a_file_with_several_problems_reports_all_of_them(tmp_path: Path) -> Non
 def test_several_problems_are_listed_in_file_order(tmp_path: Path) -> None:
     problems = problems_of(staged("bad-several-problems.yaml", tmp_path))
     assert [(p.line, p.field) for p in problems] == SEVERAL
+
+
+# --- every problem of a file in one run (issue 18 item 1) -----------------------------------
+
+# bad-every-section.yaml: a mistake in every section, of shape (unknown keys, wrong types, a
+# duplicate key) and of meaning (hosts, ports, methods, limits, hooks, sources, placeholders,
+# coverage, duplicates); before issue 18 a file like it took four runs to be seen whole.
+EVERY_ERROR = [
+    (4, "surprise"),
+    (7, "pools.demo.reportt"),
+    (8, "pools.demo.allow_cidrs[0]"),
+    (10, "pools.demo.limits.connections"),
+    (11, "pools.demo.limits.burst"),
+    (14, "pools.demo.egress[0].host"),
+    (16, "pools.demo.egress[1].method"),
+    (17, "pools.demo.egress[2].host"),
+    (19, "pools.demo.egress[3].ports[0]"),
+    (20, "pools.demo.egress[3].methods[0]"),
+    (24, "pools.demo.egress[5].scheme"),
+    (28, "pools.demo.hooks[0].command"),
+    (29, "pools.demo.hooks[0].timeout"),
+    (33, "pools.second.egress[0].ports[0]"),
+    (38, "claims[0].sources[0]"),
+    (41, "claims[0].credentials[0].value"),
+    (42, "claims[0].credentials[0].placeholder"),
+    (44, "claims[0].credentials[0].colour"),
+    (45, "claims[0].credentials[1].name"),
+    (49, "claims[0].credentials[1].surfaces[1]"),
+    (51, "claims[1].id"),
+    (52, "claims[1].pool"),
+    (61, "claims[2].credentials[0].hosts[0]"),
+    (62, "claims[2].credentials[0].max_requests"),
+]
+EVERY_WARNING = [
+    (21, "pools.demo.egress[4].host"),
+    (22, "pools.demo.egress[4].ports"),
+    (50, "claims[0].credentials[1].headers[0]"),
+]
+
+
+def test_a_mistake_in_every_section_is_reported_in_one_run(tmp_path: Path) -> None:
+    """24 errors and 3 warnings, each at its line and field, from one load."""
+    with pytest.raises(RulesError) as info:
+        load_rules(staged("bad-every-section.yaml", tmp_path))
+    err = info.value
+    assert [(p.line, p.field) for p in err.problems] == EVERY_ERROR
+    assert [(p.line, p.field) for p in err.warnings] == EVERY_WARNING
+    assert {p.severity for p in err.warnings} == {"warning"}
+    lines = str(err).splitlines()  # what `rules check` prints: both kinds, in file order
+    assert len(lines) == len(EVERY_ERROR) + len(EVERY_WARNING)
+    assert [int(line.split(":")[1]) for line in lines] == sorted(n for n, _ in EVERY_ERROR + EVERY_WARNING)
+    assert "ghp_realsecret123" not in str(err)
+
+
+@pytest.mark.parametrize(
+    ("text", "expect"),
+    [
+        # a wrong field of a section does not hide the checks of its right ones
+        ("pools: {p: {reportt: true, limits: {connections: 0}}}",
+         [(2, "pools.p.reportt"), (2, "pools.p.limits.connections")]),
+        # a wrong rule's shape does not hide the next rule's meaning
+        ("pools: {p: {egress: [{host: a.test, colour: red}, {host: b.test, ports: [0]}]}}",
+         [(2, "pools.p.egress[0].colour"), (2, "pools.p.egress[1].ports[0]")]),
+        # a claim that cannot stand (no proxy_token) still has its credentials checked
+        ("pools: {p: {}}\nclaims: [{id: c, pool: p,"
+         " credentials: [{name: k, value: x, placeholder: y, hosts: [a.test]}]}]",
+         [(3, "claims[0].proxy_token"), (3, "claims[0].credentials[0].value"),
+          (3, "claims[0].credentials[0].placeholder")]),
+        # a missing pools section is said once; the claims are not each called unknown-pool
+        ("claims: [{id: c, pool: p, proxy_token: 'env:X', sources: [nowhere]}]",
+         [(1, "pools"), (2, "claims[0].sources[0]")]),
+        # a duplicate key is said, and the rest of the file checked on
+        ("pools: {p: {egress: [{host: a.test, host: a.test, methods: [get]}]}}",
+         [(2, "pools.p.egress[0].host"), (2, "pools.p.egress[0].methods[0]")]),
+        # a rule with wrong ports still covers the credential hosts it names, and only those
+        ("pools: {p: {egress: [{host: a.test, ports: [0]}]}}\nclaims: [{id: c, pool: p, proxy_token: 'env:X',"
+         " credentials: [{name: k, value: 'env:X', placeholder: surr_CoverCheckPlaceholder001,"
+         " hosts: [a.test, b.test]}]}]",
+         [(2, "pools.p.egress[0].ports[0]"), (3, "claims[0].credentials[0].hosts[1]")]),
+    ],
+    ids=["pool-field", "rule-shape", "claim-without-token", "no-pools", "duplicate-key", "coverage"],
+)  # fmt: skip
+def test_one_wrong_section_does_not_hide_the_next(
+    text: str, expect: list[tuple[int, str]], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("X", "x-value-0001")
+    rules = tmp_path / "r.yaml"
+    rules.write_text("version: 1\n" + text + "\n")
+    assert [(p.line, p.field) for p in problems_of(rules)] == expect
 
 
 WARNING_RULES = """\
