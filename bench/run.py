@@ -273,6 +273,10 @@ def main() -> int:
             print(f"round {rnd + 1}/{args.rounds}…", file=sys.stderr)
             _round(bench, rnd, args, results)
         _idle(bench, args, results)
+        results.server_handshake_us = {
+            SURROGATE: handshake.server_handshake_us(tmp / "surrogate" / "state"),
+            SURROGATE_RSA: handshake.server_handshake_us(tmp / "rsa" / "state"),
+        }
         print("control API…", file=sys.stderr)
         results.control = write_then_request(bench.surrogate, bench.recorder, 70)
         results.control_sized = write_then_request(bench.sized, bench.recorder, 30)
