@@ -123,14 +123,33 @@ def export_pem(state_dir: Path) -> str:
     return ca_cert_path(state_dir).read_text(encoding="ascii")
 
 
+def sandbox_bundle_path(state_dir: Path) -> Path:
+    """Where :func:`write_sandbox_bundle` writes by default: what the banner and ``env`` name."""
+    return ca_dir(state_dir) / "bundle.pem"
+
+
 def write_sandbox_bundle(state_dir: Path, out: Path | None) -> Path:
-    """System roots plus surrogate's CA in one PEM file (default ``<state dir>/ca/bundle.pem``),
-    for runtimes that read a single bundle (Python certifi, Node, git); returns its path."""
-    ensure_ca(state_dir)
+    """System roots plus surrogate's CA in one PEM file (default :func:`sandbox_bundle_path`),
+    for runtimes that read a single bundle (Python certifi, Node, git); returns its path.
+
+    The CA alone is not enough: an ``intercept: false`` host shows the client its own
+    certificate, which only the system roots verify. Never creates a CA: raises
+    FileNotFoundError when the state dir has none (a new one would be a CA the proxy does not
+    sign with)."""
     system = SYSTEM_ROOTS if SYSTEM_ROOTS.exists() else Path(certifi.where())
-    out = out or ca_dir(state_dir) / "bundle.pem"
-    out.write_text(system.read_text(encoding="ascii") + "\n" + export_pem(state_dir), encoding="ascii")
-    out.chmod(0o644)  # public certificates: the sandbox must be able to read it
+    text = system.read_text(encoding="ascii") + "\n" + export_pem(state_dir)
+    if out is not None:  # the caller's file (or /dev/stdout): written in place
+        out.write_text(text, encoding="ascii")
+        if out.is_file():
+            out.chmod(0o644)  # public certificates: the sandbox must be able to read it
+        return out
+    # The state dir's own bundle is written aside and renamed: `run` rewrites it at every start
+    # while a sandbox (or `surrogate env`) may be reading it.
+    out = sandbox_bundle_path(state_dir)
+    tmp = out.with_name(f".{out.name}.{os.getpid()}")
+    tmp.write_text(text, encoding="ascii")
+    tmp.chmod(0o644)
+    os.replace(tmp, out)
     return out
 
 

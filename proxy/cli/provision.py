@@ -4,10 +4,10 @@ The variables: ``HTTP_PROXY``/``HTTPS_PROXY`` (and lower-case forms, which curl,
 read) with the claim's proxy credential; ``NO_PROXY`` for loopback; the trust bundle for each
 runtime that carries its own (``SSL_CERT_FILE`` for OpenSSL and Python, ``REQUESTS_CA_BUNDLE``,
 ``CURL_CA_BUNDLE``, ``NODE_EXTRA_CA_CERTS``, ``GIT_SSL_CAINFO``, ``PIP_CERT``, ``AWS_CA_BUNDLE``);
-``NODE_USE_ENV_PROXY=1`` (Node 24+ honours the proxy variables in fetch with it); and one
-``SURROGATE_PLACEHOLDER_<NAME>`` per credential. Printed as shell ``export`` lines or as a
-``.env`` file. The proxy credential is the sandbox's own (it is useless outside the proxy);
-no real secret is ever printed.
+``NODE_USE_ENV_PROXY=1`` (Node 22.21+ and 24+ honour the proxy variables in fetch and https
+with it; Node 20 does not); and one ``SURROGATE_PLACEHOLDER_<NAME>`` per credential. Printed as
+shell ``export`` lines or as a ``.env`` file. The proxy credential is the sandbox's own (it is
+useless outside the proxy); no real secret is ever printed.
 """
 
 from __future__ import annotations

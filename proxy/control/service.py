@@ -1,11 +1,19 @@
 """The control plane's logic: validate a write against the rules in force, apply it to the store,
 and write one control-plane audit event per mutation. No HTTP here (see :mod:`proxy.control.api`).
 
-Validation: a claim's pool must exist in the rules; every credential host must parse and be
-covered by an intercepting egress rule of the claim's pool (else 422 naming the host); a value
-must be non-empty, at most ``MAX_VALUE_BYTES``, and free of control characters. A successful
-credential write returns a coverage report: for each host, the rule that covers it and the
-header the secret will travel in.
+Validation (:mod:`proxy.control.checks`): a claim's pool must exist in the rules; every
+credential host must parse and be covered by an intercepting egress rule of the claim's pool
+(else 422 naming the host); a value must be non-empty, at most ``MAX_VALUE_BYTES``, and free of
+control characters. A successful credential write returns a coverage report: for each host, the
+rule that covers it and the header the secret will travel in.
+
+Claims come from two places and the API changes only its own: a claim the rules file declares
+is refused with 409 ``rules_file_claim`` on every claim route (read, delete, token rotation, its
+credentials), saying to declare its credentials in the rules file or to create a control-API
+claim. Decided (issue 18): not merged, because a store credential on a rules-file claim would
+outlive the file's edits (a reload that moves the claim to another pool, or removes it) and
+split one claim's credentials between two authorities with different reload, audit and revocation
+rules.
 
 Errors are :class:`ControlError` with an HTTP status, a reason code and a sentence naming the
 field and what would be right; never a value.
@@ -15,23 +23,28 @@ from __future__ import annotations
 
 import contextlib
 import ipaddress
-import re
 import secrets
 import time
-from dataclasses import dataclass
 from typing import Any
 
 from proxy import audit
-from proxy.core import placeholders, slots
-from proxy.core.errors import HostError, SecretUnavailable, SurrogateError
-from proxy.core.hosts import HostPattern
-from proxy.core.oauth import OAuthSpec, endpoint_bound, parse_spec
-from proxy.core.policy import INTERFACE_NAME, Pool
-from proxy.core.secrets import checked_value
+from proxy.control.checks import (
+    ID,
+    MAX_VALUE_BYTES,
+    ControlError,
+    Coverage,
+    check_endpoint,
+    check_inject,
+    check_name,
+    check_placeholder,
+    check_value,
+    coverage,
+)
+from proxy.core.errors import SurrogateError
+from proxy.core.oauth import parse_spec
+from proxy.core.policy import INTERFACE_NAME, Policy, Pool
 from proxy.metrics import Metrics
-from proxy.rules.loader import credential_host_risk, opaque_shadow
-from proxy.store.registry import Registry
-from proxy.store.sqlite import (
+from proxy.store.base import (
     ClaimRecord,
     Conflict,
     CredentialRecord,
@@ -39,110 +52,9 @@ from proxy.store.sqlite import (
     NotFound,
     PreconditionFailed,
 )
+from proxy.store.registry import Registry
 
-MAX_VALUE_BYTES = 16 * 1024
-_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,62}$")
-_TOKEN = re.compile(r"^[!#$%&'*+.^_`|~0-9A-Za-z-]+$")  # RFC 9110 §5.6.2
-
-
-class ControlError(SurrogateError):
-    def __init__(self, status: int, code: str, message: str, field: str | None = None) -> None:
-        super().__init__(message)
-        self.status, self.code, self.message, self.field = status, code, message, field
-
-
-@dataclass(frozen=True, slots=True)
-class Coverage:
-    host: str
-    rule: str
-    header: str
-
-
-def coverage(
-    pool: Pool,
-    hosts: list[str],
-    inject_header: str | None,
-    headers: list[str] | tuple[str, ...] | None = None,
-) -> list[Coverage]:
-    """For each host pattern, the intercepting rule of ``pool`` that covers it, and the headers
-    the secret travels in (the injection's, else the header slots ``headers``; None: the default).
-
-    Raises ControlError(422) naming the first host that does not parse or is not covered.
-    """
-    wide = pool.any_host_rule()
-    if wide is not None:
-        raise ControlError(
-            422,
-            "any_host_pool",
-            f"pool {pool.name!r} allows any host ({wide.label()}); credentials are refused there unless "
-            "the rules file sets 'unsafe_any_host: true' on the pool",
-            "hosts",
-        )
-    out = []
-    for i, raw in enumerate(hosts):
-        try:
-            pattern = HostPattern.parse(raw)
-        except HostError as e:
-            raise ControlError(422, "invalid_host", str(e), f"hosts[{i}]") from None
-        if (why := credential_host_risk(pattern)) is not None:
-            raise ControlError(
-                422, "risky_host", f"host {pattern}: {why}; list the exact hosts", f"hosts[{i}]"
-            )
-        rule = next(
-            (r for r in pool.egress if r.intercept and r.scheme == "https" and r.host.covers(pattern)), None
-        )
-        if rule is None:
-            raise ControlError(
-                422,
-                "host_not_covered",
-                f"host {pattern} is not covered by an intercepting egress rule of pool "
-                f"{pool.name!r}; add one to the rules file or remove the host",
-                f"hosts[{i}]",
-            )
-        shadow = opaque_shadow(pool, pattern)
-        if shadow is not None:
-            raise ControlError(
-                422,
-                "host_not_covered",
-                f"host {pattern} would be tunnelled opaque by the earlier rule {shadow.label()} "
-                "(intercept: false), so the credential could never apply",
-                f"hosts[{i}]",
-            )
-        slot = slots.display(
-            slots.DEFAULT_HEADERS if headers is None else frozenset(h.lower() for h in headers)
-        )
-        header = inject_header or f"the placeholder's header, one of: {slot}"
-        out.append(Coverage(str(pattern), rule.label(), header))
-    return out
-
-
-def _check_value(value: str) -> bytes:
-    raw = value.encode("utf-8")
-    if len(raw) > MAX_VALUE_BYTES:
-        raise ControlError(422, "invalid_value", f"value is longer than {MAX_VALUE_BYTES} bytes", "value")
-    try:
-        checked_value(value + "\n", "the request")  # +"\n": keep a value's own trailing newline
-    except SecretUnavailable as e:
-        raise ControlError(
-            422, "invalid_value", str(e).replace("credential value", "value"), "value"
-        ) from None
-    return raw
-
-
-def _check_inject(header: str | None, fmt: str | None) -> None:
-    if header is None:
-        if fmt is not None:
-            raise ControlError(422, "invalid_inject", "inject.format needs inject.set_header", "inject")
-        return
-    low = header.lower()
-    if not _TOKEN.match(header) or low == "host" or low.startswith("proxy-"):
-        raise ControlError(
-            422, "invalid_inject", f"{header!r} is not a header surrogate may set", "inject.set_header"
-        )
-    if fmt is not None and ("{value}" not in fmt or any(ord(c) < 32 or ord(c) == 127 for c in fmt)):
-        raise ControlError(
-            422, "invalid_inject", "format must contain '{value}' and no control characters", "inject.format"
-        )
+__all__ = ["MAX_VALUE_BYTES", "Control", "ControlError", "Coverage", "coverage"]  # the names of old
 
 
 def _store_errors(e: SurrogateError) -> ControlError:
@@ -202,8 +114,12 @@ class Control:
         return pool
 
     def _claim(self, claim_id: str) -> ClaimRecord:
+        """The store claim ``claim_id``. Raises ControlError 409 ``rules_file_claim`` for a claim
+        the rules file declares (the API neither reads nor writes those), else 404."""
         record = self.store.get_claim(claim_id)
         if record is None:
+            if claim_id in self.registry.policy.claims:
+                raise ControlError(409, "rules_file_claim", rules_file_claim(claim_id, self.registry.policy))
             raise ControlError(404, "not_found", f"no claim {claim_id!r}")
         return record
 
@@ -213,7 +129,7 @@ class Control:
         self, who: str, claim_id: str | None, pool: str, sources: list[str], interface: str | None = None
     ) -> tuple[ClaimRecord, str]:
         claim_id = claim_id or f"claim-{secrets.token_hex(6)}"
-        if not _ID.match(claim_id):
+        if not ID.match(claim_id):
             raise ControlError(422, "invalid_id", "id must be 1-63 letters, digits, '.', '_' or '-'", "id")
         if pool not in self.registry.policy.pools:
             known = ", ".join(sorted(self.registry.policy.pools)) or "(none)"
@@ -293,20 +209,20 @@ class Control:
         self, who: str, claim_id: str, name: str, body: dict[str, Any], if_match: int | None
     ) -> tuple[CredentialRecord, list[Coverage], bool]:
         """Create or replace. Returns the record, its coverage and whether it was created."""
-        _check_name(name)
+        check_name(name)
         pool = self._pool(claim_id)
         header, fmt = body.get("inject_header"), body.get("inject_format")
-        _check_inject(header, fmt)
+        check_inject(header, fmt)
         cov = coverage(pool, body["hosts"], header, body.get("headers"))
-        value = _check_value(body["value"])
+        value = check_value(body["value"])
         placeholder = body.get("placeholder")
-        _check_placeholder(placeholder)
+        check_placeholder(placeholder)
         try:
             oauth = parse_spec(body["oauth"]) if body.get("oauth") is not None else None
         except ValueError as e:
             raise ControlError(422, "invalid_request", str(e), "oauth") from None
         if oauth is not None:
-            _check_endpoint(pool, oauth, body["hosts"])
+            check_endpoint(pool, oauth, body["hosts"])
         old = self.store.get_credential(claim_id, name)
         try:
             record = self.store.put_credential(
@@ -343,18 +259,18 @@ class Control:
             raise ControlError(404, "not_found", f"no credential {name!r} in claim {claim_id!r}")
         header = changes.get("inject_header", old.inject_header)
         fmt = changes.get("inject_format", old.inject_format)
-        _check_inject(header, fmt if "inject_format" in changes else None)
+        check_inject(header, fmt if "inject_format" in changes else None)
         cov = coverage(
             pool, list(changes.get("hosts", old.hosts)), header, changes.get("headers", old.headers)
         )
         if "hosts" in changes:
             spec = self.store.oauth_specs().get((claim_id, name))
             if spec is not None:
-                _check_endpoint(pool, parse_spec(spec), list(changes["hosts"]))
+                check_endpoint(pool, parse_spec(spec), list(changes["hosts"]))
         if "value" in changes:
-            changes["value"] = _check_value(changes["value"])
+            changes["value"] = check_value(changes["value"])
         if "placeholder" in changes:
-            _check_placeholder(changes["placeholder"])
+            check_placeholder(changes["placeholder"])
         if header is not None and fmt is None:
             changes["inject_format"] = "Bearer {value}"
         try:
@@ -391,37 +307,11 @@ class Control:
         return record.expires_at is not None and time.time() >= record.expires_at
 
 
-def _check_endpoint(pool: Pool, spec: OAuthSpec, hosts: list[str]) -> None:
-    """The token endpoint's host must be one of the credential's hosts (issue 13: else a host the
-    pool merely allows could hand out tokens the store would then send to the credential's real
-    hosts) and covered by an intercepting rule. Raises ControlError(422)."""
-    if not endpoint_bound(spec, [HostPattern.parse(h) for h in hosts]):
-        raise ControlError(
-            422,
-            "oauth_host_not_bound",
-            f"oauth.token_endpoint.host {spec.host} is not one of the credential's hosts; add it to "
-            "hosts or name the endpoint of one of them",
-            "oauth.token_endpoint.host",
-        )
-    try:
-        coverage(pool, [spec.host], None)
-    except ControlError as e:
-        raise ControlError(e.status, e.code, e.message, "oauth.token_endpoint.host") from None
-
-
-def _check_name(name: str) -> None:
-    if not _ID.match(name):
-        raise ControlError(
-            422, "invalid_name", "credential name must be 1-63 letters, digits, '.', '_' or '-'", "name"
-        )
-
-
-def _check_placeholder(placeholder: str | None) -> None:
-    if placeholder is not None and not placeholders.is_placeholder(placeholder):
-        raise ControlError(
-            422,
-            "invalid_placeholder",
-            f"placeholder must be '{placeholders.PREFIX}' + 16..64 letters or digits, "
-            f"e.g. {placeholders.generate()}",
-            "placeholder",
-        )
+def rules_file_claim(claim_id: str, policy: Policy) -> str:
+    """Why the control API refuses a rules-file claim, and how to get what was meant."""
+    pool = policy.claims[claim_id].pool
+    return (
+        f"claim {claim_id!r} is declared in the rules file, and the control API holds only the claims "
+        "it created: declare its credentials in the rules file (then reload), or create a control-API "
+        f"claim (surrogate claims create --pool {pool} --id ID; POST /v1/claims) and put them there"
+    )

@@ -2,14 +2,19 @@
 
 from __future__ import annotations
 
+import re
+import secrets
 import shutil
 import socket
 import subprocess
 import sys
+import time
 from pathlib import Path
 
+import canary
 import pytest
-from harness import ROOT
+from harness import ROOT, ProxyProcess
+from servers import TestCA, Upstream
 
 pytestmark = pytest.mark.e2e
 
@@ -131,6 +136,95 @@ def test_rules_check_warns_on_risky_hosts_and_exits_0(tmp_path: Path) -> None:
     )
 
 
+def test_the_banner_and_env_name_the_same_trust_bundle_and_it_verifies_the_proxy(tmp_path: Path) -> None:
+    """issue 18 item 3: the banner told clients to trust the CA alone while `surrogate env` gave
+    the bundle (system roots + CA); the CA alone fails every `intercept: false` host. Both name
+    the bundle now, which holds the roots and the CA the proxy signs with, and curl trusting
+    only it (as the banner's `export` line says) gets through an intercepted tunnel."""
+    token = secrets.token_urlsafe(16)
+    (tmp_path / "tok").write_text(token + "\n")
+    test_ca = TestCA(tmp_path)
+    with Upstream(test_ca, ["api.test"], tmpdir=tmp_path) as upstream:
+        rules = tmp_path / "rules.yaml"
+        rules.write_text(
+            "version: 1\npools:\n  p:\n    egress:\n      - host: api.test\n"
+            f"        ports: [{upstream.port}]\n"
+            "claims:\n  - id: c\n    pool: p\n    proxy_token: file:tok\n"
+        )
+        proxy = ProxyProcess(rules, tmp_path, upstream_ca=test_ca.ca_pem, resolve={"api.test": "127.0.0.1"})
+        proxy.start()
+        try:
+            deadline = time.monotonic() + 20
+            while "CURL_CA_BUNDLE=" not in proxy.stderr() and time.monotonic() < deadline:
+                time.sleep(0.05)
+            banner = proxy.stderr()
+            trusted = re.search(
+                r"trust this bundle in the sandbox \(system roots \+ surrogate's CA\): (\S+)", banner
+            )
+            exported = re.search(r"export CURL_CA_BUNDLE=(\S+) SSL_CERT_FILE=(\S+)", banner)
+            assert trusted and exported, banner
+            env = surrogate("env", "--rules", str(rules), "--claim", "c", "--state-dir", str(proxy.state_dir))
+            assert env.returncode == 0, env.stderr
+            named = dict(re.findall(r"^export (\w+)=(\S+)$", env.stdout, re.M))
+            bundle = Path(trusted[1])
+            assert {exported[1], exported[2], named["SSL_CERT_FILE"], named["CURL_CA_BUNDLE"]} == {
+                str(bundle)
+            }
+            text = bundle.read_text()
+            assert text.endswith(proxy.ca_pem.read_text())
+            assert text.count("-----BEGIN CERTIFICATE-----") > 1  # the system roots too
+            done = subprocess.run(
+                ["curl", "-sS", "-o", "/dev/null", "-w", "%{http_code}", "--cacert", str(bundle),
+                 "--proxy", proxy.url("c", token), f"https://api.test:{upstream.port}/"],
+                capture_output=True, text=True, timeout=30, check=False,
+            )  # fmt: skip
+            assert done.returncode == 0 and done.stdout == "200", done.stderr
+        finally:
+            proxy.stop()
+
+
+def test_creds_on_a_rules_file_claim_say_where_its_credentials_belong(tmp_path: Path) -> None:
+    """issue 18 item 4: `surrogate creds put` on a claim the rules file declares answered
+    `404: no claim 'static'`; every claims/creds command on it now says whose claims the control
+    API holds and how to make one, exit 1, the value nowhere in the answer."""
+    value = canary.make("cli")
+    canary.source(tmp_path / "value", value)
+    (tmp_path / "tok").write_text("static-proxy-token\n")
+    rules = tmp_path / "rules.yaml"
+    rules.write_text(
+        "version: 1\npools:\n  p:\n    egress:\n      - host: api.test\n"
+        "claims:\n  - id: static\n    pool: p\n    proxy_token: file:tok\n"
+    )
+    state = tmp_path / "state"
+    args = [sys.executable, "-m", "proxy", "control", "--rules", str(rules), "--state-dir", str(state)]
+    with open(tmp_path / "control.stderr", "wb") as err:
+        proc = subprocess.Popen(args, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=err)
+    try:
+        deadline = time.monotonic() + 20
+        while not (state / "control.sock").exists() and time.monotonic() < deadline:
+            time.sleep(0.05)
+        commands = [
+            ["creds", "put", "static", "gh", "--host", "api.test", "--value-file", str(tmp_path / "value")],
+            ["creds", "patch", "static", "gh", "--value-file", str(tmp_path / "value")],
+            ["creds", "list", "static"],
+            ["creds", "get", "static", "gh"],
+            ["creds", "delete", "static", "gh"],
+            ["claims", "get", "static"],
+            ["claims", "rotate-token", "static"],
+            ["claims", "delete", "static"],
+        ]
+        for argv in commands:
+            done = surrogate(*argv, "--state-dir", str(state))
+            assert done.returncode == 1, (argv, done.stdout, done.stderr)
+            assert done.stderr.startswith(
+                "surrogate: 409: claim 'static' is declared in the rules file, and the control API "
+                "holds only the claims it created"
+            ), (argv, done.stderr)
+            assert "surrogate claims create --pool p --id ID" in done.stderr
+            assert value not in done.stdout + done.stderr
+    finally:
+        proc.terminate()
+        proc.wait(timeout=10)
 def test_run_reads_every_value_source_and_refuses_to_start_without_them(tmp_path: Path) -> None:
     """``rules check`` needs no secret (issue 18 item 11); ``run`` still reads every source at
     start and refuses, naming each, before it listens."""

@@ -88,7 +88,7 @@ def test_schemathesis_finds_no_server_error_and_no_schema_violation(tmp_path: Pa
         wait_for(lambda: httpx.get(f"http://127.0.0.1:{port}/healthz").status_code == 200)
         # positive_data_acceptance is left out on purpose: a pool must exist in the rules file and a
         # host must be covered by one of its rules, which no JSON schema can say; such requests get
-        # a specific 422 (tested row by row in tests/unit/control/test_api.py).
+        # a specific 422 (tested row by row in tests/unit/control/test_checks.py).
         done = subprocess.run(
             [
                 str(Path(sys.executable).parent / "schemathesis"),

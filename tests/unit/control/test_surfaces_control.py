@@ -16,11 +16,7 @@ from proxy.control.service import Control
 from proxy.core.policy import DEFAULT_SURFACES, Misplaced, Surface
 from proxy.store.keyring import KeyRing
 from proxy.store.sqlite import SCHEMA_VERSION, Store
-from unit.control import test_api
-from unit.control.test_api import SECRET, claim, cred, problem
-
-# The control API fixtures of tests/unit/control/test_api.py: a real app over a real store and rules.
-store, control, api = test_api.store, test_api.control, test_api.api
+from unit.control.world import SECRET, claim, cred, problem
 
 
 async def test_put_with_surfaces_reaches_the_proxy_credential(

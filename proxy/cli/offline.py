@@ -1,0 +1,103 @@
+"""Commands that read files and start nothing: ``surrogate rules check``, ``surrogate rules
+explain`` (answered by :mod:`proxy.cli.explain`), ``surrogate audit why`` (:mod:`proxy.cli.why`)
+and ``surrogate audit verify`` (:mod:`proxy.cli.verify`)."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from proxy.cli.explain import EXIT_HELP as EXPLAIN_EXIT_HELP
+from proxy.cli.explain import main_explain
+from proxy.cli.verify import add_parser as add_verify_parser
+from proxy.cli.verify import main_verify
+from proxy.cli.why import main_why
+from proxy.core.errors import RulesError, SurrogateError
+from proxy.rules.loader import load_rules
+
+
+def add_rules(sub: Any) -> None:
+    rules = sub.add_parser("rules", help="rules files")
+    rules_sub = rules.add_subparsers(dest="rules_command", required=True)
+    check = rules_sub.add_parser("check", help="validate rules files without starting anything")
+    check.add_argument("files", type=Path, nargs="+")
+    _sources_arg(check)
+    check.set_defaults(handler=lambda args: check_files(args.files, args.check_sources))
+    explain = rules_sub.add_parser(
+        "explain",
+        help="dry-run one request through the rules: decision, rule, credentials (no network)",
+        description="Dry-run one request through the rules: decision, rule, credentials (no network).",
+        epilog=EXPLAIN_EXIT_HELP,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    explain.add_argument("--rules", type=Path, required=True, help="rules file (YAML, version: 1)")
+    explain.add_argument("--claim", required=True, help="the claim that sends the request")
+    explain.add_argument(
+        "--state-dir", type=Path, help="also the control-API claims in this state dir's store"
+    )
+    explain.add_argument(
+        "-H",
+        "--header",
+        action="append",
+        default=[],
+        metavar="'NAME: VALUE'",
+        help="a request header (repeatable)",
+    )
+    explain.add_argument("--json", action="store_true", help="print JSON instead of text")
+    _sources_arg(explain)
+    explain.add_argument("method", metavar="METHOD", help="e.g. GET")
+    explain.add_argument("url", metavar="URL", help="http:// or https:// URL")
+    explain.set_defaults(handler=main_explain)
+
+
+def add_audit(sub: Any) -> None:
+    audit_p = sub.add_parser("audit", help="audit events")
+    audit_sub = audit_p.add_subparsers(dest="audit_command", required=True)
+    why = audit_sub.add_parser(
+        "why", help="print a request's audit event and explain it from the rules in force"
+    )
+    why.add_argument(
+        "request_id", metavar="REQUEST_ID", help="from a refusal's JSON body or X-Surrogate-Request-Id"
+    )
+    why.add_argument("--audit-file", type=Path, required=True, help="the proxy's --audit-file")
+    why.add_argument("--rules", type=Path, required=True, help="the rules file in force")
+    why.add_argument("--state-dir", type=Path, help="also the control-API claims in this state dir's store")
+    why.add_argument("--json", action="store_true", help="print JSON instead of text")
+    why.set_defaults(handler=main_why)
+    add_verify_parser(audit_sub)
+    audit_sub.choices["verify"].set_defaults(handler=main_verify)
+
+
+def _sources_arg(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--check-sources",
+        action="store_true",
+        help="also read every env:/file: value source now, as 'run' does, and report one that "
+        "cannot be read (by default only their form is checked: no secret is read)",
+    )
+
+
+def check_files(files: list[Path], read_sources: bool = False) -> int:
+    """``rules check``: 0 when every file is valid (warnings on stderr), 1 when one is not."""
+    status = 0
+    for f in files:
+        try:
+            policy = load_rules(f, read_secrets=read_sources)
+            for w in policy.warnings:
+                print(w, file=sys.stderr)
+            print(f"{f}: ok" + (f" ({len(policy.warnings)} warnings)" if policy.warnings else ""))
+        except RulesError as e:  # every error and warning of the file, then how many
+            print(e, file=sys.stderr)
+            print(f"{f}: {_count(e.problems, 'error')}, {_count(e.warnings, 'warning')}", file=sys.stderr)
+            status = 1
+        except SurrogateError as e:
+            print(e, file=sys.stderr)
+            status = 1
+    return status
+
+
+def _count(items: Sequence[object], what: str) -> str:
+    return f"{len(items)} {what}{'' if len(items) == 1 else 's'}"
