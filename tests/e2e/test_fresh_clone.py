@@ -113,7 +113,9 @@ def test_make_run_on_a_fresh_clone_serves_as_the_readme_says(tmp_path: Path) -> 
             cwd=clone, stdout=out, stderr=subprocess.STDOUT, start_new_session=True,
         )  # fmt: skip
     try:
-        banner_end = "placeholder github: surr_DemoGithubPlaceholder0001  (bound to api.github.com, github.com)"
+        banner_end = (
+            "placeholder github: surr_DemoGithubPlaceholder0001  (bound to api.github.com, github.com)"
+        )
         printed = _wait_for(out_path, banner_end, proc, timeout=180)
         # The banner the README shows, with this clone's path and port: every line, in order.
         shown = _readme_block("`make run` prints how to point a client at it, for example:")
@@ -142,7 +144,8 @@ def test_make_run_on_a_fresh_clone_serves_as_the_readme_says(tmp_path: Path) -> 
         assert "curl: (56) CONNECT tunnel failed, response 403" in denied.stderr
 
         # The proxy's terminal shows one audit line per request, with the README line's fields.
-        readme_event = json.loads(_readme_block("The proxy's terminal (stdout) shows one audit line per request:"))
+        readme_line = _readme_block("The proxy's terminal (stdout) shows one audit line per request:")
+        readme_event = json.loads(readme_line)
         printed = _wait_for(out_path, answer["request_id"], proc, timeout=30)
         line = next(ln for ln in printed.splitlines() if answer["request_id"] in ln and ln.startswith("{"))
         assert list(json.loads(line)) == list(readme_event)
