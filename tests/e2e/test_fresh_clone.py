@@ -149,6 +149,7 @@ def test_make_run_on_a_fresh_clone_serves_as_the_readme_says(tmp_path: Path) -> 
         printed = _wait_for(out_path, answer["request_id"], proc, timeout=30)
         line = next(ln for ln in printed.splitlines() if answer["request_id"] in ln and ln.startswith("{"))
         assert list(json.loads(line)) == list(readme_event)
+        assert line.endswith(', "prev": null}') or ', "prev": "' in line  # as the README's, any --workers
     finally:
         if proc.poll() is None:
             os.killpg(proc.pid, signal.SIGTERM)  # make and the proxy it started: the group we made
