@@ -135,6 +135,21 @@ def control_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--control-token-file", type=Path, help="file holding the operator bearer token")
 
 
+def store_args(p: argparse.ArgumentParser) -> None:
+    # A plain string: argparse would echo a refused value (and a password in it) in its error.
+    p.add_argument(
+        "--store",
+        metavar="URL",
+        help="the credential store: postgresql://USER@HOST:PORT/DB[?password_file=PATH] for a fleet "
+        "(never a password in the URL) (default: the SQLite file in the state dir)",
+    )
+    p.add_argument(
+        "--key-file",
+        type=Path,
+        help="the store's key file, the same on every node (default <state dir>/store.key)",
+    )
+
+
 def served_control_args(p: argparse.ArgumentParser) -> None:
     """``surrogate control`` only (never a proxy node, where sandboxes are): a TCP listener
     beyond loopback, for a cluster's Service, over TLS and under the names its clients use."""
