@@ -41,8 +41,9 @@ def missing_state(state_dir: Path, what: str) -> ValueError:
     which = "the default state dir" if state_dir == default_state_dir() else "the state dir given"
     create = ", or make one on purpose with 'surrogate ca init --state-dir DIR'" if what == "CA" else ""
     return ValueError(
-        f"no {what} in {state_dir} ({which}); pass --state-dir with the directory the proxy runs "
-        f"with ('surrogate run --state-dir DIR'; make run uses .state){create}. Nothing was created"
+        f"no {what} in {state_dir} ({which}): 'surrogate run --state-dir {state_dir}' creates it at "
+        "its first start (make run's is .state), so start the proxy first or pass the --state-dir "
+        f"it runs with{create}. Nothing was created"
     )
 
 

@@ -143,6 +143,7 @@ def supervise(args: argparse.Namespace, argv: list[str]) -> int:
     args.state_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
     ports = [args.listen, *([args.transparent] if args.transparent else [])]
     workers.check_free(ports + ([control.tcp] if control.tcp else []))
+    workers.check_socket_free(control.socket_path)
     ca.ensure_ca(args.state_dir)
     ca.write_sandbox_bundle(args.state_dir, None)  # the bundle the banner names
     ca.write_upstream_bundle(args.state_dir, args.upstream_ca)  # names a bad --upstream-ca once
@@ -177,6 +178,7 @@ def run_proxy(args: argparse.Namespace) -> int:
     control = control_config(args)
     args.state_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
     if worker is None:
+        workers.check_socket_free(control.socket_path)
         ca.ensure_ca(args.state_dir)
         ca.write_sandbox_bundle(args.state_dir, None)  # the bundle the banner names
         audit.configure(
@@ -244,6 +246,7 @@ def control_only(args: argparse.Namespace) -> int:
     policy = load_rules(args.rules)
     node = options.node(args)
     control = control_config(args)
+    workers.check_socket_free(control.socket_path)
     args.state_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
     audit.configure(
         args.audit_file, args.audit_max_bytes, args.audit_backups, node=node, ocsf=args.audit_ocsf_file

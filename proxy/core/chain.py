@@ -54,7 +54,8 @@ def splice(line: str, key: str, prev: str | None) -> str | None:
     if len(line) < 3 or line[0] != "{" or line[-1] != "}":
         return None
     value = "null" if prev is None else f'"{prev}"'
-    return f'{line[:-1]},"{key}":{value}}}'
+    # json.dumps's separators, as one process renders ``prev`` itself: the same line whatever --workers
+    return f'{line[:-1]}, "{key}": {value}}}'
 
 
 @dataclass(frozen=True)

@@ -123,6 +123,25 @@ def check_free(addresses: Sequence[tuple[str, int]]) -> None:
                 raise OSError(f"cannot listen on {host}:{port}: {e.strerror}") from None
 
 
+def check_socket_free(path: Path | None) -> None:
+    """Raise OSError when a process answers on the control socket ``path``: another surrogate
+    (``run`` or ``control``) serves this state dir. Starting anyway would replace its socket file
+    (its control API unreachable once this one stops) and empty the node's shared limits table.
+    A socket file that nobody answers on is a stopped proxy's, replaced when the socket is bound."""
+    if path is None or not path.is_socket():
+        return
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as s:
+        s.settimeout(2)
+        try:
+            s.connect(str(path))
+        except OSError:
+            return
+    raise OSError(
+        f"the control socket {path} answers: another surrogate serves this state dir; stop it, or "
+        "give this one a --state-dir of its own (one proxy per state dir: its store, limits and socket)"
+    )
+
+
 def share_metrics(folder: Path) -> None:
     """Have the workers started from now on count into ``folder`` (prometheus-client's
     multiprocess mode, through the environment they inherit), emptied of a previous run's files."""

@@ -355,7 +355,11 @@ def test_any_single_edit_is_found_at_its_line(edited: Edited) -> None:
 
 
 def test_splice_adds_prev_without_reserialising_and_refuses_what_is_not_an_object() -> None:
-    assert chain.splice('{"a": 1}', KEY, None) == '{"a": 1,"prev":null}'
-    assert chain.splice('{"a": 1}', KEY, "ab") == '{"a": 1,"prev":"ab"}'
+    assert chain.splice('{"a": 1}', KEY, None) == '{"a": 1, "prev": null}'
+    assert chain.splice('{"a": 1}', KEY, "ab") == '{"a": 1, "prev": "ab"}'
+    # The line a supervisor splices is the line one process renders (the README's, `"prev": "…"`;
+    # a newcomer's `make run`, two workers, printed `,"prev":null` instead)
+    for prev in (None, "ab"):
+        assert chain.splice(json.dumps({"a": 1}), KEY, prev) == json.dumps({"a": 1, KEY: prev})
     for bad in ("", "{}", "[1]", "not json", '{"a": 1'):
         assert chain.splice(bad, KEY, None) is None
