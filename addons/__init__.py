@@ -39,8 +39,10 @@ from __future__ import annotations
 
 from typing import Any
 
+from mitmproxy import tls
 from mitmproxy.addons import errorcheck, proxyserver, tlsconfig
 
+from addons import tlsbuffers
 from addons.audit import Audit
 from addons.fence import Fence
 from addons.forgery import Forgery
@@ -67,9 +69,18 @@ class TlsConfig(tlsconfig.TlsConfig):
     that name it as their CRL distribution point: only when the upstream certificate is known
     at the handshake, never with the lazy upstream connections surrogate uses), and reads two
     options per request: about 12 µs of every request, measured (issue 7). Such a request goes
-    to the upstream like any other."""
+    to the upstream like any other. Every TLS connection it starts frees its record buffers
+    while idle (addons/tlsbuffers.py)."""
 
     request = None  # type: ignore[assignment]
+
+    def tls_start_client(self, tls_start: tls.TlsData) -> None:
+        super().tls_start_client(tls_start)
+        tlsbuffers.release_when_idle(tls_start)
+
+    def tls_start_server(self, tls_start: tls.TlsData) -> None:
+        super().tls_start_server(tls_start)
+        tlsbuffers.release_when_idle(tls_start)
 
 
 def chain(state: State) -> list[Any]:

@@ -66,7 +66,8 @@ def _event(flow: http.HTTPFlow, kind: str) -> dict[str, Any]:
         # the connection has no status: nothing was sent).
         a.STATUS: flow.response.status_code
         if flow.response
-        else (502 if decision and decision.reason is Reason.UPSTREAM_ERROR else None),
+        else flow.metadata.get(facts.ANSWERED)  # addons/errorpage.py's answer to a refusal of mitmproxy's
+        or (502 if decision and decision.reason is Reason.UPSTREAM_ERROR else None),
         a.DECISION: decision.action.value if decision else None,
         a.REASON: decision.reason.value if decision else None,
         a.RULE: decision.rule.label() if decision and decision.rule else None,

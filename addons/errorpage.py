@@ -7,7 +7,7 @@ an HTML page and ``Server: mitmproxy``: ``Http1Server.send`` writes ``make_error
 ``HttpStream`` sends toward the client (``mitmproxy/proxy/layers/http/__init__.py``:
 ``handle_protocol_error``, ``check_invalid``, ``check_body_size``). No hook can answer instead:
 the ``error`` hook runs before the page is written and mitmproxy ignores a response set there.
-:func:`install` wraps three methods once per process:
+:func:`install` wraps these once per process:
 
 - ``HttpStream.handle_event``: each such error toward the client is given its answer, built from
   the flow (request id, Content-Type, the refusal already decided if there is one) by
@@ -16,6 +16,9 @@ the ``error`` hook runs before the page is written and mitmproxy ignores a respo
   ``UNAVAILABLE`` (:mod:`proxy.core.refusals`);
 - ``Http1Server.send`` and ``Http2Server._handle_event`` write that answer where mitmproxy wrote
   its page (HTTP/1: then the connection closes, as before);
+- ``HttpStream.check_invalid`` and ``check_body_size``: a request mitmproxy refuses itself
+  (framing read two ways, a body too large) is recorded as that refusal before the ``error``
+  hook, so the audit event and metrics say what the sandbox is told (review r-refusals);
 - ``_http1.make_error_response`` (what is left: a request head mitmproxy cannot parse, before any
   flow) becomes the same JSON refusal without a request id.
 
@@ -39,6 +42,7 @@ from mitmproxy.proxy import commands
 from mitmproxy.proxy.layers import http as http_layers
 from mitmproxy.proxy.layers.http import _http1, _http2
 from mitmproxy.proxy.layers.http._events import ErrorCode, ResponseProtocolError
+from mitmproxy.proxy.layers.http._hooks import HttpErrorHook
 
 from addons import facts, framing, refusals
 from proxy.core.decide import Decision, Reason, deny
@@ -49,6 +53,7 @@ log = logging.getLogger("surrogate")
 _MARK = "_surrogate_errorpage"
 
 Method = Callable[[Any, Any], Generator[Any, Any, None]]
+Check = Callable[[Any, bool], Generator[Any, Any, bool]]
 
 # mitmproxy's error codes for a request it refuses itself (the rest are the upstream's failures)
 _CLIENT_SIDE: dict[ErrorCode, tuple[Reason, str, str]] = {
@@ -73,6 +78,16 @@ _CLIENT_SIDE: dict[ErrorCode, tuple[Reason, str, str]] = {
         "http_request_error",
     ),
 }
+# HttpStream's checks of a request that refuse it themselves: (reason, sentence, status, the
+# message of that refusal when the check may yield other error hooks; mitmproxy 12.3's words)
+_CHECKS: dict[str, tuple[Reason, str, int, str | None]] = {
+    "check_invalid": (*_CLIENT_SIDE[ErrorCode.REQUEST_VALIDATION_FAILED][:2], 400, None),
+    "check_body_size": (
+        *_CLIENT_SIDE[ErrorCode.REQUEST_TOO_LARGE][:2],
+        413,
+        "Request body exceeds mitmproxy's body_size_limit.",
+    ),
+}
 # connection-specific fields, which HTTP/2 forbids (RFC 9113 §8.2.2)
 _H2_DROPPED = {b"connection", b"keep-alive", b"proxy-connection", b"transfer-encoding", b"upgrade"}
 
@@ -88,9 +103,10 @@ class Answered(ResponseProtocolError):
 
 
 def answer_for(flow: http.HTTPFlow, error: ResponseProtocolError, status: int) -> http.Response:
-    """The answer to ``flow`` for mitmproxy's ``error`` (whose page would have had ``status``)."""
-    request_id = flow.metadata.get(facts.REQUEST_ID, flow.id)
-    content_type = flow.request.headers.get("content-type") if flow.request else None
+    """The answer to ``flow`` for mitmproxy's ``error`` (whose page would have had ``status``).
+    A flow no hook saw (mitmproxy refused it before any: no Host) has no audit event, so its
+    answer has no request id."""
+    request_id = flow.metadata.get(facts.REQUEST_ID)
     decided: Decision | None = flow.metadata.get(facts.DECISION)
     kind = None
     if decided is not None and not decided.allowed:
@@ -106,13 +122,59 @@ def answer_for(flow: http.HTTPFlow, error: ResponseProtocolError, status: int) -
         where = flow.metadata.get(facts.HOST, flow.request.host)
         rule = decided.rule if decided is not None else None
         decision = deny(Reason.UPSTREAM_ERROR, f"{where}:{flow.request.port}: {sentence}", status, rule)
-    return refusals.answer(decision, request_id, content_type, error=kind)
+    return refusals.answer(decision, request_id, flow.request, error=kind)
+
+
+def _refused_by_mitmproxy(flow: http.HTTPFlow, reason: Reason, sentence: str, status: int) -> None:
+    """Record, before the ``error`` hook (audit, metrics), the refusal the sandbox will be told
+    (:func:`answer_for` answers with it), unless one was decided already."""
+    decided: Decision | None = flow.metadata.get(facts.DECISION)
+    if decided is None or decided.allowed:
+        rule = decided.rule if decided is not None else None
+        flow.metadata[facts.DECISION] = deny(reason, sentence, status, rule)
+        flow.metadata[facts.ANSWERED] = status
+
+
+def _deciding(original: Check, reason: Reason, sentence: str, status: int, own: str | None) -> Check:
+    """``HttpStream.check_invalid`` / ``check_body_size`` (``request``: the client's side),
+    recording their refusal of a request as the decision before the error hook they yield runs
+    (review r-refusals: the sandbox was told ``400 bad_request_head`` and the audit event with
+    its request id said ``error upstream_error 502``). ``own``: the message of the check's own
+    refusal, where the check can also run other steps whose error hooks are not its refusal
+    (``check_body_size`` starts streaming past ``stream_large_bodies``, which connects upstream
+    and may fail there)."""
+
+    def check(self: Any, request: bool) -> Generator[Any, Any, bool]:
+        if not request:  # the response's side: mitmproxy's as it is (delegated in C)
+            return (yield from original(self, request))
+        steps = original(self, request)
+        reply = None
+        while True:
+            try:
+                command = steps.send(reply)
+            except StopIteration as done:
+                return bool(done.value)
+            if isinstance(command, HttpErrorHook) and (
+                own is None or (command.flow.error is not None and command.flow.error.msg == own)
+            ):
+                _refused_by_mitmproxy(self.flow, reason, sentence, status)
+            reply = yield command
+
+    setattr(check, _MARK, True)
+    return check
 
 
 def _answering(original: Method) -> Method:
     def handle_event(self: Any, event: Any) -> Generator[Any, Any, None]:
         for command in original(self, event):
             if (
+                isinstance(command, HttpErrorHook)
+                and type(event) is ResponseProtocolError
+                and event.message.startswith(framing.BROKEN)
+            ):  # surrogate's own words (addons/framing.py): the request's body, not the upstream
+                sentence = "the request body disagrees with the length its head declares"
+                _refused_by_mitmproxy(command.flow, Reason.BAD_REQUEST_BODY, sentence, 502)
+            elif (
                 isinstance(command, http_layers.SendHttp)
                 and type(command.event) is ResponseProtocolError
                 and command.connection is self.context.client
@@ -133,9 +195,22 @@ def _answering(original: Method) -> Method:
     return handle_event
 
 
+def _final_sent(response: http.Response | None) -> bool:
+    """Whether the HTTP/1 connection already carries this request's answer: a final response,
+    or a ``101`` (the connection switched protocols). mitmproxy answers ``Expect: 100-continue``
+    itself before it connects upstream (curl sends it with every upload over 1 MiB), so a ``100``
+    is no answer: without this, an upstream that failed after it got the client nothing at all
+    (review r-refusals)."""
+    return response is not None and (response.status_code >= 200 or response.status_code == 101)
+
+
 def _h1_writing(original: Method) -> Method:
     def send(self: Any, event: Any) -> Generator[Any, Any, None]:
-        if isinstance(event, Answered) and self.conn.state & ConnectionState.CAN_WRITE and not self.response:
+        if (
+            isinstance(event, Answered)
+            and self.conn.state & ConnectionState.CAN_WRITE
+            and not _final_sent(self.response)
+        ):
             event.response.headers["Connection"] = "close"
             yield commands.SendData(self.conn, http1.assemble_response(event.response))
             yield commands.CloseConnection(self.conn)
@@ -198,5 +273,8 @@ def install() -> None:
     h2: Any = _http2.Http2Server
     if not getattr(h2._handle_event, _MARK, False):
         h2._handle_event = _h2_writing(h2._handle_event)
+    for name, (reason, sentence, status, own) in _CHECKS.items():
+        if not getattr(getattr(stream, name), _MARK, False):
+            setattr(stream, name, _deciding(getattr(stream, name), reason, sentence, status, own))
     if not getattr(_http1.make_error_response, _MARK, False):
         _http1.make_error_response = _error_response

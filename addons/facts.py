@@ -27,6 +27,8 @@ connection opened or failed.
 - ``surrogate.path`` (RequestPath)      policy: the canonical identity of the request's path, from
                                         the target as sent (proxy.core.paths); every path matcher and
                                         the audit read it, never the (maybe substituted) target
+- ``surrogate.answered`` (int)          errorpage: the status of its answer to a request mitmproxy
+                                        refused itself (no ``flow.response``), for audit and metrics
 """
 
 from __future__ import annotations
@@ -61,6 +63,7 @@ BYTES = "surrogate.bytes"
 FORGED = "surrogate.forged"
 HOOK = "surrogate.hook"
 PATH = "surrogate.path"
+ANSWERED = "surrogate.answered"  # errorpage: the status of the answer written for mitmproxy's refusal
 
 REQUEST_ID_HEADER = refusals.REQUEST_ID_HEADER
 
@@ -160,7 +163,5 @@ def refuse(flow: http.HTTPFlow, decision: Decision, headers: dict[str, str] | No
     # crash report logged the body). The refused body is small (see above): let it be read.
     flow.request.stream = False
     request_id = flow.metadata.get(REQUEST_ID, flow.id)
-    flow.response = refusals.answer(
-        decision, request_id, flow.request.headers.get("content-type"), headers=headers
-    )
+    flow.response = refusals.answer(decision, request_id, flow.request, headers=headers)
     flow.metadata[DECISION] = decision

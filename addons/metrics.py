@@ -33,7 +33,7 @@ class Metrics:
             return
         flow.metadata[_DONE] = True
         decision = ending.decision(flow)  # the audit event's decision and reason (addons/ending.py)
-        status = flow.response.status_code if flow.response else 0
+        status = flow.response.status_code if flow.response else flow.metadata.get(facts.ANSWERED, 0)
         action = decision.action.value if decision else "none"
         reason = decision.reason.value if decision else "none"
         self._request(action, reason, f"{status // 100}xx" if status else "none").inc()

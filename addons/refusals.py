@@ -22,17 +22,20 @@ REQUEST_ID_HEADER = "X-Surrogate-Request-Id"
 def answer(
     decision: Decision,
     request_id: str | None,
-    content_type: str | None = None,
+    request: http.Request | None = None,
     error: str | None = None,
     headers: dict[str, str] | None = None,
 ) -> http.Response:
-    """The response for refusal ``decision`` of the request whose Content-Type is
-    ``content_type``; ``error``: an RFC 9209 type that overrides the table's (an upstream
+    """The response for refusal ``decision`` of ``request`` (None: refused before any request
+    was read); a gRPC request (:func:`proxy.core.refusals.grpc_request`) gets gRPC's answer;
+    ``error``: an RFC 9209 type that overrides the table's (an upstream
     failure's kind); ``headers``: more fields (``Retry-After``, ``Connection: close``)."""
     fields = {"Proxy-Status": refusals.proxy_status(decision.reason, request_id, error)}
     if request_id is not None:
         fields[REQUEST_ID_HEADER] = request_id
-    if refusals.is_grpc(content_type):
+    if request is not None and refusals.grpc_request(
+        request.method, request.http_version, request.headers.get("content-type")
+    ):
         response = http.Response.make(
             200,
             b"",
@@ -51,5 +54,9 @@ def answer(
             refusals.json_body(decision, request_id),
             {"Content-Type": "application/json", **fields, **(headers or {})},
         )
+    if request is not None and request.method == "HEAD":
+        # RFC 9110 §9.3.2: no content, the length GET would have had (review r-refusals: the
+        # JSON after the head was read, on a kept-alive HTTP/1 connection, as the next response)
+        response.raw_content = b""
     response.reason = refusals.reason_phrase(response.status_code, decision.reason)
     return response

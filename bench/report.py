@@ -10,10 +10,14 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 from control import Registered, WriteThenRequest
+from handshake import Handshakes
+from idle import IN_FLIGHT, Held
 from load import Download, HeyResult, SSEResult
 
 DIRECT, MITMDUMP, SURROGATE = "direct", "mitmdump", "surrogate"
+SURROGATE_RSA = "surrogate-rsa-ca"  # a state dir holding an RSA CA (made before issue 19)
 TARGETS = (DIRECT, MITMDUMP, SURROGATE)
+TUNNEL_SETUP_BEFORE = 140.0  # tunnels/s measured in issue 19 (the target is twice that)
 
 
 @dataclass
@@ -30,6 +34,10 @@ class Results:
     control_sized: WriteThenRequest | None = None  # on the instance holding the large claim
     registered: Registered | None = None
     workers: dict[int, list[HeyResult]] = field(default_factory=dict)  # --workers N at c=64, ABBA runs
+    handshakes: dict[tuple[str, bool], list[Handshakes]] = field(default_factory=dict)  # (target, resumed)
+    tunnels: int = 10_000
+    idle: dict[str, Held] = field(default_factory=dict)  # idle tunnels held, per proxy
+    server_handshake_us: dict[str, float] = field(default_factory=dict)  # in process, by CA: EC, RSA
 
 
 def _median(values: Sequence[float | None]) -> float | None:
@@ -73,7 +81,7 @@ class Table:
         SURROGATE,
         "surr. ÷ direct",
         "surr. ÷ mitmdump",
-        "issue 7 target",
+        "target (issues 7, 19)",
         "",
     )
 
@@ -246,6 +254,80 @@ def _workers_rows(table: Table, r: Results) -> None:
     )
 
 
+def _connection_rows(table: Table, r: Results) -> None:
+    """Issue 19: new-connection latency and CPU (EC vs RSA CA, resumption), idle tunnels."""
+    if not r.handshakes:
+        return
+
+    def med(name: str, resumed: bool, pick: Callable[[Handshakes], float | None]) -> float | None:
+        return _median([pick(h) for h in r.handshakes.get((name, resumed), [])])
+
+    p50 = {t: med(t, False, lambda h: h.p50) for t in TARGETS}
+    s, m = p50[SURROGATE] or 0, p50[MITMDUMP] or 1
+    rounds = _per_round(r.handshakes.get((SURROGATE, False), []), r.handshakes.get((MITMDUMP, False), []),
+                        lambda h: h.p50)  # fmt: skip
+    table.add(
+        "new connection (CONNECT + TLS + one request), p50",
+        p50,
+        2,
+        " ms",
+        f"{s / m:.2f}× mitmdump ({rounds}); want ≤ 0.5×",
+        _status(s / m <= 0.5),
+    )
+    table.add("new connection, p99", {t: med(t, False, lambda h: h.p99) for t in TARGETS}, 2, " ms")
+    tls_up = {t: med(t, False, lambda h: h.tls_p50) for t in TARGETS}
+    table.add("new connection: client TLS up, p50", tls_up, 2, " ms")
+    cpu = {t: med(t, False, lambda h: h.cpu_us_per_conn) for t in TARGETS}
+    table.add("proxy CPU per new connection", cpu, 0, " µs")
+    rsa_p50, rsa_cpu = (
+        med(SURROGATE_RSA, False, lambda h: h.p50),
+        med(SURROGATE_RSA, False, lambda h: h.cpu_us_per_conn),
+    )
+    ec_cpu = med(SURROGATE, False, lambda h: h.cpu_us_per_conn)
+    table.note(
+        "surrogate with an RSA-2048 CA kept from before (same connections)",
+        f"{_fmt(rsa_p50, 2, ' ms')} p50, {_fmt(rsa_cpu, 0, ' µs')} CPU/conn",
+        f"EC CA ÷ RSA CA: p50 {_ratio(p50[SURROGATE], rsa_p50)}, CPU {_ratio(ec_cpu, rsa_cpu)} (no target)",
+    )
+    if len(r.server_handshake_us) == 2:
+        ec, rsa = r.server_handshake_us[SURROGATE], r.server_handshake_us[SURROGATE_RSA]
+        table.note(
+            "in process: the proxy side of one full TLS 1.3 handshake (median of 200), EC CA vs RSA CA",
+            f"EC {ec:,.0f} µs, RSA {rsa:,.0f} µs",
+            f"EC ÷ RSA {ec / rsa:.2f}× (no target)",
+        )
+    resumed = r.handshakes.get((SURROGATE, True), [])
+    if resumed:
+        n = sum(len(h.total_ms) for h in resumed)
+        table.note(
+            "surrogate, each connection offering the previous one's TLS session",
+            f"{_fmt(med(SURROGATE, True, lambda h: h.p50), 2, ' ms')} p50, "
+            f"{_fmt(med(SURROGATE, True, lambda h: h.cpu_us_per_conn), 0, ' µs')} CPU/conn; "
+            f"{sum(h.resumed for h in resumed)}/{n} resumed",
+        )
+    if r.idle:
+        per = {t: r.idle[t].kib_per_tunnel if t in r.idle else None for t in TARGETS}
+        got = per[SURROGATE]
+        table.add(
+            f"{r.tunnels:,} idle tunnels (CONNECT + client TLS): proxy RSS per tunnel above idle",
+            per,
+            1,
+            " KiB",
+            f"{_fmt(got, 1)} KiB; want ≤ 30 KiB",
+            _status(got is not None and got <= 30),
+        )
+        rate = {t: r.idle[t].setup_per_s if t in r.idle else None for t in TARGETS}
+        have = rate[SURROGATE] or 0
+        table.add(
+            f"{r.tunnels:,} idle tunnels: set-up rate ({IN_FLIGHT} in flight)",
+            rate,
+            0,
+            "/s",
+            f"{have / TUNNEL_SETUP_BEFORE:.2f}× issue 19's {TUNNEL_SETUP_BEFORE:.0f}/s; want ≥ 2×",
+            _status(have >= 2 * TUNNEL_SETUP_BEFORE),
+        )
+
+
 def render(r: Results, downloads: int) -> str:
     table = Table()
     _load_rows(table, r)
@@ -254,4 +336,5 @@ def render(r: Results, downloads: int) -> str:
     _sse_rows(table, r)
     _placeholder_rows(table, r)
     _control_rows(table, r)
+    _connection_rows(table, r)
     return table.render()

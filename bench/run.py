@@ -20,7 +20,13 @@ Measured in interleaved rounds (target order rotated each round), medians report
 5. a control-API write, then the next request on an open tunnel carries it; writes per second
    (on the plain surrogate, and again on the one holding 10,000 credentials);
 6. ``--workers 2`` against ``--workers 1`` at c=64 (ABBA runs), both unpinned and sharing every
-   core with hey, as a proxy would share a machine with its load.
+   core with hey, as a proxy would share a machine with its load;
+7. new connections (bench/handshake.py): N fresh CONNECT + TLS + one request each, p50/p99 and
+   the proxy's CPU per connection, for direct, mitmdump, surrogate (its new state dir: an EC
+   CA) and a surrogate whose state dir holds an RSA CA; surrogate once more offering the previous
+   connection's TLS session (resumption);
+8. after the rounds, idle tunnels (bench/idle.py): 10,000 (quick: 1,000) CONNECT + client TLS
+   held through mitmdump and surrogate, RSS per tunnel above idle and the set-up rate.
 
 Run: ``make bench`` (about 5 minutes), or ``.venv/bin/python bench/run.py --quick`` (~1 minute,
 fewer placeholders and shorter runs: a smoke test, not numbers to quote).
@@ -30,6 +36,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import resource
 import shutil
 import sys
 import tempfile
@@ -43,10 +50,12 @@ from typing import Protocol
 ROOT = Path(__file__).resolve().parent.parent
 sys.path[:0] = [str(ROOT), str(ROOT / "tests"), str(ROOT / "bench")]
 
+import handshake  # noqa: E402
+import idle  # noqa: E402
 from control import register_claim, write_then_request  # noqa: E402
 from load import Target, download, hey, sse  # noqa: E402
 from proxies import PLACEHOLDER, UPSTREAM_HOST, Mitmdump, Surrogate, write_rules  # noqa: E402
-from report import DIRECT, MITMDUMP, SURROGATE, Results, render  # noqa: E402
+from report import DIRECT, MITMDUMP, SURROGATE, SURROGATE_RSA, Results, render  # noqa: E402
 from scan import scan_cost_us  # noqa: E402
 from servers import Upstream  # noqa: E402
 from upstreams import BIG_BYTES, SSE_EVENTS, SSE_PERIOD_S, BenchCA, Nginx, SSEServer  # noqa: E402
@@ -74,11 +83,15 @@ def _args() -> argparse.Namespace:
         "--placeholders", type=int, help="credentials on the large claim (default 10,000; quick 1,000)"
     )
     ap.add_argument("--downloads", type=int, help="50 MB downloads per round and proxy (default 5; quick 2)")
+    ap.add_argument("--connections", type=int, help="fresh connections per target and round (default 100)")
+    ap.add_argument("--tunnels", type=int, help="idle tunnels held per proxy (default 10,000; quick 1,000)")
     args = ap.parse_args()
     args.rounds = args.rounds or (2 if args.quick else 3)
     args.seconds = args.seconds or (1.0 if args.quick else 4.0)
     args.placeholders = args.placeholders or (1_000 if args.quick else 10_000)
     args.downloads = args.downloads or (2 if args.quick else 5)
+    args.connections = args.connections or (20 if args.quick else 100)
+    args.tunnels = args.tunnels or (1_000 if args.quick else 10_000)
     if args.rounds < 1 or args.seconds <= 0 or args.placeholders < 2 or args.downloads < 1:
         ap.error("--rounds, --seconds, --downloads must be positive and --placeholders at least 2")
     return args
@@ -104,6 +117,8 @@ class Bench:
     load_cpu: int | None
     by_workers: dict[int, Target]  # --workers N -> its (unpinned) surrogate
     every_cpu: str  # taskset list of every CPU: the workers comparison shares them all
+    nginx_port: int
+    handshake_targets: list[Target]  # direct, mitmdump, surrogate (EC CA), surrogate (RSA CA)
 
 
 def _start(
@@ -121,7 +136,11 @@ def _start(
     rules = write_rules(tmp, [nginx.port, sse_server.port, recorder.port])
     mitm = stack.enter_context(_stopping(Mitmdump(tmp, ca.ca_pem, proxy_cpu).start()))
     surrogate = Surrogate(SURROGATE, tmp / "surrogate", rules, ca.ca_pem, proxy_cpu)
+    surrogate.process.args += idle.HEADER_TIMEOUT  # 10,000 idle tunnels take longer than 60 s to open
     surrogate = stack.enter_context(_stopping(surrogate.start()))
+    handshake.rsa_state_dir(tmp / "rsa")
+    rsa = Surrogate(SURROGATE_RSA, tmp / "rsa", rules, ca.ca_pem, proxy_cpu)
+    rsa = stack.enter_context(_stopping(rsa.start()))
     sized = Surrogate("surrogate-sized", tmp / "sized", rules, ca.ca_pem, proxy_cpu)
     sized = stack.enter_context(_stopping(sized.start()))
     by_workers = {}
@@ -152,6 +171,8 @@ def _start(
         load_cpu=load_cpu,
         by_workers=by_workers,
         every_cpu=every_cpu,
+        nginx_port=nginx.port,
+        handshake_targets=[*targets, rsa.target()],
     )
 
 
@@ -181,6 +202,8 @@ def _warm_up(b: Bench) -> None:
         hey(target, b.small[SURROGATE], 16, 1, _bearer(placeholder), b.load_cpu)
     for target in b.by_workers.values():
         hey(target, b.small[SURROGATE], WORKERS_C, 1, _bearer(PLACEHOLDER), b.every_cpu)
+    for target in b.handshake_targets:
+        handshake.run(target, b.nginx_port, 5, False)
 
 
 def _round(b: Bench, rnd: int, args: argparse.Namespace, results: Results) -> None:
@@ -208,6 +231,19 @@ def _round(b: Bench, rnd: int, args: argparse.Namespace, results: Results) -> No
     results.text_downloads.append(download(surrogate, text_url, args.downloads, BIG_BYTES, b.load_cpu))
     for t in order:
         results.sse.setdefault(t.name, []).append(sse(t, b.sse_port, SSE_EVENTS, SSE_PERIOD_S))
+    for t in _rotate(b.handshake_targets, rnd):
+        fresh = handshake.run(t, b.nginx_port, args.connections, False)
+        results.handshakes.setdefault((t.name, False), []).append(fresh)
+    resumed = handshake.run(surrogate, b.nginx_port, args.connections, True)
+    results.handshakes.setdefault((SURROGATE, True), []).append(resumed)
+
+
+def _idle(b: Bench, args: argparse.Namespace, results: Results) -> None:
+    """Idle tunnels, once: mitmdump then surrogate (each closes its tunnels before the next)."""
+    for t in b.targets:
+        if t.pid is not None:
+            print(f"{args.tunnels:,} idle tunnels via {t.name}…", file=sys.stderr)
+            results.idle[t.name] = idle.hold(t, b.nginx_port, args.tunnels)
 
 
 def main() -> int:
@@ -218,7 +254,12 @@ def main() -> int:
             return 1
     t_start, load_before = time.monotonic(), os.getloadavg()[0]
     every_cpu = ",".join(str(c) for c in sorted(os.sched_getaffinity(0)))
-    results = Results(CONCURRENCY, placeholders=args.placeholders)
+    results = Results(CONCURRENCY, placeholders=args.placeholders, tunnels=args.tunnels)
+    _, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if args.tunnels + 200 > hard:
+        print(f"error: the file-descriptor limit is {hard}: --tunnels at most {hard - 200}", file=sys.stderr)
+        return 1
+    resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))  # the client end of every idle tunnel
     proxy_cpu, load_cpu = _cores()
     if load_cpu is not None:  # before any thread starts: the SSE client, API calls, recorder upstream
         os.sched_setaffinity(0, {load_cpu})
@@ -231,6 +272,11 @@ def main() -> int:
         for rnd in range(args.rounds):
             print(f"round {rnd + 1}/{args.rounds}…", file=sys.stderr)
             _round(bench, rnd, args, results)
+        _idle(bench, args, results)
+        results.server_handshake_us = {
+            SURROGATE: handshake.server_handshake_us(tmp / "surrogate" / "state"),
+            SURROGATE_RSA: handshake.server_handshake_us(tmp / "rsa" / "state"),
+        }
         print("control API…", file=sys.stderr)
         results.control = write_then_request(bench.surrogate, bench.recorder, 70)
         results.control_sized = write_then_request(bench.sized, bench.recorder, 30)

@@ -13,8 +13,8 @@ from pathlib import Path
 from proxy.core import placeholders
 from proxy.core.hosts import HostPattern
 from proxy.core.policy import Credential
-from proxy.core.secrets import ValueSource
 from proxy.core.substitute import substitute_request
+from proxy.rules.sources import ValueSource
 
 
 def scan_cost_us(registered: int, number: int = 20_000) -> float:

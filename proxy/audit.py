@@ -15,7 +15,8 @@ Fields:
     claim, pool     who sent it (null when identification failed)
     client          client address "ip:port"
     method, scheme, host, port, path
-                    what was asked; ``path`` as the sandbox sent it (before any substitution),
+                    what was asked (``method`` and ``host`` with every placeholder-shaped string
+                    REDACTED); ``path`` as the sandbox sent it (before any substitution),
                     with query values, the fragment, and every query key, path segment or
                     ``;param`` holding a placeholder replaced by REDACTED
     status          HTTP status sent to the client (null when the flow errored before one)
@@ -126,14 +127,16 @@ LOGGER_NAME = "surrogate.audit"
 
 
 # A placeholder-shaped string in a name the sandbox chose (a host, a Host header quoted by a
-# refusal), in any letter case (hosts are lower-cased) or with its "_" percent-encoded.
-_PLACEHOLDER_LIKE = re.compile(r"(?i:surr)(?:_|%5[Ff])[A-Za-z0-9]{16,64}(?![A-Za-z0-9])")
-_NAMED_FIELDS = (HOST, MESSAGE)
+# refusal, a method), in any letter case (hosts are lower-cased) or with its "_" percent-encoded.
+# The whole run of letters and digits goes: a placeholder with more of them after it is still
+# in the text (the scanner's bounded pattern would not see it, so neither did this one).
+_PLACEHOLDER_LIKE = re.compile(r"(?i:surr)(?:_|%5[Ff])[A-Za-z0-9]{16,}")
+_NAMED_FIELDS = (HOST, MESSAGE, METHOD)  # the method too: any token, a sandbox's choice
 
 
 def hide_placeholders(fields: dict[str, Any]) -> None:
-    """Replace, in place, every placeholder-shaped string in the event's ``host``, ``message``
-    and ``forged`` fields by ``REDACTED`` (``path`` has :func:`redact_path`). The sandbox names
+    """Replace, in place, every placeholder-shaped string in the event's ``host``, ``message``,
+    ``method`` and ``forged`` fields by ``REDACTED`` (``path`` has :func:`redact_path`). The sandbox names
     hosts and headers, and refusals quote them: the audit holds no placeholder either way."""
     for key in _NAMED_FIELDS:
         value = fields.get(key)
@@ -200,7 +203,7 @@ class _Sink:
             if self._ocsf is not None:
                 try:
                     self._put_ocsf(json.loads(line))
-                except ValueError:  # never stop the relay of a worker's lines (its pipe would fill)
+                except (ValueError, RecursionError):  # never stop the relay (a worker's pipe would fill)
                     logging.getLogger("surrogate").error("a relayed audit line is not JSON: no OCSF event")
 
     def _put(self, f: logging.handlers.RotatingFileHandler | None, line: str) -> None:
@@ -223,8 +226,14 @@ class _Sink:
         f.stream.write(line + "\n")
         f.stream.flush()
 
-    def _put_ocsf(self, event: dict[str, Any]) -> None:
-        mapped = ocsf.http_activity(event, _epoch_ms(event.get(TIME)))
+    def _put_ocsf(self, event: Any) -> None:
+        try:
+            mapped = (
+                ocsf.http_activity(event, _epoch_ms(event.get(TIME))) if isinstance(event, dict) else None
+            )
+        except (TypeError, ValueError, AttributeError):  # a relayed line's fields of another type
+            logging.getLogger("surrogate").error("an audit line's fields do not map to OCSF: no OCSF event")
+            return  # (the native line is written; the relay must never stop: a worker's pipe would fill)
         if mapped is not None:
             self._put(self._ocsf, _render(mapped))
 

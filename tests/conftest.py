@@ -12,6 +12,7 @@ from pathlib import Path
 
 import canary
 import pytest
+from pg import pg_cluster  # noqa: F401  (the session's private PostgreSQL: tests/pg.py)
 
 
 @pytest.hookimpl(tryfirst=True)  # before the tmp_path plugin may clean basetemp up

@@ -532,3 +532,98 @@ def test_the_proxy_pod_runs_on_a_read_only_root_with_only_its_state_dir(tmp_path
     assert out["init"] == 0
     assert (out["ready"], out["live"]) == (0, 0), out["stderr"]
     assert "Traceback" not in out["stderr"]
+
+
+# -- who a NetworkPolicy lets in or out (review r-audit) ---------------------------------------
+
+SANDBOX_TEMPLATE = DEPLOY / "sandbox-template" / "networkpolicy.yaml"
+
+
+def selects(selector: Doc | None, labels: dict[str, str]) -> bool:
+    """A Kubernetes label selector (matchLabels and matchExpressions) against labels."""
+    if selector is None:
+        return True
+    if any(labels.get(k) != v for k, v in (selector.get("matchLabels") or {}).items()):
+        return False
+    for e in selector.get("matchExpressions") or []:
+        key, op, values = e["key"], e["operator"], e.get("values") or []
+        ok = {
+            "In": key in labels and labels[key] in values,
+            "NotIn": key not in labels or labels[key] not in values,
+            "Exists": key in labels,
+            "DoesNotExist": key not in labels,
+        }[op]
+        if not ok:
+            return False
+    return True
+
+
+def admits(policy: Doc, direction: str, ns: dict[str, str], pod: dict[str, str], port: int) -> bool:
+    """Whether ``policy`` lets a connection from (ingress) or to (egress) a pod with labels
+    ``pod`` in a namespace with labels ``ns``, on TCP ``port`` (only peers by selector: any
+    ipBlock counts as admitting everything)."""
+    rules = policy["spec"].get(direction) or []
+    side = "from" if direction == "ingress" else "to"
+    for rule in rules:
+        ports = rule.get("ports")
+        if ports is not None and not any(p.get("port") == port for p in ports):
+            continue
+        peers = rule.get(side)
+        if peers is None:
+            return True
+        for peer in peers:
+            if "ipBlock" in peer:
+                return True
+            in_ns = selects(peer.get("namespaceSelector"), ns) if "namespaceSelector" in peer else False
+            if in_ns and selects(peer.get("podSelector"), pod):
+                return True
+    return False
+
+
+BROKER_NS = {"kubernetes.io/metadata.name": "brokers", "surrogate-control-clients": "true"}
+SANDBOX_NS = {"kubernetes.io/metadata.name": "sandboxes", "surrogate-sandboxes": "true"}
+CLIENT = {"surrogate-control-client": "true"}
+
+
+@pytest.mark.parametrize(
+    "ns,pod,admitted",
+    [
+        (BROKER_NS, CLIENT, True),
+        (SANDBOX_NS, CLIENT, False),  # a sandbox pod that carries the client label
+        ({**BROKER_NS, "surrogate-sandboxes": "true"}, CLIENT, False),
+        ({"kubernetes.io/metadata.name": "default"}, CLIENT, False),  # any other namespace
+        (BROKER_NS, {}, False),
+    ],
+    ids=["broker", "sandbox-with-client-label", "both-labels", "unlabelled-namespace", "unlabelled-pod"],
+)
+def test_the_control_api_admits_only_labelled_clients_in_labelled_namespaces(
+    ns: dict[str, str], pod: dict[str, str], admitted: bool
+) -> None:
+    """Hostile review: the control policy took a pod with the client label from any namespace
+    (``namespaceSelector: {}``), a sandboxes' namespace included: a pod's labels are whatever its
+    creator wrote, so the namespace has to be the operator's choice too."""
+    policy = one("NetworkPolicy", "surrogate-control")
+    assert admits(policy, "ingress", ns, pod, 9090) is admitted
+
+
+def test_the_sandboxes_namespace_template_lets_its_pods_reach_the_proxy_port_only() -> None:
+    """The manifests had no egress policy for the sandboxes: a pod there could reach the control
+    Service, the store, the cluster's DNS or the Internet directly (only the token guarded the
+    control API). The template opens the proxy's port and nothing else, and no ingress."""
+    [(_, policy)] = load([SANDBOX_TEMPLATE])
+    kubernetes_validate.validate(policy, kubernetes_validate.latest_version(), strict=True)
+    assert policy["spec"]["podSelector"] == {} and set(policy["spec"]["policyTypes"]) == {"Ingress", "Egress"}
+    assert policy["spec"]["ingress"] == []
+    proxy = {"kubernetes.io/metadata.name": NAMESPACE}
+    proxy_pod = one("DaemonSet", "surrogate-proxy")["spec"]["template"]["metadata"]["labels"]
+    control_pod = one("Deployment", "surrogate-control")["spec"]["template"]["metadata"]["labels"]
+    assert admits(policy, "egress", proxy, proxy_pod, 8080)
+    assert not admits(policy, "egress", proxy, proxy_pod, 9090)
+    assert not admits(policy, "egress", proxy, control_pod, 9090)
+    assert not admits(
+        policy, "egress", {"kubernetes.io/metadata.name": "kube-system"}, {"k8s-app": "kube-dns"}, 53
+    )
+    assert not admits(policy, "egress", SANDBOX_NS, {}, 8080)  # not other sandboxes
+    assert not any("ipBlock" in peer for rule in policy["spec"]["egress"] for peer in rule["to"])
+    readme = (DEPLOY / "README.md").read_text(encoding="utf-8")
+    assert "`sandbox-template/networkpolicy.yaml`" in readme

@@ -12,8 +12,9 @@ from typing import Any
 
 from certs import ca
 from proxy.cli import options
+from proxy.store.choose import open_store
 from proxy.store.keyring import KeyRing
-from proxy.store.sqlite import KEY_FILE, STORE_FILE, open_state_store
+from proxy.store.sqlite import KEY_FILE, STORE_FILE
 
 
 def add_keys(sub: Any, state: argparse.ArgumentParser) -> None:
@@ -23,6 +24,7 @@ def add_keys(sub: Any, state: argparse.ArgumentParser) -> None:
         "rotate", parents=[state], help="re-encrypt every stored value under a new key (safe to interrupt)"
     )
     rotate.add_argument("--resume", action="store_true", help="finish an interrupted rotation, no new key")
+    options.store_args(rotate)
     rotate.set_defaults(handler=rotate_keys)
     init = keys_sub.add_parser(
         "init", parents=[state], help="create the store's key file (0600) if absent, e.g. a fleet's one key"
@@ -40,10 +42,11 @@ def add_demo(sub: Any, state: argparse.ArgumentParser) -> None:
 
 
 def rotate_keys(args: argparse.Namespace) -> int:
-    """Refuses (ValueError) a state dir with no store: rotating nothing there would create one."""
-    if not all((args.state_dir / name).is_file() for name in (STORE_FILE, KEY_FILE)):
+    """Refuses (ValueError) a state dir with no store: rotating nothing there would create one.
+    With ``--store URL`` the database is the store, and the key file must exist."""
+    if args.store is None and not all((args.state_dir / name).is_file() for name in (STORE_FILE, KEY_FILE)):
         raise options.missing_state(args.state_dir, "credential store")
-    with open_state_store(args.state_dir, create=False) as store:
+    with open_store(args.state_dir, args.store, args.key_file, create=False) as store:
         count = store.rotate_keys(new_key=not args.resume)
     print(f"surrogate: {count} stored values re-encrypted under the current key")
     return 0

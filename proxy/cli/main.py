@@ -5,6 +5,7 @@
                   [control listener options]
     surrogate control --rules FILE [--state-dir DIR] [--node NAME] [control listener options]
                       [--control-tls-cert PEM --control-tls-key PEM --control-name NAME...]
+    (run, control and keys rotate take --store postgresql://USER@HOST/DB and --key-file FILE)
     surrogate claims create|list|get|delete|rotate-token ...
     surrogate creds put|patch|get|list|delete ...
     surrogate keys rotate|init [--state-dir DIR] [--resume]

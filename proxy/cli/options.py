@@ -41,8 +41,9 @@ def missing_state(state_dir: Path, what: str) -> ValueError:
     which = "the default state dir" if state_dir == default_state_dir() else "the state dir given"
     create = ", or make one on purpose with 'surrogate ca init --state-dir DIR'" if what == "CA" else ""
     return ValueError(
-        f"no {what} in {state_dir} ({which}); pass --state-dir with the directory the proxy runs "
-        f"with ('surrogate run --state-dir DIR'; make run uses .state){create}. Nothing was created"
+        f"no {what} in {state_dir} ({which}): 'surrogate run --state-dir {state_dir}' creates it at "
+        "its first start (make run's is .state), so start the proxy first or pass the --state-dir "
+        f"it runs with{create}. Nothing was created"
     )
 
 
@@ -132,6 +133,21 @@ def control_args(p: argparse.ArgumentParser) -> None:
         help="also serve the control API on loopback TCP (needs --control-token-file)",
     )
     p.add_argument("--control-token-file", type=Path, help="file holding the operator bearer token")
+
+
+def store_args(p: argparse.ArgumentParser) -> None:
+    # A plain string: argparse would echo a refused value (and a password in it) in its error.
+    p.add_argument(
+        "--store",
+        metavar="URL",
+        help="the credential store: postgresql://USER@HOST:PORT/DB[?password_file=PATH] for a fleet "
+        "(never a password in the URL) (default: the SQLite file in the state dir)",
+    )
+    p.add_argument(
+        "--key-file",
+        type=Path,
+        help="the store's key file, the same on every node (default <state dir>/store.key)",
+    )
 
 
 def served_control_args(p: argparse.ArgumentParser) -> None:

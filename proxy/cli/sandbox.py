@@ -20,7 +20,7 @@ from typing import Any
 
 from certs import ca
 from proxy.cli import options
-from proxy.cli.provision import render, sandbox_env
+from proxy.cli.provision import notes, render, sandbox_env, trust_store_beside
 from proxy.core.netrules import transparent_rules
 from proxy.core.policy import SourceToken
 from proxy.rules.loader import load_rules
@@ -34,6 +34,11 @@ def add_env(sub: Any, state: argparse.ArgumentParser) -> None:
     env.add_argument("--claim", required=True)
     env.add_argument("--proxy", default="127.0.0.1:8080", help="HOST:PORT as the sandbox reaches the proxy")
     env.add_argument("--bundle", help="path of the trust bundle inside the sandbox (default: ca bundle's)")
+    env.add_argument(
+        "--trust-store",
+        help="path of the PKCS#12 trust store inside the sandbox, for the JVM (default: "
+        "--bundle's with .p12 for its suffix, else ca bundle --format pkcs12's)",
+    )
     env.add_argument(
         "--token-file", type=Path, help="the claim's proxy token (needed for control-API claims)"
     )
@@ -80,7 +85,8 @@ def add_ca(sub: Any, state: argparse.ArgumentParser) -> None:
     bundle = ca_sub.add_parser(
         "bundle", parents=[state], help="write system roots + surrogate's CA to one file"
     )
-    bundle.add_argument("--out", type=Path, help="default: <state dir>/ca/bundle.pem")
+    bundle.add_argument("--out", type=Path, help="default: <state dir>/ca/bundle.pem (.p12)")
+    bundle.add_argument("--format", choices=ca.BUNDLE_FORMATS, default="pem", help="pkcs12: for the JVM")
     bundle.set_defaults(handler=write_bundle)
     init = ca_sub.add_parser(
         "init", parents=[state], help="create the CA if absent (run does too), e.g. a fleet's one CA"
@@ -116,7 +122,13 @@ def print_env(args: argparse.Namespace) -> int:
                 "its creation returned (the store keeps only a hash)"
             )
     bundle = args.bundle or str(ca.write_sandbox_bundle(args.state_dir, None).resolve())
-    sys.stdout.write(render(sandbox_env(claim, token, args.proxy, bundle), args.format))
+    jvm = (
+        args.trust_store
+        or trust_store_beside(args.bundle)
+        or str(ca.write_sandbox_bundle(args.state_dir, None, "pkcs12").resolve())
+    )
+    env = sandbox_env(claim, token, args.proxy, bundle, jvm)
+    sys.stdout.write(render(env, args.format, notes(bundle)))
     return 0
 
 
@@ -136,7 +148,7 @@ def init_ca(args: argparse.Namespace) -> int:
 
 def write_bundle(args: argparse.Namespace) -> int:
     _require_ca(args.state_dir)
-    out = ca.write_sandbox_bundle(args.state_dir, args.out)
+    out = ca.write_sandbox_bundle(args.state_dir, args.out, args.format)
     if str(out) != "/dev/stdout":
         print(out)  # where it went, unless the bundle itself went to stdout
     return 0

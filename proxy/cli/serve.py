@@ -25,8 +25,8 @@ from proxy.engine.state import State
 from proxy.rules.loader import load_rules
 from proxy.rules.sources import ValueSource
 from proxy.store import counters
+from proxy.store.choose import open_store
 from proxy.store.registry import Registry
-from proxy.store.sqlite import open_state_store
 
 if TYPE_CHECKING:
     from proxy.engine.master import ControlConfig
@@ -79,6 +79,7 @@ def add_run(sub: Any, state: argparse.ArgumentParser) -> None:
     )
     run.add_argument("--worker-index", type=int, help=argparse.SUPPRESS)  # set by the supervisor
     options.control_args(run)
+    options.store_args(run)
     options.limit_args(run)
     run.set_defaults(handler=run_proxy)
 
@@ -89,6 +90,7 @@ def add_control(sub: Any, state: argparse.ArgumentParser) -> None:
     options.audit_args(control)
     options.node_arg(control)
     options.control_args(control)
+    options.store_args(control)
     options.served_control_args(control)
     control.set_defaults(handler=control_only)
 
@@ -113,17 +115,20 @@ def control_config(args: argparse.Namespace) -> ControlConfig:
         if len(token) < 16:
             raise ValueError(f"{args.control_token_file}: the operator token must be at least 16 characters")
         host = args.control_tcp[0]
+        if host.lower() == "localhost":  # bound as an address: the resolver may say anything
+            host = "127.0.0.1"
+        tcp = (host, args.control_tcp[1])
         tls = getattr(args, "control_tls_cert", None), getattr(args, "control_tls_key", None)
         names = [canonical_host(n) for n in getattr(args, "control_name", [])]
         if (tls[0] is None) != (tls[1] is None):
             raise ValueError("--control-tls-cert and --control-tls-key go together")
-        if host not in ("127.0.0.1", "::1", "localhost") and (tls[0] is None or not names):
+        if host not in ("127.0.0.1", "::1") and (tls[0] is None or not names):
             raise ValueError(
                 "--control-tcp must be a loopback address (127.0.0.1 or ::1)"
                 + ("; surrogate control serves another address only with --control-tls-cert, "
                    "--control-tls-key and --control-name" if hasattr(args, "control_name") else "")
             )  # fmt: skip
-        return ControlConfig(socket_path, args.control_tcp, token, tls[0], tls[1], tuple(names))
+        return ControlConfig(socket_path, tcp, token, tls[0], tls[1], tuple(names))
     return ControlConfig(socket_path, args.control_tcp, token)
 
 
@@ -138,10 +143,11 @@ def supervise(args: argparse.Namespace, argv: list[str]) -> int:
     args.state_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
     ports = [args.listen, *([args.transparent] if args.transparent else [])]
     workers.check_free(ports + ([control.tcp] if control.tcp else []))
+    workers.check_socket_free(control.socket_path)
     ca.ensure_ca(args.state_dir)
     ca.write_sandbox_bundle(args.state_dir, None)  # the bundle the banner names
     ca.write_upstream_bundle(args.state_dir, args.upstream_ca)  # names a bad --upstream-ca once
-    open_state_store(args.state_dir).close()
+    open_store(args.state_dir, args.store, args.key_file).close()
     table = args.state_dir / counters.FILENAME
     counters.SharedCounters.create(table, args.workers)  # empty: no count outlives the node
     shared = counters.SharedCounters.open(table, 0)
@@ -172,6 +178,7 @@ def run_proxy(args: argparse.Namespace) -> int:
     control = control_config(args)
     args.state_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
     if worker is None:
+        workers.check_socket_free(control.socket_path)
         ca.ensure_ca(args.state_dir)
         ca.write_sandbox_bundle(args.state_dir, None)  # the bundle the banner names
         audit.configure(
@@ -186,7 +193,7 @@ def run_proxy(args: argparse.Namespace) -> int:
         counters.SharedCounters.create(table, 1)  # the node is this one process
     shared = counters.SharedCounters.open(table, worker or 0)
     shared.release_worker(worker or 0)  # a worker restarted in a dead one's place starts at zero
-    with open_state_store(args.state_dir) as store:
+    with open_store(args.state_dir, args.store, args.key_file) as store:
         config = RunConfig(
             state=State(Registry(policy, store), dict(args.resolve), counters=shared),
             state_dir=args.state_dir,
@@ -239,11 +246,12 @@ def control_only(args: argparse.Namespace) -> int:
     policy = load_rules(args.rules)
     node = options.node(args)
     control = control_config(args)
+    workers.check_socket_free(control.socket_path)
     args.state_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
     audit.configure(
         args.audit_file, args.audit_max_bytes, args.audit_backups, node=node, ocsf=args.audit_ocsf_file
     )
-    with open_state_store(args.state_dir) as store:
+    with open_store(args.state_dir, args.store, args.key_file) as store:
         print(f"surrogate: control API on {control.socket_path or ''} {control.tcp or ''}", file=sys.stderr)
         service = Control(Registry(policy, store), store)
         service.metrics.name_node(node)

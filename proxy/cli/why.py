@@ -22,6 +22,7 @@ from proxy import audit
 from proxy.cli.dryrun import Claims, loaded_claims, url_host
 from proxy.cli.explain import Explanation, explain, explain_connect, render, to_json
 from proxy.core.decide import Reason
+from proxy.store.registry import Registry
 
 # Decided by the egress rules (host, port, scheme, method, path): a replay repeats them exactly.
 EGRESS = frozenset({
@@ -205,8 +206,11 @@ def why(claims: Claims, event: dict[str, Any], now: float | None = None) -> Why:
                 "header values are never logged, so substitution was replayed without the request's "
                 "headers: the event's credentials and carried fields record what happened"
             )
-    except ValueError as e:  # e.g. the claim is gone from the rules and the store
-        return Why(event, None, (f"cannot replay: {e}",), False)
+    except ValueError as e:  # e.g. the claim is gone from the rules (and the store, if read)
+        if isinstance(claims, Registry):  # the store was read: the claim is gone from both
+            return Why(event, None, (f"cannot replay: {e}",), False)
+        note = f"cannot replay: {e}; whether the rules in force decide as the proxy did is not known"
+        return Why(event, None, (note,), None)
     return Why(event, exp, tuple(notes), _agrees(event, exp))
 
 

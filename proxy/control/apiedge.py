@@ -75,7 +75,8 @@ def allowed_authorities(host: str, port: int, names: Sequence[str] = ()) -> froz
         own = {host.lower(), "localhost", "127.0.0.1", "[::1]"}
     else:
         own = {f"[{ip}]" if ip.version == 6 else str(ip), "localhost"}
-    return frozenset(f"{n}:{port}" for n in own | {n.lower() for n in names})
+    named = {f"[{n}]" if ":" in n else n for n in (n.lower().strip("[]") for n in names)}  # RFC 3986 §3.2.2
+    return frozenset(f"{n}:{port}" for n in own | named)
 
 
 def foreign_authority(host: str | None, origin: str | None, allowed: frozenset[str]) -> str | None:

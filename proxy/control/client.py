@@ -4,7 +4,7 @@ socket (default ``<state dir>/control.sock``).
 A credential value is read from a file (``--value-file PATH``) or from standard input
 (``--value-file -``), never from argv, which every user on the machine can see in ``ps``. One
 trailing newline is dropped. Answers are printed as JSON; an API error prints its message and
-exits 1.
+exits 1, and so does a socket nobody answers on (a stopped proxy's socket file), said in one line.
 """
 
 from __future__ import annotations
@@ -110,8 +110,23 @@ def run_command(args: argparse.Namespace) -> int:
         )
         return 1
     method, url, body, headers = _request(args)
-    with httpx.Client(transport=httpx.HTTPTransport(uds=str(path)), base_url="http://control") as client:
-        r = client.request(method, url, json=body, headers=headers)
+    try:
+        with httpx.Client(transport=httpx.HTTPTransport(uds=str(path)), base_url="http://control") as c:
+            r = c.request(method, url, json=body, headers=headers)
+    except httpx.ConnectError:  # nothing was sent: a socket file left by a proxy that stopped
+        print(
+            f"surrogate: nothing answers on the control socket {path} (a proxy that stopped leaves "
+            "its socket file); is 'surrogate run' or 'surrogate control' running with this --state-dir?",
+            file=sys.stderr,
+        )
+        return 1
+    except httpx.TransportError as e:  # sent, no answer: a write may or may not have been applied
+        print(
+            f"surrogate: the control API at {path} did not answer ({type(e).__name__}); whether the "
+            "request was applied is not known: read the claim or credential back before retrying",
+            file=sys.stderr,
+        )
+        return 1
     if r.status_code >= 400:
         try:
             message = r.json().get("message", r.text)

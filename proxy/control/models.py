@@ -18,7 +18,7 @@ from pydantic import AfterValidator, AwareDatetime, BaseModel, ConfigDict, Field
 from proxy.control.checks import Coverage
 from proxy.core import slots
 from proxy.core.policy import DEFAULT_SURFACES, SURFACES, Misplaced
-from proxy.store.sqlite import ClaimRecord, CredentialRecord
+from proxy.store.base import ClaimRecord, CredentialRecord
 
 ID_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._-]{0,62}$"
 ClaimId = Annotated[str, PathParam(pattern=ID_PATTERN, description="claim id")]

@@ -44,8 +44,7 @@ from proxy.core.errors import SurrogateError
 from proxy.core.oauth import parse_spec
 from proxy.core.policy import INTERFACE_NAME, Policy, Pool
 from proxy.metrics import Metrics
-from proxy.store.registry import Registry
-from proxy.store.sqlite import (
+from proxy.store.base import (
     ClaimRecord,
     Conflict,
     CredentialRecord,
@@ -53,6 +52,7 @@ from proxy.store.sqlite import (
     NotFound,
     PreconditionFailed,
 )
+from proxy.store.registry import Registry
 
 __all__ = ["MAX_VALUE_BYTES", "Control", "ControlError", "Coverage", "coverage"]  # the names of old
 

@@ -11,10 +11,13 @@ Every refusal, and every upstream failure surrogate answers for, carries
   request_id=…"``;
 - on HTTP/1, the reason code in the status line's reason phrase (``403 Forbidden (no_rule)``),
   which is all curl shows of a refused CONNECT (``curl -v``);
-- for a gRPC request (``content-type: application/grpc`` or ``application/grpc+…``), instead of
-  the JSON body: HTTP 200 with ``grpc-status`` and ``grpc-message`` in the headers (a
-  Trailers-Only response, gRPC's "PROTOCOL-HTTP2" document), the message percent-encoded as that
-  document says. ``application/grpc-web`` is not gRPC here: it gets the JSON refusal.
+- for a gRPC request (a ``POST`` over HTTP/2 whose ``content-type`` is ``application/grpc`` or
+  ``application/grpc+…``), instead of the JSON body: HTTP 200 with ``grpc-status`` and
+  ``grpc-message`` in the headers (a Trailers-Only response, gRPC's "PROTOCOL-HTTP2" document),
+  the message percent-encoded as that document says. ``application/grpc-web`` is not gRPC here:
+  it gets the JSON refusal; so does any other method or HTTP version that claims gRPC's
+  Content-Type (review r-refusals: a refused ``CONNECT`` that said gRPC was answered 200, which
+  mitmproxy took for "tunnel established"; an HTTP/1 request read a 200 as success).
 
 Only surrogate's own words go into these fields: the reason code, the request id, surrogate's
 sentence (which never holds a secret) and, for an upstream failure, a sentence chosen here by the
@@ -35,6 +38,7 @@ doc/statuscodes.md).
 from __future__ import annotations
 
 import json
+import re
 from dataclasses import dataclass
 from enum import IntEnum
 from http import HTTPStatus
@@ -134,11 +138,26 @@ _UPSTREAM_KINDS: tuple[tuple[tuple[str, ...], str, str], ...] = (
 )
 
 
+# Where mitmproxy's message starts quoting someone else's bytes: a repr (``b'…'``, ``'…'``, an
+# event's ``<…>``, a dict's ``{…}``). Its messages quote the upstream's bytes that way: "unexpected
+# server response: b'…'", "HTTP/1 protocol error: illegal chunk header: b'…'", "Unknown pseudo
+# headers: {…}", "HTTP/2 connection closed: <ConnectionTerminated … additional_data:b'…'>".
+_QUOTING = re.compile(r"['\"<{]")
+
+
+def _own_words(message: str) -> str:
+    """``message`` up to the first quotation: what mitmproxy itself wrote."""
+    found = _QUOTING.search(message)
+    return message if found is None else message[: found.start()]
+
+
 def upstream_failure(message: str, connecting: bool) -> tuple[str, str]:
     """(RFC 9209 §2.3 error type, a sentence of surrogate's) for an upstream failure that mitmproxy
     described as ``message``; ``connecting``: it failed while opening the connection. The
-    sentence never quotes ``message``."""
-    low = message.lower()
+    sentence never quotes ``message``, and the kind is read from mitmproxy's own words only (up
+    to the first quotation): an upstream whose bytes mitmproxy quotes cannot choose it (review
+    r-refusals: a partial head saying "certificate verify failed" was a ``tls_certificate_error``)."""
+    low = _own_words(message).lower()
     for needles, kind, sentence in _UPSTREAM_KINDS:
         if any(n in low for n in needles):
             return kind, sentence
@@ -170,6 +189,28 @@ def proxy_status(reason: Reason, request_id: str | None, error: str | None = Non
     return http_sf.ser([(http_sf.Token(PROXY_NAME), params)])
 
 
+def _names_us(member: object) -> bool:
+    item = member[0] if isinstance(member, tuple) else member  # (item, parameters)
+    return isinstance(item, (str, http_sf.Token)) and str(item).lower() == PROXY_NAME
+
+
+def without_ours(value: str) -> str | None:
+    """An upstream's ``Proxy-Status`` field without the members that name surrogate (a Token or
+    String, in any case: RFC 9209 §2), which only surrogate may write; ``None``: drop the field
+    (nothing else in it, or not a valid RFC 8941 List, which a lenient reader could still take
+    for surrogate's). Review r-refusals: an upstream could dress its answer up as surrogate's
+    refusal, with a request id ``surrogate audit why`` does not know."""
+    try:
+        members = http_sf.parse(value.encode("latin-1"), tltype="list")
+    except (http_sf.StructuredFieldError, UnicodeEncodeError):
+        return None
+    assert isinstance(members, list)
+    kept = [m for m in members if not _names_us(m)]
+    if len(kept) == len(members):
+        return value
+    return http_sf.ser(kept) if kept else None
+
+
 def reason_phrase(status: int, reason: Reason) -> str:
     """An HTTP/1 reason phrase (RFC 9112 §4) with the reason code: ``Forbidden (no_rule)``."""
     try:
@@ -186,6 +227,13 @@ def is_grpc(content_type: str | None) -> bool:
         return False
     media = content_type.split(";", 1)[0].strip().lower()
     return media == "application/grpc" or media.startswith("application/grpc+")
+
+
+def grpc_request(method: str, http_version: str, content_type: str | None) -> bool:
+    """Whether a request is gRPC and gets a gRPC answer: gRPC's PROTOCOL-HTTP2 says ``:method``
+    is ``POST`` over HTTP/2, with gRPC's Content-Type (:func:`is_grpc`). A refusal of anything
+    else stays a 4xx/5xx: a 2xx to a ``CONNECT`` opens the tunnel (RFC 9110 §9.3.6)."""
+    return method == "POST" and http_version in ("HTTP/2.0", "HTTP/3") and is_grpc(content_type)
 
 
 # gRPC PROTOCOL-HTTP2: bytes %x20-%x7E except "%" may stay; the rest is %XX of the UTF-8 bytes.

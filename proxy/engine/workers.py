@@ -123,6 +123,25 @@ def check_free(addresses: Sequence[tuple[str, int]]) -> None:
                 raise OSError(f"cannot listen on {host}:{port}: {e.strerror}") from None
 
 
+def check_socket_free(path: Path | None) -> None:
+    """Raise OSError when a process answers on the control socket ``path``: another surrogate
+    (``run`` or ``control``) serves this state dir. Starting anyway would replace its socket file
+    (its control API unreachable once this one stops) and empty the node's shared limits table.
+    A socket file that nobody answers on is a stopped proxy's, replaced when the socket is bound."""
+    if path is None or not path.is_socket():
+        return
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as s:
+        s.settimeout(2)
+        try:
+            s.connect(str(path))
+        except OSError:
+            return
+    raise OSError(
+        f"the control socket {path} answers: another surrogate serves this state dir; stop it, or "
+        "give this one a --state-dir of its own (one proxy per state dir: its store, limits and socket)"
+    )
+
+
 def share_metrics(folder: Path) -> None:
     """Have the workers started from now on count into ``folder`` (prometheus-client's
     multiprocess mode, through the environment they inherit), emptied of a previous run's files."""
@@ -237,16 +256,37 @@ async def _stop_all(procs: Sequence[asyncio.subprocess.Process]) -> None:
 
 async def _relay(proc: asyncio.subprocess.Process) -> None:
     """Copy a worker's audit lines to the sink, one whole line per record (never interleaved)."""
-    assert proc.stdout is not None
+    reader = proc.stdout
+    assert reader is not None
     while True:
         try:
-            line = await proc.stdout.readline()
-        except ValueError:  # a line over _LINE_LIMIT: drop it (seq shows the gap) and go on
+            line = await reader.readuntil(b"\n")
+        except asyncio.IncompleteReadError as e:  # the end: a last line without its newline
+            line = e.partial
+        except asyncio.LimitOverrunError:  # a line over the limit: drop it whole (seq shows the gap)
             log.error("worker %s wrote an audit line over %d bytes; dropped", proc.pid, _LINE_LIMIT)
+            await _drop_line(reader)
             continue
         if not line:
             return
-        audit.write_line(line.decode("utf-8", "replace").rstrip("\n"))
+        try:
+            audit.write_line(line.decode("utf-8", "replace").rstrip("\n"))
+        except Exception as e:  # the relay must go on: a worker whose pipe fills stalls its flows
+            log.error("worker %s: an audit line could not be written: %s", proc.pid, type(e).__name__)
+
+
+async def _drop_line(reader: asyncio.StreamReader) -> None:
+    """Read past the rest of an over-long line, through its newline. (``readline`` would drop
+    only what it had buffered, and relay the rest as a line of its own: a value that ended a
+    long line with a JSON object would have become an audit line.)"""
+    while True:
+        try:
+            await reader.readuntil(b"\n")
+            return
+        except asyncio.LimitOverrunError as e:  # no newline yet within the limit: discard, go on
+            await reader.readexactly(max(e.consumed, 1))
+        except asyncio.IncompleteReadError:
+            return
 
 
 def worker_command(argv: Sequence[str]) -> list[str]:

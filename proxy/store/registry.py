@@ -6,7 +6,9 @@ the check is made at the start of every request, so a change acknowledged by the
 used by the very next request, inside already-open tunnels too.
 
 Values of store credentials are decrypted on first use after a rebuild and kept in memory for
-that version only. Rules-file claims win on an id clash (the control API refuses such ids).
+that version only. A store that can list its changes since a version (the PostgreSQL store's
+``changes_since``) is re-read incrementally; others, and a reader too far behind, whole.
+Rules-file claims win on an id clash (the control API refuses such ids).
 """
 
 from __future__ import annotations
@@ -32,9 +34,10 @@ from proxy.core.policy import (
     Surface,
 )
 from proxy.core.secrets import Secret, checked_value
+from proxy.store.base import Changes, ClaimRecord, CredentialRecord
 
 if TYPE_CHECKING:
-    from proxy.store.sqlite import CredentialStore
+    from proxy.store.base import CredentialStore
 
 log = logging.getLogger(__name__)
 
@@ -111,6 +114,10 @@ class Registry:
         self._by_source: list[tuple[Network, Claim]] = []
         self._built: dict[tuple[str, str], tuple[int, Credential]] = {}
         self._spent: dict[tuple[str, str], int] = {}  # rules-file credentials: requests counted
+        # the store's rows as of the last rebuild, for incremental re-reads
+        self._claim_records: dict[str, ClaimRecord] = {}
+        self._cred_records: dict[str, dict[str, CredentialRecord]] = {}
+        self._specs: dict[tuple[str, str], dict[str, Any]] = {}
         self._index_sources()
 
     def replace_policy(self, policy: Policy) -> None:
@@ -149,60 +156,103 @@ class Registry:
     def refresh(self) -> set[str]:
         """Rebuild from the store if it changed. Returns the ids of store claims that were
         deleted or changed (token rotated, or deleted and created again) since the last rebuild:
-        their tunnels must close."""
+        their tunnels must close.
+
+        A store that can say what changed since a version (``changes_since``: the PostgreSQL
+        store) is read incrementally: one write costs the rows it wrote, not a snapshot of every
+        credential; a store that cannot, or a reader too far behind, is read whole."""
         if self.store is None:
             return set()
         try:
             version = self.store.data_version()
             if version == self._seen:
                 return set()
-            claims, creds = self.store.snapshot()
-            specs = self.store.oauth_specs()
+            since = getattr(self.store, "changes_since", None)
+            changes: Changes | None = since(self._seen) if since and self._seen is not None else None
+            if changes is None:
+                claims, creds = self.store.snapshot()
+                changes = Changes(version, claims, creds, [], [], self.store.oauth_specs())
+                full = True
+            else:
+                full = False
         except SurrogateError as e:  # keep serving the last good index
             log.warning("credential store unreadable, keeping the last index: %s", e)
             return set()
-        by_claim: dict[str, list[Credential]] = {}
-        built: dict[tuple[str, str], tuple[int, Credential]] = {}
-        for r in creds:
-            # An unchanged version is the same credential: reuse it (and its decrypted value), so
-            # one write costs one credential's rebuild, not every credential's.
-            known = self._built.get((r.claim_id, r.name))
-            spec = specs.get((r.claim_id, r.name))
-            oauth = oauth_spec(spec) if spec is not None else None
-            if known is not None and known[0] == r.version and known[1].oauth == oauth:
-                cred = known[1]
-            else:
-                cred = Credential(
-                    r.name,
-                    r.placeholder,
-                    tuple(_pattern(h) for h in r.hosts),
-                    StoreValue(self.store, r.claim_id, r.name),
-                    Injection(r.inject_header, r.inject_format or "{value}") if r.inject_header else None,
-                    r.expires_at,
-                    r.max_requests,
-                    surfaces=DEFAULT_SURFACES if r.surfaces is None else frozenset(map(Surface, r.surfaces)),
-                    on_misplaced=Misplaced(r.on_misplaced or Misplaced.CARRY),
-                    oauth=oauth,
-                    headers=slots.DEFAULT_HEADERS if r.headers is None else frozenset(r.headers),
-                    basic_parts=slots.DEFAULT_BASIC_PARTS
-                    if r.basic_parts is None
-                    else frozenset(map(slots.BasicPart, r.basic_parts)),
-                )
-            built[r.claim_id, r.name] = (r.version, cred)
-            by_claim.setdefault(r.claim_id, []).append(cred)
-        self._built = built
-        fresh: dict[str, Claim] = {}
-        versions: dict[str, tuple[int, float]] = {}
-        for c in claims:
-            token = StoreToken(self.store, c.id)
-            sources = tuple(ipaddress.ip_network(s, strict=False) for s in c.sources)
-            held = tuple(by_claim.get(c.id, ()))
-            fresh[c.id] = Claim.build(c.id, c.pool, token, held, "store", sources, c.interface)
-            versions[c.id] = (c.version, c.created_at)
+        return self._apply(changes, full)
+
+    def _apply(self, changes: Changes, full: bool) -> set[str]:
+        """Put ``changes`` in force (``full``: they are the whole store). Returns the ids of
+        store claims deleted or changed."""
+        assert self.store is not None
+        records = {} if full else dict(self._claim_records)
+        creds = {} if full else {cid: dict(byname) for cid, byname in self._cred_records.items()}
+        touched: set[str] = set(self._claim_records) if full else set()
+        for cid in changes.removed_claims:
+            records.pop(cid, None)
+            creds.pop(cid, None)
+            touched.add(cid)
+        for cid, name in changes.removed_credentials:
+            creds.get(cid, {}).pop(name, None)
+            touched.add(cid)
+        for c in changes.claims:
+            records[c.id] = c
+            touched.add(c.id)
+        for r in changes.credentials:
+            creds.setdefault(r.claim_id, {})[r.name] = r
+            touched.add(r.claim_id)
+        keys = changes.oauth.keys() | self._specs.keys()
+        touched |= {k[0] for k in keys if changes.oauth.get(k) != self._specs.get(k)}
+        built = {} if full else dict(self._built)
+        fresh = {} if full else dict(self._store_claims)
+        versions = {} if full else dict(self._versions)
+        for cid in touched:
+            record = records.get(cid)
+            for name in self._cred_records.get(cid, {}):
+                built.pop((cid, name), None)
+            if record is None:
+                fresh.pop(cid, None)
+                versions.pop(cid, None)
+                continue
+            held = []
+            for name in sorted(creds.get(cid, {})):
+                r = creds[cid][name]
+                built[cid, name] = (r.version, cred := self._credential(r, changes.oauth.get((cid, name))))
+                held.append(cred)
+            token = StoreToken(self.store, cid)
+            sources = tuple(ipaddress.ip_network(s, strict=False) for s in record.sources)
+            fresh[cid] = Claim.build(cid, record.pool, token, tuple(held), "store", sources, record.interface)
+            versions[cid] = (record.version, record.created_at)
         gone = {cid for cid, v in self._versions.items() if versions.get(cid) != v}
-        self._store_claims, self._versions, self._seen = fresh, versions, version
+        self._claim_records, self._cred_records, self._specs = records, creds, dict(changes.oauth)
+        self._built, self._store_claims, self._versions = built, fresh, versions
+        self._seen = changes.version
         self._index_sources()
         return gone
+
+    def _credential(self, r: CredentialRecord, spec: dict[str, Any] | None) -> Credential:
+        """The core's credential for a store row; the one already built when its version and
+        OAuth spec are unchanged (so its decrypted value is kept)."""
+        assert self.store is not None
+        oauth = oauth_spec(spec) if spec is not None else None
+        known = self._built.get((r.claim_id, r.name))
+        if known is not None and known[0] == r.version and known[1].oauth == oauth:
+            return known[1]
+        return Credential(
+            r.name,
+            r.placeholder,
+            tuple(_pattern(h) for h in r.hosts),
+            StoreValue(self.store, r.claim_id, r.name),
+            Injection(r.inject_header, r.inject_format or "{value}") if r.inject_header else None,
+            r.expires_at,
+            r.max_requests,
+            surfaces=DEFAULT_SURFACES if r.surfaces is None else frozenset(map(Surface, r.surfaces)),
+            on_misplaced=Misplaced(r.on_misplaced or Misplaced.CARRY),
+            oauth=oauth,
+            headers=slots.DEFAULT_HEADERS if r.headers is None else frozenset(r.headers),
+            basic_parts=slots.DEFAULT_BASIC_PARTS
+            if r.basic_parts is None
+            else frozenset(map(slots.BasicPart, r.basic_parts)),
+        )
 
     def spend(self, claim: Claim, names: list[str]) -> str | None:
         """Count one request carrying the secrets of credentials ``names`` against their budgets

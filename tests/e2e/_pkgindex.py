@@ -108,6 +108,8 @@ class _Handler(BaseHTTPRequestHandler):
         else:
             self._send(404, b"not found\n", "text/plain")
 
+    do_HEAD = do_GET  # uv asks HEAD of a wheel first (range requests for its metadata)
+
     @staticmethod
     def _page(title: str, body: str) -> bytes:
         return (
@@ -121,7 +123,8 @@ class _Handler(BaseHTTPRequestHandler):
             self.send_header(name, value)
         self.send_header("Content-Length", str(len(body)))
         self.end_headers()
-        self.wfile.write(body)
+        if self.command != "HEAD":
+            self.wfile.write(body)
 
 
 class _Server(socketserver.ThreadingMixIn, socketserver.TCPServer):

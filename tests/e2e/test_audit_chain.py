@@ -218,3 +218,41 @@ def test_a_restart_continues_the_chain_and_spans_reach_an_otlp_collector(
     raw = b"".join(collector.bodies)
     canary.assert_absent({"otlp export": raw}, [w.secret])
     assert PLACEHOLDER.encode() not in raw and b"/ok/" not in raw and b"/denied" not in raw
+
+
+def test_no_placeholder_reaches_the_audit_ocsf_or_spans_through_a_method_or_header_name(
+    tmp_path: Path, collector: Collector
+) -> None:
+    """Hostile review: the audit hides placeholder-shaped strings in ``host``, ``message`` and
+    ``forged``; a sandbox also chooses the method (any token) and the header names, which the
+    event quotes as ``method`` and in surfaces ("header NAME")."""
+    w = World(tmp_path)
+    ocsf_path = tmp_path / "audit.ocsf.jsonl"
+    w.proxy.args += ["--otlp-endpoint", collector.url, "--audit-ocsf-file", str(ocsf_path)]
+    end = "Host: api.test\r\nConnection: close\r\n\r\n"
+    heads = [
+        f"{PLACEHOLDER} /ok/m HTTP/1.1\r\n{end}",
+        f"{PLACEHOLDER.upper()} /ok/m HTTP/1.1\r\n{end}",
+        f"{PLACEHOLDER}{'A' * 60} /ok/m HTTP/1.1\r\n{end}",
+        f"GET /ok/h HTTP/1.1\r\n{PLACEHOLDER}: 1\r\n{end}",
+        f"GET /ok/h HTTP/1.1\r\nX-{PLACEHOLDER}: {PLACEHOLDER}\r\n{end}",
+        f"GET /denied HTTP/1.1\r\nX-{PLACEHOLDER}: {PLACEHOLDER}\r\n{end}",
+    ]
+    try:
+        w.proxy.start()
+        for head in heads:
+            w.raw(head.encode())
+        w.wait_lines(len(heads))
+    finally:
+        w.proxy.stop()  # flushes the batched spans
+        w.upstream.stop()
+    audit_text = b"".join(f.read_bytes() for f in w.files())
+    assert audit_text.count(b"\n") >= len(heads), audit_text
+    for name, data in {
+        "audit": audit_text,
+        "ocsf": ocsf_path.read_bytes(),
+        "otlp": b"".join(collector.bodies),
+    }.items():
+        for form in (PLACEHOLDER, PLACEHOLDER.upper(), PLACEHOLDER.lower(), PLACEHOLDER[5:]):
+            assert form.encode() not in data, (name, form, data[:2000])
+        canary.assert_absent({name: data}, [w.secret])

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import canary
 import pytest
-from harness import ROOT
+from harness import ROOT, ProxyProcess, free_port
 from world import Stage, claim, egress, rules
 
 pytestmark = pytest.mark.e2e
@@ -233,3 +233,50 @@ def test_run_reads_every_value_source_and_refuses_to_start_without_them(tmp_path
     assert done.returncode == 1
     assert f"{rules}:31:" in done.stderr and "demo-proxy-token" in done.stderr
     assert f"{rules}:35:" in done.stderr and "demo-github-token" in done.stderr
+
+
+def test_a_second_proxy_on_a_state_dir_in_use_is_refused_and_the_first_keeps_its_socket(
+    tmp_path: Path,
+) -> None:
+    """Seen on a fresh clone: a second ``make run`` (another port, the same .state) started, took
+    over the first's control socket and emptied the node's limits table; once it stopped, the
+    first's control API was unreachable. Every command that binds the control socket refuses a
+    state dir another surrogate serves, before it creates anything."""
+    rules = tmp_path / "rules.yaml"
+    rules.write_text("version: 1\npools:\n  p:\n    egress:\n      - host: api.test\n")
+    (tmp_path / "first").mkdir()
+    first = ProxyProcess(rules, tmp_path / "first").start()
+    state = first.state_dir
+    try:
+        deadline = time.monotonic() + 20
+        while surrogate("claims", "list", "--state-dir", str(state)).returncode != 0:
+            assert time.monotonic() < deadline, first.stderr()
+            time.sleep(0.2)
+        assert (
+            surrogate("claims", "create", "--pool", "p", "--id", "kept", "--state-dir", str(state)).returncode
+            == 0
+        )
+        table = state / "limits.shm"
+        before = (table.stat().st_ino, table.stat().st_mtime_ns)
+        seconds = {
+            "run": ["run", "--workers", "1", "--listen", f"127.0.0.1:{free_port()}"],
+            "run-workers": ["run", "--workers", "2", "--listen", f"127.0.0.1:{free_port()}"],
+            "control": ["control"],
+        }
+        for name, argv in seconds.items():
+            done = surrogate(*argv, "--rules", str(rules), "--state-dir", str(state))
+            assert done.returncode == 1, (name, done.stderr)
+            assert done.stderr.startswith(
+                f"surrogate: the control socket {state / 'control.sock'} answers: another surrogate "
+                "serves this state dir"
+            ), (name, done.stderr)
+            assert "Traceback" not in done.stderr
+            assert (table.stat().st_ino, table.stat().st_mtime_ns) == before, name
+            listed = surrogate("claims", "list", "--state-dir", str(state))
+            assert listed.returncode == 0 and '"id": "kept"' in listed.stdout, (name, listed.stderr)
+    finally:
+        first.stop()
+    # Stopped, its socket file stays behind and no longer counts: a new proxy starts there.
+    assert (state / "control.sock").is_socket()
+    again = ProxyProcess(rules, tmp_path / "first").start()
+    again.stop()

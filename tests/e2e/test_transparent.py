@@ -736,3 +736,22 @@ def test_zz_upstream_saw_only_the_allowed_requests_with_the_real_secret(world: W
     basic = "Basic " + base64.b64encode(f"ci:{world.secret}".encode()).decode()
     assert services["pip"] and set(services["pip"]) == {basic}
     assert services["mcp"] and set(services["mcp"]) == {f"Bearer {world.secret}"}
+
+
+def test_an_upstream_failure_in_transparent_mode_is_surrogates_json(world: World) -> None:
+    """Nothing listens on the upstream's port 80 (review r-refusals): a redirected request that
+    mitmproxy cannot connect gets surrogate's 502 with its RFC 9209 type, not mitmproxy's page."""
+    done = world.curl("-v", "--resolve", "api.test:80:10.232.0.2", "http://api.test/t/refused-upstream")
+    assert done.stdout.endswith("502"), done.stdout + done.stderr
+    body = json.loads(done.stdout.rsplit("\n", 1)[0])
+    assert body["error"] == "upstream_error" and "refused the connection" in body["message"]
+    assert "< HTTP/1.1 502 Bad Gateway (upstream_error)" in done.stderr and "mitmproxy" not in done.stderr
+    assert (
+        'Proxy-Status: surrogate;error=connection_refused;details="upstream_error; request_id=' in done.stderr
+    )
+    event = world.proxy.wait_event(path="/t/refused-upstream")
+    assert (event["reason"], event["status"], event["request_id"]) == (
+        "upstream_error",
+        502,
+        body["request_id"],
+    )

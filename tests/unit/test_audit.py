@@ -157,3 +157,120 @@ def test_a_second_process_on_the_same_file_is_refused(tmp_path: Path) -> None:
     assert done.returncode != 0 and "is being written by another process" in done.stderr
     audit.configure(None)  # closed: free again
     assert subprocess.run([sys.executable, "-c", code], cwd=ROOT, check=False).returncode == 0
+
+
+# -- one event, one line, whatever the sandbox put in it (review r-audit) ---------------------
+
+SPLITTERS = {
+    "LF": "\n",
+    "CR": "\r",
+    "CRLF": "\r\n",
+    "LINE SEPARATOR": "\u2028",
+    "PARAGRAPH SEPARATOR": "\u2029",
+    "NEL": "\x85",
+    "VT FF FS GS RS": "\x0b\x0c\x1c\x1d\x1e",
+    "NUL": "\x00",
+    "a lone surrogate (a path byte)": "\udcff",
+    "a lone high surrogate": "\ud800",
+    "a forged line": '"}\n{"event": "request", "host": "forged.test", "prev": null}\n{"x": "',
+    "1 MiB": "A" * (1 << 20),
+}
+
+
+@pytest.mark.parametrize("value", list(SPLITTERS.values()), ids=list(SPLITTERS))
+def test_a_value_that_splits_lines_elsewhere_stays_inside_its_line(
+    tmp_path: Path, value: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Written by the process itself and relayed from a worker (rendered there, chained by the
+    writer): each event is one line that parses back, and the chain verifies. (A reader that
+    splits on U+2028, NEL or CR would see more lines: verify splits on LF only.)"""
+    fields = {
+        audit.HOST: f"a{value}b.test",
+        audit.PATH: f"/p{value}",
+        audit.MESSAGE: value,
+        audit.RULE: value,
+    }
+    audit.configure(None, chain=False)  # a worker: its lines go to its stdout, the relay's pipe
+    audit.emit("request", dict(fields))
+    relayed = capsys.readouterr().out.encode("utf-8", "surrogateescape").split(b"\n")
+    assert relayed[-1] == b"" and len(relayed) == 2
+    path = tmp_path / "audit.jsonl"
+    audit.configure(path)
+    audit.emit("request", dict(fields))
+    audit.write_line(relayed[0].decode("utf-8", "replace"))  # as workers._relay hands it on
+    audit.emit("request", event(3))
+    raw = lines(path)
+    assert len(raw) == 3
+    for r in raw[:2]:
+        assert json.loads(r)[audit.PATH].startswith("/p")
+    assert verify(path).broken is None
+    assert main(["audit", "verify", str(path)]) == 0
+
+
+@pytest.mark.parametrize(
+    "fields",
+    [
+        {"duration_ms": [1]},
+        {"bytes_in": {"a": 1}, "status": 200},
+        {"bytes_out": "many"},
+        {"time": 12},
+        {"credentials": 5},
+        {"client": ["x"]},
+        {"port": [443], "host": ["h"]},
+    ],
+    ids=[
+        "duration list",
+        "bytes_in object",
+        "bytes_out text",
+        "time number",
+        "credentials number",
+        "client list",
+        "port list",
+    ],
+)
+def test_a_relayed_line_the_ocsf_mapping_cannot_read_is_still_written(
+    tmp_path: Path, fields: dict[str, Any]
+) -> None:
+    """Hostile review: a worker's line whose fields are of another type made the OCSF mapping
+    raise TypeError out of ``write_line``: the relay task died, the worker's pipe filled and
+    its flows stalled. The native line is written (and chained) and the next lines too."""
+    path, ocsf = tmp_path / "audit.jsonl", tmp_path / "audit.ocsf.jsonl"
+    audit.configure(path, ocsf=ocsf)
+    audit.write_line(json.dumps({"event": "request", "method": "GET", "decision": "allow", **fields}))
+    audit.write_line(json.dumps({"event": "request", "method": "GET", "decision": "allow", "host": "next"}))
+    assert len(lines(path)) == 2 and verify(path).broken is None
+    assert json.loads(lines(ocsf)[-1])["http_request"]["url"]["hostname"] == "next"
+
+
+def test_a_relayed_line_nested_too_deep_to_parse_is_still_written(tmp_path: Path) -> None:
+    """RecursionError (not a ValueError) out of json.loads ended the relay the same way."""
+    path, ocsf = tmp_path / "audit.jsonl", tmp_path / "audit.ocsf.jsonl"
+    audit.configure(path, ocsf=ocsf)
+    audit.write_line('{"event": "request", "x": ' + '{"a": ' * 200_000 + "1" + "}" * 200_000 + "}")
+    audit.write_line(json.dumps({"event": "request", "method": "GET", "decision": "allow", "host": "next"}))
+    assert len(lines(path)) == 2
+    assert json.loads(lines(ocsf)[-1])["http_request"]["url"]["hostname"] == "next"
+
+
+PLACEHOLDER_LIKE = "surr_AuditPlaceholder000000001"
+
+
+@pytest.mark.parametrize(
+    "spelling",
+    [
+        PLACEHOLDER_LIKE,
+        PLACEHOLDER_LIKE.upper(),
+        PLACEHOLDER_LIKE.replace("_", "%5f"),
+        PLACEHOLDER_LIKE + "A" * 60,  # a longer run: the bounded pattern matched none of it
+        "x" + PLACEHOLDER_LIKE + "0" * 100 + ".evil.test",
+    ],
+    ids=["plain", "upper", "percent", "longer run", "inside a label"],
+)
+@pytest.mark.parametrize("field", [audit.HOST, audit.MESSAGE, audit.METHOD])
+def test_no_placeholder_shaped_string_stays_in_a_named_field(field: str, spelling: str) -> None:
+    """Hostile review: ``method`` (any token a sandbox sends) was not hidden at all, and a
+    placeholder followed by more letters or digits than a placeholder holds escaped the
+    pattern (its end had to be a non-alphanumeric within 64 characters)."""
+    fields: dict[str, Any] = {field: f"{spelling} and {spelling}"}
+    audit.hide_placeholders(fields)
+    assert PLACEHOLDER_LIKE[5:].lower() not in str(fields[field]).lower()

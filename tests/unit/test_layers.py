@@ -245,3 +245,14 @@ def test_python_dash_m_proxy_and_the_console_script_start() -> None:
     done = subprocess.run([str(script), "--help"], capture_output=True, text=True, timeout=60)
     assert done.returncode == 0, done.stderr
     assert done.stdout.startswith("usage: surrogate")
+
+
+# Issue 17: modules split along their seams before they pass ~400 lines; this bound leaves room
+# for a docstring or a small addition, and fails a module that keeps growing instead of splitting.
+MAX_LINES = 450
+
+
+def test_no_module_grows_past_the_size_at_which_it_is_split() -> None:
+    sizes = {m: len(p.read_text(encoding="utf-8").splitlines()) for m, p in MODULES.items()}
+    big = {m: n for m, n in sizes.items() if n > MAX_LINES}
+    assert not big, f"split these along their seams (lines): {big}"

@@ -57,3 +57,33 @@ def test_a_bodiless_response_loses_its_transfer_encoding_toward_http1(
     Framing().responseheaders(flow)
     assert flow.response is not None
     assert ("transfer-encoding" not in flow.response.headers) is dropped
+
+
+def _informational_by_full_parse(lines: list[bytearray]) -> bool:
+    """The definition before issue 19's fast path: the whole head parsed by mitmproxy."""
+    from mitmproxy.net.http import http1
+
+    try:
+        status = http1.read_response_head([bytes(x) for x in lines]).status_code
+    except ValueError:
+        return False
+    return 100 <= status < 200 and status != 101
+
+
+STATUS_LINES = [
+    b"HTTP/1.1 200 OK", b"HTTP/1.1 100 Continue", b"HTTP/1.1 101 Switching Protocols",
+    b"HTTP/1.1 103 Early Hints", b"HTTP/1.1 199", b"HTTP/1.1 0100 Continue", b"HTTP/1.1 1_00 x",
+    b"HTTP/1.1 +100 x", b"HTTP/1.1  102  x", b"HTTP/1.1\t100\tx", b"HTTP/1.0 100 x", b"HTTP/2 100 x",
+    b"HTTP/1.1 099 x", b"HTTP/1.1 200", b"HTTP/1.1", b"", b"HTTP/1.1 abc x", b"FOO/1.1 100 x",
+    b"HTTP/1.1 -100 x", b"HTTP/1.1 \xd9\xa1\xd9\xa0\xd9\xa0 x",
+]  # fmt: skip
+HEADER_SETS = [[], [b"Link: </a.css>; rel=preload"], [b"no colon here"], [b" folded: x"], [b"X: \x00"]]
+
+
+@pytest.mark.parametrize("status_line", STATUS_LINES)
+@pytest.mark.parametrize("fields", HEADER_SETS, ids=["none", "link", "no-colon", "folded", "nul"])
+def test_informational_check_agrees_with_the_full_parse(status_line: bytes, fields: list[bytes]) -> None:
+    from addons.h1read import _is_informational
+
+    lines = [bytearray(status_line), *(bytearray(f) for f in fields)]
+    assert _is_informational(lines) is _informational_by_full_parse(lines)

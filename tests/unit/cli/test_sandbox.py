@@ -80,6 +80,10 @@ def test_a_state_dir_without_the_proxys_state_is_refused_and_nothing_created(
     assert f"surrogate: no {what} in {state} " in err
     assert "--state-dir" in err and "Nothing was created" in err
     assert ("the default state dir" in err) == (given == "default")
+    # A fresh clone's `env --state-dir .state` before `make run` was told to pass --state-dir, which
+    # it had: the refusal says which command makes that dir's state, so start the proxy first.
+    assert f"'surrogate run --state-dir {state}' creates it at its first start" in err
+    assert "start the proxy first" in err
     assert _tree(tmp_path) == before  # no CA, no key, no store, no bundle, not even the dir
     assert "Traceback" not in err
 

@@ -72,7 +72,8 @@ def audit_file(tmp_path: Path) -> Path:
         ("r-opaque", ["tunnel: opaque", "decide as the proxy did"]),
         ("r-stale", ["decide differently"]),
         ("r-noauth", ["not identified as any claim"]),
-        ("r-gone", ["cannot replay: no claim 'ghost'", "decide differently"]),
+        ("r-gone", ["cannot replay: no claim 'ghost'", "pass --state-dir for control-API claims",
+                    "whether the rules in force decide as the proxy did is not known"]),
         ("r-421", ["decided at: request checks", "at request checks (authority_mismatch), outside"]),
         ("r-control", ["control-API mutation (claim.create by socket)"]),
     ],
@@ -86,6 +87,25 @@ def test_why(
     for text in expect:
         assert text in out
     assert_no_secret(out)
+
+
+def test_a_claim_not_in_the_rules_is_unknown_without_the_store_and_gone_with_it(
+    rules_file: Path, audit_file: Path, state_dir: tuple[Path, str], capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A newcomer's `audit why` on a control-API claim without --state-dir was told the rules "decide
+    differently" (and that the rules or the store had changed): without the store nothing could be
+    compared. With the store read, a claim in neither is gone, and that is a difference."""
+    assert main_why(ns(request_id="r-gone", audit_file=audit_file, rules=rules_file, json=True)) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert doc["agrees"] is None
+    assert main_why(ns(request_id="r-gone", audit_file=audit_file, rules=rules_file)) == 0
+    assert "decide differently" not in capsys.readouterr().out
+    state, _ = state_dir
+    args = ns(request_id="r-gone", audit_file=audit_file, rules=rules_file, state_dir=state)
+    assert main_why(args) == 0
+    out = capsys.readouterr().out
+    assert "cannot replay: no claim 'ghost'" in out and "decide differently" in out
+    assert "pass --state-dir" not in out
 
 
 def test_why_json(rules_file: Path, audit_file: Path, capsys: pytest.CaptureFixture[str]) -> None:

@@ -68,3 +68,11 @@ def test_without_names_a_listener_answers_only_its_own_address() -> None:
 )
 def test_the_authorities_a_listener_answers(listen: tuple[str, int], host: str, ok: bool) -> None:
     assert (foreign_authority(host, None, allowed_authorities(*listen)) is None) is ok
+
+
+def test_a_name_that_is_an_ipv6_address_is_answered_in_its_host_header_spelling() -> None:
+    """Review r-audit: ``--control-name ::1`` (canonical, unbracketed) gave the authority
+    ``::1:9090``, which no Host header spells (RFC 3986 §3.2.2: ``[::1]:9090``)."""
+    allowed = allowed_authorities("0.0.0.0", 9090, ("fd00::5", "svc.test"))
+    assert foreign_authority("[fd00::5]:9090", None, allowed) is None
+    assert foreign_authority("fd00::5:9090", None, allowed) == "Host"

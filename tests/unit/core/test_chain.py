@@ -180,13 +180,6 @@ def test_a_file_whose_older_files_are_gone_verifies_and_says_what_it_follows() -
     assert report.starts == [("f0", 1, json.loads(files[0][0])[KEY])]
 
 
-def test_lines_from_before_the_chain_are_counted_not_covered() -> None:
-    files = make(8)
-    files[0] = [b'{"event": "request", "seq": 1}', b'{"event": "request", "seq": 2}', *files[0]]
-    report = chain.verify(lines_of(files), KEY)
-    assert report.broken is None and report.unchained == 2
-
-
 def test_an_upgraded_file_chains_on_from_its_last_older_line() -> None:
     """The sink continues a file from its last line, also one written before the chain."""
     older = [b'{"event": "request", "seq": 1}', b'{"event": "request", "seq": 2}']
@@ -196,12 +189,94 @@ def test_an_upgraded_file_chains_on_from_its_last_older_line() -> None:
     assert report.broken is None and report.unchained == 2 and report.starts == []
 
 
-def test_a_fresh_chain_inside_a_file_is_a_restart_not_a_break() -> None:
-    """stdout: a writer that restarts has nothing to follow (the line after it still must)."""
+def test_a_fresh_chain_inside_a_captured_stdout_is_a_restart_not_a_break() -> None:
+    """stdout (``restarts``): a writer that restarts has nothing to follow (the line after it
+    still must)."""
     a, b = flat(make(4)), flat(make(3, run=10))
-    report = chain.verify(lines_of([a + b]), KEY)
+    report = chain.verify(lines_of([a + b]), KEY, restarts=True)
     assert report.broken is None
     assert report.starts == [("f0", 1, None), ("f0", 5, None)]
+
+
+def test_a_fresh_chain_inside_the_files_of_a_file_writer_is_a_break() -> None:
+    """Hostile review: a file's writer continues from its last line (rotation, restart), so a
+    ``prev: null`` after the first line was never written by it; verify took it for a restart,
+    and lines prepended before a fresh chain (or whole runs swapped) verified as intact."""
+    a, b = flat(make(4)), flat(make(3, run=10))
+    report = chain.verify(lines_of([a + b]), KEY)
+    assert report.broken is not None
+    assert (report.broken.file, report.broken.number, report.broken.kind) == ("f0", 5, "inserted")
+    forged = flat(make(2, run=50))  # a made-up run, prepended to the real one
+    b2 = chain.verify(lines_of([forged + a]), KEY).broken
+    assert b2 is not None and (b2.number, b2.kind) == (3, "inserted")
+    swapped = chain.verify(lines_of([b + a]), KEY).broken
+    assert swapped is not None and (swapped.number, swapped.kind) == (4, "inserted")
+
+
+def test_a_replayed_run_of_a_captured_stdout_is_a_break() -> None:
+    """With ``restarts``, a fresh chain is a restart; the same run twice is a copy."""
+    a = flat(make(4))
+    b = chain.verify(lines_of([a + a]), KEY, restarts=True).broken
+    assert b is not None and (b.number, b.kind) == (5, "inserted")
+
+
+@pytest.mark.parametrize("follows", ["fresh", "not given"])
+def test_lines_put_before_the_chain_are_a_break_not_older_lines(follows: str) -> None:
+    """Hostile review: lines without ``prev`` before the first chained line were counted as
+    "older, not covered" and the file verified. An upgraded file's first chained line follows
+    its last older line (the sink continues from it), so one that does not was preceded by
+    lines someone put there (or changed)."""
+    files = make(8) if follows == "fresh" else make(12)[1:]
+    files[0] = [b'{"event": "request", "host": "made-up.test"}', *files[0]]
+    b = chain.verify(lines_of(files), KEY).broken
+    assert b is not None and (b.file, b.number, b.kind) == ("f0", 2, "changed")
+
+
+HOSTILE = [
+    ("deeply nested JSON", b"[" * 200_000),
+    ("deeply nested object", b'{"a":' * 200_000),
+    ("invalid UTF-8", b'{"event": "request", "host": "\xff\xfe"}'),
+    ("binary", bytes(range(256))),
+    ("NUL bytes", b"\0" * 1000),
+    ("a number of 100,000 digits", b'{"prev": null, "seq": ' + b"9" * 100_000 + b"}"),
+]
+
+
+@pytest.mark.parametrize("raw", [r for _, r in HOSTILE], ids=[name for name, _ in HOSTILE])
+def test_a_hostile_line_is_unreadable_not_a_crash(raw: bytes) -> None:
+    files = make(6)
+    files[0].insert(2, raw)
+    b = chain.verify(lines_of(files), KEY).broken
+    assert b is not None and (b.file, b.number, b.kind) == ("f0", 3, "unreadable")
+
+
+@pytest.mark.parametrize("worker", [[1], {"a": 1}, None, 1.5, True])
+def test_a_worker_of_any_json_type_does_not_crash_the_diagnosis(worker: object) -> None:
+    """Hostile review: a ``worker`` that is a list or an object (unhashable) made the seq-gap
+    diagnosis raise TypeError: a traceback instead of exit 1."""
+    prev: str | None = None
+    raws: list[bytes] = []
+    for i in range(8):
+        line = chain.splice(json.dumps({"host": f"h{i}", "worker": worker, "seq": i + 1}), KEY, prev)
+        assert line is not None
+        raws.append(line.encode())
+        prev = chain.line_hash(raws[-1])
+    del raws[4]
+    b = chain.verify(lines_of([raws]), KEY).broken
+    assert b is not None and (b.number, b.kind) in ((5, "removed"), (4, "changed"))
+
+
+def test_verify_reads_its_lines_once_more_only_to_diagnose_a_break() -> None:
+    """Streaming: an intact chain is read once, line by line (a 1 GB file is never held)."""
+    files = make(40)
+    reads = []
+
+    class Once:
+        def __iter__(self):  # type: ignore[no-untyped-def]
+            reads.append(1)
+            return iter(lines_of(files))
+
+    assert chain.verify(Once(), KEY).broken is None and len(reads) == 1
 
 
 # -- each kind of edit, found at its line ---------------------------------------------------
@@ -280,7 +355,11 @@ def test_any_single_edit_is_found_at_its_line(edited: Edited) -> None:
 
 
 def test_splice_adds_prev_without_reserialising_and_refuses_what_is_not_an_object() -> None:
-    assert chain.splice('{"a": 1}', KEY, None) == '{"a": 1,"prev":null}'
-    assert chain.splice('{"a": 1}', KEY, "ab") == '{"a": 1,"prev":"ab"}'
+    assert chain.splice('{"a": 1}', KEY, None) == '{"a": 1, "prev": null}'
+    assert chain.splice('{"a": 1}', KEY, "ab") == '{"a": 1, "prev": "ab"}'
+    # The line a supervisor splices is the line one process renders (the README's, `"prev": "…"`;
+    # a newcomer's `make run`, two workers, printed `,"prev":null` instead)
+    for prev in (None, "ab"):
+        assert chain.splice(json.dumps({"a": 1}), KEY, prev) == json.dumps({"a": 1, KEY: prev})
     for bad in ("", "{}", "[1]", "not json", '{"a": 1'):
         assert chain.splice(bad, KEY, None) is None

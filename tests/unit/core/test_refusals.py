@@ -100,6 +100,29 @@ def test_is_grpc(content_type: str | None, grpc: bool) -> None:
     assert refusals.is_grpc(content_type) is grpc
 
 
+@pytest.mark.parametrize(
+    ("method", "version", "grpc"),
+    [
+        ("POST", "HTTP/2.0", True),
+        ("POST", "HTTP/3", True),
+        ("POST", "HTTP/1.1", False),
+        ("POST", "HTTP/1.0", False),
+        ("CONNECT", "HTTP/1.1", False),
+        ("CONNECT", "HTTP/2.0", False),
+        ("GET", "HTTP/2.0", False),
+        ("PUT", "HTTP/2.0", False),
+        ("post", "HTTP/2.0", False),
+    ],
+)
+@pytest.mark.parametrize("content_type", ["application/grpc", "application/grpc+proto"])
+def test_only_a_post_over_http2_is_answered_as_grpc(
+    method: str, version: str, grpc: bool, content_type: str
+) -> None:
+    """Review r-refusals: the gRPC answer is a 200; only gRPC's own requests get it."""
+    assert refusals.grpc_request(method, version, content_type) is grpc
+    assert refusals.grpc_request(method, version, "application/json") is False
+
+
 @given(st.text(max_size=200))
 def test_grpc_message_is_percent_encoded_as_grpc_says(message: str) -> None:
     decision = Decision(Action.DENY, Reason.NO_RULE, message, status=403)
@@ -160,3 +183,67 @@ def test_json_body() -> None:
 def test_the_upstreams_quoted_bytes_do_not_choose_the_kind() -> None:
     message = "Cannot parse HTTP response: Bad HTTP response line: b'[Errno 111] TLS timed out'"
     assert refusals.upstream_failure(message, False)[0] == "http_protocol_error"
+
+
+# mitmproxy 12.3's messages that quote the upstream's bytes (mitmproxy/proxy/layers/http/_http1.py,
+# _http2.py, mitmproxy/net/http/validate.py), with QUOTED where the upstream's bytes go, and the
+# kind each must be whatever those bytes say (review r-refusals).
+QUOTING = [
+    ("unexpected server response: b'QUOTED'", "http_protocol_error"),
+    ("Cannot parse HTTP response: Bad HTTP response line: b'QUOTED'", "http_protocol_error"),
+    ("HTTP/1 protocol error: illegal chunk header: b'QUOTED'", "http_protocol_error"),
+    ("HTTP/1 protocol error: malformed chunk footer: b'QUOTED' (expected b'\\r\\n')", "http_protocol_error"),
+    ("Invalid HTTP/2 response headers: Unknown pseudo headers: {b':x': b'QUOTED'}", "http_protocol_error"),
+    (
+        "Received invalid content-length header: 'QUOTED' from server, refusing to prevent request "
+        "smuggling attacks. Disable the validate_inbound_headers option to skip this security check.",
+        "http_protocol_error",
+    ),
+    (
+        "HTTP/2 connection closed: <ConnectionTerminated error_code:ErrorCodes.NO_ERROR, "
+        "last_stream_id:0, additional_data:b'QUOTED'>",
+        "connection_terminated",
+    ),
+]
+LIES = [
+    "certificate verify failed",
+    "[Errno 111] connection refused",
+    "timed out",
+    "no route",
+    "body exceeds",
+    "head larger",
+    "TLS",
+    "closed",
+    "cannot parse",
+]
+
+
+@pytest.mark.parametrize("lie", LIES)
+@pytest.mark.parametrize(("message", "kind"), QUOTING, ids=[m[:30] for m, _ in QUOTING])
+def test_the_upstreams_quoted_bytes_never_choose_the_kind(message: str, kind: str, lie: str) -> None:
+    for quoted in (lie, lie.upper(), f"x {lie} x"):
+        assert refusals.upstream_failure(message.replace("QUOTED", quoted), False)[0] == kind
+
+
+@given(st.text(max_size=100))
+def test_no_quoted_text_changes_the_kind(quoted: str) -> None:
+    for message, kind in QUOTING:
+        assert refusals.upstream_failure(message.replace("QUOTED", quoted), False)[0] == kind
+
+
+@pytest.mark.parametrize(
+    ("value", "kept"),
+    [
+        ("next-hop;error=dns_error", "next-hop;error=dns_error"),
+        ('surrogate;error=http_request_denied;details="no_rule"', None),
+        ("Surrogate;error=x, next-hop;error=y", "next-hop;error=y"),
+        ('"surrogate";error=x', None),
+        ("SURROGATE, a, surrogate;x=1, b", "a, b"),
+        ('surrogate;details="unclosed', None),
+        ("surrogatex;error=y", "surrogatex;error=y"),
+        ("caf\u00e9", None),
+    ],
+)
+def test_an_upstreams_proxy_status_loses_the_members_naming_surrogate(value: str, kept: str | None) -> None:
+    """Review r-refusals: only surrogate writes its member; an invalid field is dropped whole."""
+    assert refusals.without_ours(value) == kept

@@ -132,7 +132,7 @@ def test_a_failing_exporter_never_fails_the_audit(tmp_path: Path) -> None:
 
 def test_without_the_otel_extra_the_option_says_what_to_install(monkeypatch: pytest.MonkeyPatch) -> None:
     import proxy.engine
-    from proxy.cli import main
+    from proxy.cli import serve as main  # (the CLI split moved _start_traces to proxy/cli/serve.py)
 
     monkeypatch.delitem(sys.modules, "proxy.engine.traces")
     monkeypatch.delattr(proxy.engine, "traces")

@@ -1,0 +1,261 @@
+"""The credential store's interface: its records, its errors, and the operations every backend
+(:mod:`proxy.store.sqlite`, :mod:`proxy.store.postgres`) implements.
+
+Errors::
+
+    SurrogateError (proxy.core.errors)
+    ├── StoreError               the store cannot be used (newer schema, not a database, busy, down)
+    │   ├── NotFound             no such claim / credential
+    │   ├── Conflict             id or placeholder already taken; names the owner, never a value
+    │   └── PreconditionFailed   ``if_match`` is stale; ``current`` is the version now (None: absent)
+    ├── KeyFileError (keyring)   the key file is unsafe or malformed
+    └── DecryptError (keyring)   a stored value does not decrypt
+
+Bad arguments (a malformed source, placeholder or id; a value that is not bytes) raise ValueError
+or TypeError before anything is written.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from typing import Any, Protocol, Self
+
+from proxy.core.errors import SurrogateError
+
+HISTORY_SECONDS = 24 * 3600.0  # proxy.store.live.LIVE_SECONDS: how long a superseded value is kept
+HISTORY_VERSIONS = 8  # proxy.store.live.LIVE_VERSIONS: at most this many per credential
+PATCHABLE = frozenset(
+    {
+        "value",
+        "hosts",
+        "inject_header",
+        "inject_format",
+        "expires_at",
+        "placeholder",
+        "surfaces",
+        "on_misplaced",
+        "max_requests",
+        "headers",
+        "basic_parts",
+    }
+)
+
+
+class StoreError(SurrogateError):
+    """The credential store cannot do what was asked."""
+
+
+class NotFound(StoreError):
+    """No such claim or credential."""
+
+
+class Conflict(StoreError):
+    """A claim id or placeholder is already taken."""
+
+
+class PreconditionFailed(StoreError):
+    """``if_match`` did not equal the stored version; ``current`` is that version (None: absent)."""
+
+    def __init__(self, current: int | None, message: str) -> None:
+        self.current = current
+        super().__init__(message)
+
+
+@dataclass(frozen=True, slots=True)
+class ClaimRecord:
+    id: str
+    pool: str
+    sources: tuple[str, ...]  # canonical networks, for transparent mode
+    version: int  # bumps on every change of the claim, token rotation included
+    created_at: float
+    updated_at: float
+    interface: str | None = None  # transparent mode: the interface its connections must arrive on
+
+
+@dataclass(frozen=True, slots=True)
+class CredentialRecord:
+    claim_id: str
+    name: str
+    hosts: tuple[str, ...]
+    inject_header: str | None
+    inject_format: str | None
+    placeholder: str
+    version: int  # 1 on create, +1 on every change of value or metadata
+    created_at: float
+    updated_at: float
+    expires_at: float | None  # stored, not enforced here: the proxy decides what expiry means
+    last_used_at: float | None
+    surfaces: tuple[str, ...] | None = None  # None: the default surfaces (proxy.core.policy)
+    on_misplaced: str | None = None  # None: carry
+    max_requests: int | None = None  # the request budget; None: none
+    requests_used: int = 0  # requests that carried the secret (see spend())
+    headers: tuple[str, ...] | None = None  # header slots, lower-cased; None: slots.DEFAULT_HEADERS
+    basic_parts: tuple[str, ...] | None = None  # Basic slots; None: the password only
+
+
+@dataclass(frozen=True, slots=True)
+class Changes:
+    """What changed in a store since a version (``changes_since``, PostgreSQL): the rows written
+    after it, the claims and credentials removed after it, and every OAuth spec (few, small)."""
+
+    version: int  # the version these changes bring the reader to
+    claims: list[ClaimRecord]
+    credentials: list[CredentialRecord]
+    removed_claims: list[str]
+    removed_credentials: list[tuple[str, str]]
+    oauth: dict[tuple[str, str], dict[str, Any]]
+
+
+class CredentialStore(Protocol):
+    """What the proxy (registry, OAuth capture, budgets), the control API and the CLI (key
+    rotation) need of a store. Implemented by :class:`proxy.store.sqlite.Store` (one node) and
+    :class:`proxy.store.postgres.PostgresStore` (a fleet); ``tests/unit/store/test_conformance.py``
+    holds every backend to each promise below.
+
+    Promises of every backend:
+
+    - **Atomic**: each write is one transaction; it happens whole or not at all, and a write that
+      raises has changed nothing. Writes are serialised across every process that shares the
+      store, so a compare-and-set (``if_match``) is exact: of N concurrent writers with one
+      version, exactly one wins, the others get PreconditionFailed with the version now.
+    - **Acknowledged = durable**: once a write returns, it survives ``kill -9`` of any process
+      (and power loss, as far as the database's own fsync promises).
+    - **Visible**: a write moves :meth:`data_version` for every reader of the store (another
+      process included) before it returns; budget counts and ``touch_used`` may not. (The
+      PostgreSQL store's ``sync=notify`` mode trades this for a bound of milliseconds on other
+      nodes, and keeps it for the writing node: :mod:`proxy.store.pgwatch`.)
+    - **Sealed**: a value is at rest only as AES-256-GCM under the key ring, bound to ``claim_id
+      NUL name NUL version`` (:func:`proxy.store.rows.aad`); a proxy token only as its SHA-256.
+      No error, repr or log line holds a value or a token.
+    - **Budgets**: :meth:`spend` and :meth:`spend_rules_budgets` count in one conditional
+      statement of the database: of M concurrent spenders of a budget of N, exactly min(M, N)
+      succeed, on every node together.
+    """
+
+    def close(self) -> None: ...
+    def __enter__(self) -> Self: ...
+    def __exit__(self, *exc: object) -> None: ...
+    def create_claim(
+        self, claim_id: str, pool: str, sources: Sequence[str] = (), interface: str | None = None
+    ) -> tuple[ClaimRecord, str]:
+        """A new claim at version 1 and its proxy token (shown once; only its hash is kept).
+        Conflict if the id exists; ValueError for a bad id, source or interface."""
+        ...
+
+    def get_claim(self, claim_id: str) -> ClaimRecord | None: ...
+    def list_claims(self) -> list[ClaimRecord]:
+        """Every claim, by id."""
+        ...
+
+    def check_token(self, claim_id: str, token: str) -> bool:
+        """True when ``token`` is the claim's current proxy token (constant-time compare)."""
+        ...
+
+    def rotate_token(self, claim_id: str) -> tuple[ClaimRecord, str]:
+        """A new token, the claim's version +1; the old token fails from now on. NotFound."""
+        ...
+
+    def delete_claim(self, claim_id: str) -> bool:
+        """Delete the claim with its credentials, history and OAuth specs; False when absent."""
+        ...
+
+    def put_credential(
+        self,
+        claim_id: str,
+        name: str,
+        *,
+        value: bytes,
+        hosts: Sequence[str],
+        inject_header: str | None = None,
+        inject_format: str | None = None,
+        placeholder: str | None = None,
+        expires_at: float | None = None,
+        if_match: int | None = None,
+        surfaces: Sequence[str] | None = None,
+        on_misplaced: str | None = None,
+        max_requests: int | None = None,
+        headers: Sequence[str] | None = None,
+        basic_parts: Sequence[str] | None = None,
+    ) -> CredentialRecord:
+        """Create (version 1) or replace (version +1, request count back to 0) a credential.
+        NotFound (no claim), Conflict (placeholder taken), PreconditionFailed (``if_match``
+        stale), ValueError / TypeError (bad field). A replaced value is kept sealed in the
+        history (at most HISTORY_VERSIONS, HISTORY_SECONDS) for response scrubbing."""
+        ...  # fmt: skip
+
+    def patch_credential(
+        self, claim_id: str, name: str, *, if_match: int | None = None, **changes: Any
+    ) -> CredentialRecord:
+        """Change some fields (PATCHABLE; version +1, request count kept); an empty patch
+        changes nothing. NotFound, Conflict, PreconditionFailed, ValueError, TypeError."""
+        ...
+
+    def get_credential(self, claim_id: str, name: str) -> CredentialRecord | None: ...
+    def list_credentials(self, claim_id: str) -> list[CredentialRecord]:
+        """The claim's credentials, by name ([] for an unknown claim)."""
+        ...
+
+    def delete_credential(self, claim_id: str, name: str, if_match: int | None = None) -> bool:
+        """False when absent (PreconditionFailed(None) when ``if_match`` was given)."""
+        ...
+
+    def secret(self, claim_id: str, name: str) -> tuple[bytes, int]:
+        """The decrypted value and its version. NotFound, DecryptError."""
+        ...
+
+    def previous_secrets(self, claim_id: str, name: str) -> list[tuple[bytes, int, float]]:
+        """Kept previous values, newest first: (value, version, superseded_at). DecryptError."""
+        ...
+
+    def set_oauth(self, claim_id: str, name: str, spec: dict[str, Any] | None) -> None:
+        """Declare (a JSON-able dict, proxy.core.oauth) or clear (None) a token capture. NotFound."""
+        ...
+
+    def oauth_specs(self) -> dict[tuple[str, str], dict[str, Any]]:
+        """Every declared token capture, by (claim id, credential name)."""
+        ...
+
+    def touch_used(self, claim_id: str, name: str, at: float) -> None:
+        """Best effort (at most one write a second per credential, skipped when busy): never
+        raises for contention, never stalls a request behind a writer."""
+        ...
+
+    def spend(self, claim_id: str, name: str) -> bool:
+        """Count one use against ``max_requests``: False (nothing counted) when spent or gone,
+        True when counted or unmetered. StoreError when the count cannot be written."""
+        ...
+
+    def spend_rules_budgets(self, claim_id: str, budgets: Sequence[tuple[str, int]]) -> str | None:
+        """Count one use of rules-file credentials ``(name, max_requests)``, all or none: the
+        name of the first that is spent, else None. StoreError when it cannot be written."""
+        ...
+
+    def data_version(self) -> int:
+        """A number that differs after any write of the store (by any process). StoreError."""
+        ...
+
+    def snapshot(self) -> tuple[list[ClaimRecord], list[CredentialRecord]]:
+        """Every claim and credential, read in one transaction (a consistent view)."""
+        ...
+
+    def rotate_keys(self, new_key: bool = True) -> int:
+        """Re-encrypt every value under a new key (``new_key=False``: finish an interrupted
+        rotation); retires keys no value uses. Returns how many were re-encrypted."""
+        ...
+
+
+# The connection shape a backend hands the shared queries (proxy.store.queries): DB-API.
+class Cursor(Protocol):
+    @property
+    def rowcount(self) -> int: ...
+
+    def fetchone(self) -> Any: ...
+    def fetchall(self) -> list[Any]: ...
+    def __iter__(self) -> Iterator[Any]: ...
+
+
+class Conn(Protocol):
+    """A connection whose ``execute`` takes ``?`` (and ``:name``) parameters."""
+
+    def execute(self, sql: str, params: Any = (), /) -> Cursor: ...

@@ -1,0 +1,104 @@
+"""The SQLite store's schema and its migrations (``PRAGMA user_version``, now 5).
+
+Tables (see :mod:`proxy.store.sqlite` for what each column means)::
+
+    claims(id PK, pool, sources JSON, token_hash, version, created_at, updated_at, interface)
+    credentials(claim_id -> claims ON DELETE CASCADE, name, PK (claim_id, name), hosts JSON,
+                inject_header, inject_format, placeholder UNIQUE, key_id, value, version,
+                created_at, updated_at, expires_at, last_used_at, surfaces, on_misplaced,
+                max_requests, requests_used, headers, basic_parts)
+    credential_history, credential_oauth -> credentials ON DELETE CASCADE; rules_budgets
+
+A new file runs the base schema and then every migration; an older one runs the migrations from
+its version on, all in one write transaction, so a failure leaves it at its old version. A
+migration only adds columns (``ALTER TABLE ... ADD COLUMN``, nullable or with a default), so an
+older store keeps every row and reads as the defaults it was written with. The side tables
+(history, OAuth, rules budgets) need no migration: they are created when absent on every open.
+
+Errors: :class:`proxy.store.base.StoreError` for a schema newer than this code reads;
+``sqlite3.DatabaseError`` passes through (the caller names the file).
+"""
+
+from __future__ import annotations
+
+import sqlite3
+from pathlib import Path
+
+from proxy.store.base import StoreError
+
+SCHEMA_VERSION = 5
+SCHEMA = (
+    """CREATE TABLE claims (
+      id TEXT PRIMARY KEY, pool TEXT NOT NULL, sources TEXT NOT NULL, token_hash BLOB NOT NULL,
+      version INTEGER NOT NULL, created_at REAL NOT NULL, updated_at REAL NOT NULL) STRICT""",
+    """CREATE TABLE credentials (
+      claim_id TEXT NOT NULL REFERENCES claims(id) ON DELETE CASCADE, name TEXT NOT NULL,
+      hosts TEXT NOT NULL, inject_header TEXT, inject_format TEXT, placeholder TEXT NOT NULL UNIQUE,
+      version INTEGER NOT NULL, created_at REAL NOT NULL, updated_at REAL NOT NULL, expires_at REAL,
+      last_used_at REAL, key_id TEXT NOT NULL, value BLOB NOT NULL, PRIMARY KEY (claim_id, name)) STRICT""",
+    "CREATE INDEX credentials_key_id ON credentials(key_id)",
+)
+# MIGRATIONS[n] takes a store from schema version n to n + 1 (a new store runs them all).
+MIGRATIONS: dict[int, tuple[str, ...]] = {
+    1: (
+        "ALTER TABLE credentials ADD COLUMN surfaces TEXT",
+        "ALTER TABLE credentials ADD COLUMN on_misplaced TEXT",
+    ),
+    2: (  # the request budget
+        "ALTER TABLE credentials ADD COLUMN max_requests INTEGER",
+        "ALTER TABLE credentials ADD COLUMN requests_used INTEGER NOT NULL DEFAULT 0",
+    ),
+    3: (  # substitution slots (proxy.core.slots)
+        "ALTER TABLE credentials ADD COLUMN headers TEXT",
+        "ALTER TABLE credentials ADD COLUMN basic_parts TEXT",
+    ),
+    4: ("ALTER TABLE claims ADD COLUMN interface TEXT",),  # transparent mode (addons/fence.py)
+}
+# Previous values kept for scrubbing (proxy.store.live); added beside schema 1, so created when absent
+# on open whatever the file's age. A row is a superseded credentials.value, copied sealed as it was.
+HISTORY = """CREATE TABLE IF NOT EXISTS credential_history (
+      claim_id TEXT NOT NULL, name TEXT NOT NULL, version INTEGER NOT NULL, superseded_at REAL NOT NULL,
+      key_id TEXT NOT NULL, value BLOB NOT NULL, PRIMARY KEY (claim_id, name, version),
+      FOREIGN KEY (claim_id, name) REFERENCES credentials(claim_id, name) ON DELETE CASCADE) STRICT"""
+# A credential's OAuth token capture (proxy.core.oauth), beside it like credential_history.
+OAUTH = """CREATE TABLE IF NOT EXISTS credential_oauth (
+      claim_id TEXT NOT NULL, name TEXT NOT NULL, spec TEXT NOT NULL, PRIMARY KEY (claim_id, name),
+      FOREIGN KEY (claim_id, name) REFERENCES credentials(claim_id, name) ON DELETE CASCADE) STRICT"""
+# Request counts of rules-file credentials' budgets (their claims live in the rules file, not
+# here: no foreign key). Created when absent on open, like credential_history.
+RULES_BUDGETS = """CREATE TABLE IF NOT EXISTS rules_budgets (
+      claim_id TEXT NOT NULL, name TEXT NOT NULL, requests_used INTEGER NOT NULL,
+      PRIMARY KEY (claim_id, name)) STRICT"""
+SIDE_TABLES = {"credential_history": HISTORY, "credential_oauth": OAUTH, "rules_budgets": RULES_BUDGETS}
+
+
+def _user_version(db: sqlite3.Connection) -> int:
+    return int(db.execute("PRAGMA user_version").fetchone()[0])
+
+
+def migration_needed(db: sqlite3.Connection) -> bool:
+    """True when the file is not at :data:`SCHEMA_VERSION` or lacks a side table."""
+    have = {r[0] for r in db.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
+    return _user_version(db) != SCHEMA_VERSION or not set(SIDE_TABLES) <= have
+
+
+def migrate(db: sqlite3.Connection, path: Path) -> None:
+    """Bring the file to :data:`SCHEMA_VERSION`; call inside a write transaction (``BEGIN
+    IMMEDIATE``, so that two processes opening one old file do not both migrate it).
+
+    Raises StoreError for a version this code does not know (newer, or negative).
+    """
+    found = _user_version(db)
+    if found != SCHEMA_VERSION:
+        if not 0 <= found <= SCHEMA_VERSION:
+            raise StoreError(
+                f"store {path} has schema version {found}; this surrogate reads up to {SCHEMA_VERSION}"
+            )
+        for statement in SCHEMA if found == 0 else ():
+            db.execute(statement)
+        for step in range(max(found, 1), SCHEMA_VERSION):
+            for statement in MIGRATIONS[step]:
+                db.execute(statement)
+        db.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
+    for statement in SIDE_TABLES.values():
+        db.execute(statement)
