@@ -19,12 +19,14 @@ from pathlib import Path
 
 import canary
 import pytest
-from conftest import NAMES, write_rules
+from _env import env_rules
+from conftest import NAMES
 from cryptography import x509
 from cryptography.hazmat.primitives.asymmetric import ec, rsa
-from harness import Env, ProxyProcess
+from harness import Env
 from mitmproxy import certs
-from servers import README_TEXT, TestCA, Upstream
+from servers import README_TEXT
+from world import Stage
 
 pytestmark = pytest.mark.e2e
 
@@ -33,46 +35,25 @@ KINDS = ("ec", "rsa")
 
 @pytest.fixture(scope="module")
 def envs(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Env]]:
-    tmp = tmp_path_factory.mktemp("cakeys")
-    secret, injected, secret2 = canary.make("gh"), canary.make("inj"), canary.make("ghtwo")
-    token = secrets.token_urlsafe(16)
-    canary.source(tmp / "secret-gh", secret)
-    canary.source(tmp / "secret-gh2", secret2)
-    (tmp / "token1").write_text(token + "\n")
-    (tmp / "token2").write_text(secrets.token_urlsafe(16) + "\n")
-    ca = TestCA(tmp)
-    upstream = Upstream(ca, NAMES, git_password=secret, tmpdir=tmp).start()
-    rules = write_rules(tmp, upstream.port)
-    made: dict[str, Env] = {}
-    try:
+    with Stage(tmp_path_factory.mktemp("cakeys")) as st:
+        secret, secret2 = st.secret("gh"), st.secret("gh2", tag="ghtwo")
+        injected = canary.make("inj")
+        st.watch(injected)
+        token = st.token(secrets.token_urlsafe(16), "token1")
+        st.token(secrets.token_urlsafe(16), "token2")
+        upstream = st.upstream(NAMES, git_password=secret)
+        rules = st.write(env_rules(upstream.port))
+        made: dict[str, Env] = {}
         for kind in KINDS:
-            work = tmp / kind
+            work = st.tmp / kind
             work.mkdir()
             if kind == "rsa":  # the state dir an older surrogate left behind
                 certs.CertStore.create_store(work / "state" / "ca", "mitmproxy", 2048)
-            proxy = ProxyProcess(
-                rules,
-                work,
-                upstream_ca=ca.ca_pem,
-                resolve={n: "127.0.0.1" for n in NAMES},
-                env={"E2E_INJECTED_SECRET": injected},
-            )
-            made[kind] = Env(
-                upstream, ca.ca_pem, proxy, token, "", secret, injected, secret2, tmp / "secret-gh"
-            )
-            proxy.start()
+            proxy = st.proxy(rules, NAMES, workdir=work, env={"E2E_INJECTED_SECRET": injected})
+            e = Env(upstream, st.ca.ca_pem, proxy, token, "", secret, injected, secret2, st.tmp / "secret-gh")
+            e.received = st.received  # Invariant 1, checked when the stage closes
+            made[kind] = e
         yield made
-    finally:
-        for e in made.values():
-            e.proxy.stop()
-        upstream.stop()
-    for kind, e in made.items():
-        artifacts = {
-            f"{kind} audit file": e.proxy.audit_path.read_bytes() if e.proxy.audit_path.exists() else b"",
-            f"{kind} proxy stderr": e.proxy.stderr_path.read_bytes(),
-            f"{kind} client-received bytes": b"".join(e.received),
-        }
-        canary.assert_absent(artifacts, e.canaries)
 
 
 def _leaf(env: Env) -> x509.Certificate:
