@@ -13,7 +13,7 @@ from pathlib import Path
 
 import canary
 import pytest
-from harness import ROOT, ProxyProcess, free_port
+from harness import ROOT, free_port
 from world import Stage, claim, egress, rules
 
 pytestmark = pytest.mark.e2e
@@ -242,12 +242,11 @@ def test_a_second_proxy_on_a_state_dir_in_use_is_refused_and_the_first_keeps_its
     over the first's control socket and emptied the node's limits table; once it stopped, the
     first's control API was unreachable. Every command that binds the control socket refuses a
     state dir another surrogate serves, before it creates anything."""
-    rules = tmp_path / "rules.yaml"
-    rules.write_text("version: 1\npools:\n  p:\n    egress:\n      - host: api.test\n")
     (tmp_path / "first").mkdir()
-    first = ProxyProcess(rules, tmp_path / "first").start()
-    state = first.state_dir
-    try:
+    with Stage(tmp_path) as st:
+        text = rules([egress("api.test")], claims=[])  # no claim: the test makes one through the CLI
+        first = st.proxy(text, workdir=tmp_path / "first", upstream_ca=None)
+        rules_path, state = first.rules, first.state_dir
         deadline = time.monotonic() + 20
         while surrogate("claims", "list", "--state-dir", str(state)).returncode != 0:
             assert time.monotonic() < deadline, first.stderr()
@@ -264,7 +263,7 @@ def test_a_second_proxy_on_a_state_dir_in_use_is_refused_and_the_first_keeps_its
             "control": ["control"],
         }
         for name, argv in seconds.items():
-            done = surrogate(*argv, "--rules", str(rules), "--state-dir", str(state))
+            done = surrogate(*argv, "--rules", str(rules_path), "--state-dir", str(state))
             assert done.returncode == 1, (name, done.stderr)
             assert done.stderr.startswith(
                 f"surrogate: the control socket {state / 'control.sock'} answers: another surrogate "
@@ -274,9 +273,7 @@ def test_a_second_proxy_on_a_state_dir_in_use_is_refused_and_the_first_keeps_its
             assert (table.stat().st_ino, table.stat().st_mtime_ns) == before, name
             listed = surrogate("claims", "list", "--state-dir", str(state))
             assert listed.returncode == 0 and '"id": "kept"' in listed.stdout, (name, listed.stderr)
-    finally:
         first.stop()
-    # Stopped, its socket file stays behind and no longer counts: a new proxy starts there.
-    assert (state / "control.sock").is_socket()
-    again = ProxyProcess(rules, tmp_path / "first").start()
-    again.stop()
+        # Stopped, its socket file stays behind and no longer counts: a new proxy starts there.
+        assert (state / "control.sock").is_socket()
+        st.proxy(rules_path, workdir=tmp_path / "first", upstream_ca=None).stop()
