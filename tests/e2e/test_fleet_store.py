@@ -13,7 +13,6 @@ import signal
 import ssl
 import subprocess
 import sys
-import textwrap
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -24,8 +23,9 @@ import httpx
 import pytest
 from harness import ROOT, ProxyProcess
 from pg import Cluster
-from servers import TestCA, Upstream
+from servers import Upstream
 from test_control_process import listening, start_control, stop, wait_for
+from world import Stage, egress, rules
 
 from proxy.store.keyring import KeyRing
 from proxy.store.postgres import PostgresStore
@@ -65,40 +65,26 @@ def fleet(request: pytest.FixtureRequest, tmp_path: Path, pg_cluster: Cluster) -
     """``surrogate control`` and ``surrogate run`` (``--workers`` from the test's parameter, 1 by
     default) on one database, each with its own state dir."""
     url = pg_cluster.database()
-    ca = TestCA(tmp_path)
-    upstream = Upstream(ca, ["api.test"], tmpdir=tmp_path).start()
-    rules = tmp_path / "rules.yaml"
-    rules.write_text(
-        textwrap.dedent(f"""\
-            version: 1
-            pools:
-              p:
-                egress:
-                  - host: api.test
-                    ports: [{upstream.port}]
-            """)
-    )
-    key = tmp_path / "shared.key"  # the one file besides the database that the nodes share
-    store = ["--store", url, "--key-file", str(key)]
-    sock = tmp_path / "control" / "api.sock"
-    control_args = [sys.executable, "-m", "proxy", "control", "--rules", str(rules), "--state-dir",
-                    str(tmp_path / "control"), "--control-socket", str(sock), "--audit-file",
-                    str(tmp_path / "control-audit.jsonl"), *store]  # fmt: skip
-    with open(tmp_path / "control.stderr", "wb") as err:
-        control = subprocess.Popen(control_args, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=err)
-    (tmp_path / "node").mkdir()
-    workers = getattr(request, "param", 1)
-    resolve = {"api.test": "127.0.0.1"}
-    proxy = ProxyProcess(rules, tmp_path / "node", upstream_ca=ca.ca_pem, resolve=resolve, workers=workers)
-    proxy.args += [*store, "--control-socket", "none"]
-    try:
+    with Stage(tmp_path) as st:
+        st.every_canary = True  # the values come from the tests, through the control API
+        upstream = st.upstream(["api.test"])
+        rules_path = st.write(rules([egress("api.test", upstream.port)], claims=[]))
+        key = tmp_path / "shared.key"  # the one file besides the database that the nodes share
+        store = ["--store", url, "--key-file", str(key)]
+        (tmp_path / "node").mkdir()
+        workers = getattr(request, "param", 1)
+        proxy = st.proxy(rules_path, ["api.test"], workdir=tmp_path / "node", start=False,
+                         args=[*store, "--control-socket", "none"], workers=workers)  # fmt: skip
+        sock = tmp_path / "control" / "api.sock"
+        control_args = [sys.executable, "-m", "proxy", "control", "--rules", str(rules_path),
+                        "--state-dir", str(tmp_path / "control"), "--control-socket", str(sock),
+                        "--audit-file", str(tmp_path / "control-audit.jsonl"), *store]  # fmt: skip
+        with open(tmp_path / "control.stderr", "wb") as err:
+            control = subprocess.Popen(control_args, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=err)
+        st.defer(stop, control)  # stopped first, then the proxy, then the upstream
         wait_for(lambda: listening(sock), timeout=30)
         proxy.start(timeout=30)
         yield Fleet(tmp_path, url, upstream, proxy, control, sock)
-    finally:
-        stop(control)
-        proxy.stop()
-        upstream.stop()
     logs = {
         p.name: p.read_bytes()
         for p in tmp_path.rglob("*")
