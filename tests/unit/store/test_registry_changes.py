@@ -58,8 +58,9 @@ WRITES: list[tuple[str, Callable[[PostgresStore], object]]] = [
     # deleted and created again under the same name: version 1 again, but another credential
     ("recreate-credential", lambda s: (s.delete_credential("c1", "k1"),
                                        s.put_credential("c1", "k1", value=b"other", hosts=["new.test"]))),
-    ("recreate-claim-and-credential", lambda s: (s.delete_claim("c1"), s.create_claim("c1", "p"),
-                                                 s.put_credential("c1", "k1", value=b"x", hosts=["new.test"]))),
+    ("recreate-claim-and-credential", lambda s: (
+        s.delete_claim("c1"), s.create_claim("c1", "p"),
+        s.put_credential("c1", "k1", value=b"x", hosts=["new.test"]))),
     ("rotate-keys", lambda s: s.rotate_keys()),
 ]  # fmt: skip
 
@@ -134,7 +135,7 @@ def test_a_version_1_database_is_migrated_and_keeps_its_rows(pg_cluster: Cluster
         assert conn.execute("SELECT schema_version FROM surrogate_state").fetchone() == (2,)
 
 
-def test_a_credential_created_again_under_its_name_is_rebuilt_from_a_whole_snapshot_too(tmp_path: Path) -> None:
+def test_a_credential_created_again_is_rebuilt_from_a_whole_snapshot_too(tmp_path: Path) -> None:
     """The SQLite store (whole snapshots): deleted and created again, a credential is at version 1
     again, yet the registry must not keep the old one's hosts, placeholder or decrypted value."""
     from proxy.store.sqlite import open_state_store
