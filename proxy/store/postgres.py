@@ -76,9 +76,9 @@ _QUOTED = re.compile(r'"[^"]*"')
 _SHOWN = ("host", "hostaddr", "port", "dbname", "user")  # named in errors; every other value is blanked
 # libpq's secret options: those it marks as password fields ("*": oauth_client_secret,
 # sslpassword, password), and the SCRAM keys, which authenticate as the password does
-SECRET_OPTIONS = frozenset(
-    o.keyword.decode() for o in pq.Conninfo.get_defaults() if o.dispchar == b"*"
-) | {"password", "sslpassword", "scram_client_key", "scram_server_key", "oauth_client_secret"}
+_MARKED = frozenset(o.keyword.decode() for o in pq.Conninfo.get_defaults() if o.dispchar == b"*")
+_ALWAYS = {"password", "sslpassword", "oauth_client_secret", "scram_client_key", "scram_server_key"}
+SECRET_OPTIONS = _MARKED | _ALWAYS
 _TOMBSTONE_VERSIONS = 10_000  # a node further behind than this reads a whole snapshot
 # the column orders proxy.store.rows reads, spelled out: whole statements, never built
 _CHANGED_CLAIMS = """SELECT id, pool, sources, version, created_at, updated_at, interface FROM claims
