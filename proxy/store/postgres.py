@@ -251,6 +251,10 @@ class PostgresStore(SQLStore):
                 f"{self._keyring.path} lacks: every node must use the same key file"
             )
 
+    def _stateless(self) -> StoreError:
+        """The one row of state, made with the schema, was deleted by hand."""
+        return StoreError(f"store {self.where} has no surrogate_state row: restore it")
+
     def close(self) -> None:
         if self._watcher is not None:
             self._watcher.stop()
@@ -275,7 +279,7 @@ class PostgresStore(SQLStore):
                     "UPDATE surrogate_state SET data_version = data_version + 1 RETURNING data_version"
                 ).fetchone()
                 if row is None:  # the one row of state, made with the schema, was deleted by hand
-                    raise StoreError(f"store {self.where} has no surrogate_state row: restore it")
+                    raise self._stateless()
                 self._keyring.refresh()
                 yield _Conn(conn)
                 if row[0] % _PRUNE_EVERY == 0:  # tombstones a reader this far behind no longer needs
@@ -310,7 +314,10 @@ class PostgresStore(SQLStore):
         whenever that copy is older than 2 × poll) read from the database."""
         if self._watcher is not None and (cached := self._watcher.current()) is not None:
             return cached
-        version = int(self._one("SELECT data_version FROM surrogate_state")[0])
+        row = self._one("SELECT data_version FROM surrogate_state")
+        if row is None:
+            raise self._stateless()
+        version = int(row[0])
         if self._watcher is not None:
             self._watcher.saw(version)
         return version
@@ -320,7 +327,10 @@ class PostgresStore(SQLStore):
         tombstones of that time are pruned (or the database is older than ``version``, as after
         a restore): the caller then reads a whole :meth:`snapshot`."""
         with self._snapshot() as db:
-            now, pruned = db.execute("SELECT data_version, pruned_through FROM surrogate_state").fetchone()
+            state = db.execute("SELECT data_version, pruned_through FROM surrogate_state").fetchone()
+            if state is None:
+                raise self._stateless()
+            now, pruned = state
             if not pruned <= version <= now:
                 return None
             claims = [rows.claim(r) for r in db.execute(_CHANGED_CLAIMS, (version,))]

@@ -152,3 +152,24 @@ def test_a_credential_created_again_is_rebuilt_from_a_whole_snapshot_too(tmp_pat
         fresh = Registry(Policy("test", {}, {}), store)
         fresh.refresh()
         assert _view(registry) == _view(fresh) != before
+
+
+def test_a_database_without_its_state_row_is_a_store_error_and_the_index_is_kept(
+    pg_cluster: Cluster, store: PostgresStore
+) -> None:
+    """A database that lies (its one row of state deleted by hand): every read that needs the
+    row says so as a StoreError, which the registry survives on its last index; no TypeError
+    escapes into the request path."""
+    from proxy.store.base import StoreError
+
+    store.create_claim("c1", "p")
+    registry = Registry(Policy("test", {}, {}), store)
+    registry.refresh()
+    seen = store.data_version()
+    store.create_claim("c2", "p")
+    with store._connection() as conn:
+        conn.execute("DELETE FROM surrogate_state")
+    for read in (store.data_version, lambda: store.changes_since(seen)):
+        with pytest.raises(StoreError, match="surrogate_state"):
+            read()
+    assert registry.refresh() == set() and sorted(registry._store_claims) == ["c1"]
