@@ -16,14 +16,12 @@ module) is a real proxy process with two claims in front of a real HTTPS upstrea
 from __future__ import annotations
 
 import secrets
-import textwrap
 from collections.abc import Iterator
 from pathlib import Path
 
-import canary
 import pytest
-from harness import ProxyProcess, World
-from servers import TestCA, Upstream
+from harness import World
+from world import Stage, claim, credential, egress, rules
 
 PH = "surr_HostileTestPlaceholder001"
 WIDE_PH = "surr_HostileWidePlaceholder002"
@@ -48,85 +46,47 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
 
 
 def rules_text(port: int) -> str:
-    return textwrap.dedent(f"""\
-        version: 1
-        pools:
-          p:
-            egress:
-              - host: api.test
-                ports: [{port}]
-                methods: [GET]
-                paths: ["/v1"]
-              - host: other.test
-                ports: [{port}]
-              - host: plain.test
-                ports: []
-                scheme: http
-              - host: mismatch.test
-                ports: [{port}]
-              # a catch-all opaque rule after the intercepting one: it must never approve a
-              # request inside an intercepted tunnel
-              - host: "*"
-                ports: [{port}]
-                intercept: false
-            unsafe_any_host: true
-          w:
-            egress:
-              - host: "*.wild.test"
-                ports: [{port}]
-              - host: "bücher.test"
-                ports: [{port}]
-              - host: "*"
-                ports: []
-              - host: "*"
-                ports: []
-                scheme: http
-            unsafe_any_host: true
-        claims:
-          - id: agent
-            pool: p
-            proxy_token: file:token
-            credentials:
-              - name: api
-                value: file:secret
-                placeholder: {PH}
-                hosts: [api.test, mismatch.test]
-          - id: wide
-            pool: w
-            proxy_token: file:token
-            credentials:
-              - name: wild
-                value: file:secret
-                placeholder: {WIDE_PH}
-                hosts: ["*.wild.test", "bücher.test"]
-        """)
+    return rules(
+        pools={
+            "p": {
+                "egress": [
+                    egress("api.test", port, methods=["GET"], paths=["/v1"]),
+                    egress("other.test", port),
+                    egress("plain.test", ports=[], scheme="http"),
+                    egress("mismatch.test", port),
+                    # a catch-all opaque rule after the intercepting one: it must never approve a
+                    # request inside an intercepted tunnel
+                    egress("*", port, intercept=False),
+                ],
+                "unsafe_any_host": True,
+            },
+            "w": {
+                "egress": [
+                    egress("*.wild.test", port),
+                    egress("bücher.test", port),
+                    egress("*", ports=[]),
+                    egress("*", ports=[], scheme="http"),
+                ],
+                "unsafe_any_host": True,
+            },
+        },
+        claims=[
+            claim("agent", [credential("api", PH, ["api.test", "mismatch.test"], "file:secret")]),
+            claim(
+                "wide",
+                [credential("wild", WIDE_PH, ["*.wild.test", "bücher.test"], "file:secret")],
+                pool="w",
+            ),
+        ],
+    )
 
 
 @pytest.fixture(scope="module")
 def world(tmp_path_factory: pytest.TempPathFactory) -> Iterator[World]:
-    tmp = tmp_path_factory.mktemp("hostile")
-    secret, token = canary.make("hostile"), "agent-token-" + secrets.token_hex(8)
-    canary.source(tmp / "secret", secret)
-    (tmp / "token").write_text(token)
-    ca = TestCA(tmp)
-    upstream = Upstream(ca, NAMES, tmpdir=tmp).start()
-    rules = tmp / "rules.yaml"
-    rules.write_text(rules_text(upstream.port))
-    # mismatch.test is pinned too, but the upstream's certificate does not cover it
-    pins = {n: "127.0.0.1" for n in [*NAMES, "mismatch.test"]}
-    proxy = ProxyProcess(rules, tmp, upstream_ca=ca.ca_pem, resolve=pins)
-    w = World(upstream, proxy, token, secret, PH)
-    try:
-        proxy.start()
-        yield w
-    finally:
-        proxy.stop()
-        upstream.stop()
-    canary.assert_absent(
-        {
-            "client-received bytes": b"".join(w.received),
-            "audit file": proxy.audit_path.read_bytes() if proxy.audit_path.exists() else b"",
-            "proxy stderr": proxy.stderr_path.read_bytes(),
-        },
-        [secret],
-    )
+    with Stage(tmp_path_factory.mktemp("hostile")) as st:
+        secret = st.secret(tag="hostile", file="secret")
+        token = st.token("agent-token-" + secrets.token_hex(8), newline=False)
+        upstream = st.upstream(NAMES)
+        # mismatch.test is pinned too, but the upstream's certificate does not cover it
+        proxy = st.proxy(rules_text(upstream.port), [*NAMES, "mismatch.test"])
+        yield World(upstream, proxy, token, secret, PH, st.received)

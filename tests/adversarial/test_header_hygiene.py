@@ -20,8 +20,9 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from harness import ProxyProcess, World, free_port, status_line
+from harness import World, free_port, status_line
 from servers import TestCA
+from world import Stage, claim, egress, rules
 
 
 def _head(world: World, extra: bytes, path: str) -> bytes:
@@ -174,18 +175,13 @@ class _EndlessHead:
 
 
 def test_an_unterminated_response_head_is_not_buffered_without_bound(tmp_path: Path) -> None:
-    (tmp_path / "token").write_text("t")
-    ca = TestCA(tmp_path)
-    upstream = _EndlessHead(ca, "endless.test", 32 * 2**20)
-    (tmp_path / "rules.yaml").write_text(
-        f"version: 1\npools:\n  p:\n    egress:\n      - host: endless.test\n"
-        f"        ports: [{upstream.port}]\nclaims:\n  - id: c\n    pool: p\n    proxy_token: file:token\n"
-    )
-    proxy = ProxyProcess(
-        tmp_path / "rules.yaml", tmp_path, upstream_ca=ca.ca_pem, resolve={"endless.test": "127.0.0.1"}
-    )
-    proxy.start()
-    try:
+    with Stage(tmp_path) as st:
+        st.token("t", newline=False)
+        upstream = _EndlessHead(st.ca, "endless.test", 32 * 2**20)
+        st.defer(upstream.close)
+        proxy = st.proxy(
+            rules([egress("endless.test", upstream.port)], claims=[claim("c")]), ["endless.test"]
+        )
         assert proxy.proc is not None
         before = rss_kib(proxy.proc.pid)
         done = subprocess.run(
@@ -197,9 +193,6 @@ def test_an_unterminated_response_head_is_not_buffered_without_bound(tmp_path: P
             check=False,
         )
         grown = rss_kib(proxy.proc.pid) - before
-        upstream.close()
-    finally:
-        proxy.stop()
         upstream.close()
     assert done.stdout == b"502", done.stdout + done.stderr
     assert upstream.sent < 32 * 2**20, "the proxy read the whole unending response head"

@@ -26,6 +26,7 @@ import canary
 import pytest
 from harness import ProxyProcess, World
 from servers import TestCA
+from world import Stage, credential, egress, rules
 
 WIDE_PH = "surr_HostileWidePlaceholder002"
 
@@ -99,21 +100,16 @@ def hardened(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ProxyProcess]
     """A proxy whose dumpable flag can be read from outside: non-dumpable processes' /proc files
     belong to root (proc(5)). As root, the proxy runs with gid 65534, so a dumpable one would show
     that gid and a non-dumpable one gid 0."""
-    tmp = tmp_path_factory.mktemp("hardened")
-    (tmp / "token").write_text("t")
-    (tmp / "rules.yaml").write_text("version: 1\npools:\n  p:\n    egress: []\n")
-    proxy = ProxyProcess(tmp / "rules.yaml", tmp)
-    if os.getuid() == 0:
-        setpriv = shutil.which("setpriv")
-        if setpriv is None:
-            pytest.skip("running as root needs setpriv (util-linux) to observe the dumpable flag")
-        proxy.args = [setpriv, "--regid=65534", "--clear-groups", *proxy.args]
-        os.chmod(tmp, 0o755)
-    proxy.start()
-    try:
-        yield proxy
-    finally:
-        proxy.stop()
+    with Stage(tmp_path_factory.mktemp("hardened")) as st:
+        st.token("t", newline=False)
+        proxy = st.proxy(rules(claims=[]), upstream_ca=None, start=False)
+        if os.getuid() == 0:
+            setpriv = shutil.which("setpriv")
+            if setpriv is None:
+                pytest.skip("running as root needs setpriv (util-linux) to observe the dumpable flag")
+            proxy.args = [setpriv, "--regid=65534", "--clear-groups", *proxy.args]
+            os.chmod(st.tmp, 0o755)
+        yield proxy.start()
 
 
 def test_the_running_proxy_cannot_dump_core(hardened: ProxyProcess) -> None:
@@ -192,22 +188,17 @@ class _Reflector:
 def test_a_malformed_response_quoting_the_secret_never_shows_it(tmp_path: Path, template: bytes) -> None:
     """mitmproxy's parse errors quote the offending bytes: they must not carry the secret into the
     sandbox's error page, the audit event or the log."""
-    secret = canary.make("reflectbad")
-    canary.source(tmp_path / "secret", secret)
-    (tmp_path / "token").write_text("t")
-    ca = TestCA(tmp_path)
-    upstream = _Reflector(ca, "evil.test", template)
-    (tmp_path / "rules.yaml").write_text(
-        f"version: 1\npools:\n  p:\n    egress:\n      - host: evil.test\n        ports: [{upstream.port}]\n"
-        "claims:\n  - id: c\n    pool: p\n    proxy_token: file:token\n    credentials:\n"
-        "      - name: k\n        value: file:secret\n        placeholder: surr_ReflectBadPlaceholder0001\n"
-        "        hosts: [evil.test]\n"
-    )
-    proxy = ProxyProcess(
-        tmp_path / "rules.yaml", tmp_path, upstream_ca=ca.ca_pem, resolve={"evil.test": "127.0.0.1"}
-    )
-    proxy.start()
-    try:
+    with Stage(tmp_path) as st:
+        secret = st.secret("k", tag="reflectbad", file="secret")
+        st.token("t", newline=False)
+        upstream = _Reflector(st.ca, "evil.test", template)
+        st.defer(upstream.close)
+        text = rules(
+            [egress("evil.test", upstream.port)],
+            claim_id="c",
+            credentials=[credential("k", "surr_ReflectBadPlaceholder0001", ["evil.test"], "file:secret")],
+        )
+        proxy = st.proxy(text, ["evil.test"])
         done = subprocess.run(
             [
                 "curl",
@@ -225,19 +216,9 @@ def test_a_malformed_response_quoting_the_secret_never_shows_it(tmp_path: Path, 
             timeout=30,
             check=False,
         )
+        st.received.append(done.stdout + done.stderr)  # checked for the secret when the stage closes
         time.sleep(0.3)
-    finally:
-        proxy.stop()
-        upstream.close()
     assert upstream.seen == [f"Bearer {secret}".encode()]  # it did get the secret, and quoted it
-    canary.assert_absent(
-        {
-            "client-received bytes": done.stdout + done.stderr,
-            "audit file": proxy.audit_path.read_bytes(),
-            "proxy stderr": proxy.stderr_path.read_bytes(),
-        },
-        [secret],
-    )
 
 
 def test_no_audit_field_holds_a_placeholder_the_sandbox_put_in_a_name(world: World) -> None:

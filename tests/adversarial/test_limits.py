@@ -13,7 +13,6 @@ import secrets
 import socket
 import ssl
 import subprocess
-import textwrap
 import threading
 import time
 from collections.abc import Iterator
@@ -24,6 +23,7 @@ import httpx
 import pytest
 from harness import ProxyProcess
 from servers import TestCA, Upstream
+from world import Stage, claim, control, egress, rules
 
 pytestmark = pytest.mark.e2e
 
@@ -88,64 +88,27 @@ def _closed_within(s: socket.socket, seconds: float) -> float | None:
     return time.monotonic() - start
 
 
-def _rules(tmp: Path, port: int) -> Path:
-    rules = tmp / "rules.yaml"
-    rules.write_text(
-        textwrap.dedent(f"""\
-        version: 1
-        pools:
-          few:
-            egress:
-              - host: api.test
-                ports: [{port}]
-            limits: {{connections: 2}}
-          slow:
-            egress:
-              - host: api.test
-                ports: [{port}]
-            limits: {{requests_per_second: 0.2, burst: 3}}
-          free:
-            egress:
-              - host: api.test
-                ports: [{port}]
-        claims:
-          - {{id: few, pool: few, proxy_token: file:token}}
-          - {{id: slow, pool: slow, proxy_token: file:token}}
-          - {{id: slow-h2, pool: slow, proxy_token: file:token}}
-          - {{id: agent, pool: free, proxy_token: file:token}}
-        """)
+def _rules(port: int) -> str:
+    api = [egress("api.test", port)]
+    return rules(
+        pools={
+            "few": {"egress": api, "limits": {"connections": 2}},
+            "slow": {"egress": api, "limits": {"requests_per_second": 0.2, "burst": 3}},
+            "free": {"egress": api},
+        },
+        claims=[claim("few", pool="few"), claim("slow", pool="slow"), claim("slow-h2", pool="slow")]
+        + [claim("agent", pool="free")],
     )
-    return rules
-
-
-def _proxy(tmp: Path, rules: Path, ca: TestCA, *extra: str) -> ProxyProcess:
-    proxy = ProxyProcess(rules, tmp, upstream_ca=ca.ca_pem, resolve={"api.test": "127.0.0.1"})
-    proxy.args += list(extra)
-    return proxy
 
 
 @pytest.fixture(scope="module")
 def world(tmp_path_factory: pytest.TempPathFactory) -> Iterator[World]:
-    tmp = tmp_path_factory.mktemp("limits")
-    token = secrets.token_urlsafe(16)
-    (tmp / "token").write_text(token)
-    ca = TestCA(tmp)
-    upstream = Upstream(ca, ["api.test"], tmpdir=tmp).start()
-    proxy = _proxy(
-        tmp,
-        _rules(tmp, upstream.port),
-        ca,
-        "--header-timeout",
-        str(HEADER_TIMEOUT),
-        "--idle-timeout",
-        str(IDLE_TIMEOUT),
-    )
-    try:
-        proxy.start()
-        yield World(upstream, proxy, token, tmp, ca)
-    finally:
-        proxy.stop()
-        upstream.stop()
+    with Stage(tmp_path_factory.mktemp("limits")) as st:
+        token = st.token(secrets.token_urlsafe(16), newline=False)
+        upstream = st.upstream(["api.test"])
+        timeouts = ["--header-timeout", str(HEADER_TIMEOUT), "--idle-timeout", str(IDLE_TIMEOUT)]
+        proxy = st.proxy(_rules(upstream.port), ["api.test"], args=timeouts)
+        yield World(upstream, proxy, token, st.tmp, st.ca)
 
 
 def test_a_connection_over_the_claims_limit_is_refused_before_any_upstream_connection(world: World) -> None:
@@ -272,10 +235,9 @@ def test_a_silent_response_is_cut_by_the_idle_timeout(world: World) -> None:
 def test_no_http2_switch_leaves_an_h2_client_on_http11(world: World, tmp_path: Path, http2: bool) -> None:
     """curl offers h2 in ALPN; with ``--no-http2`` the proxy selects HTTP/1.1 (and still serves)."""
     switch = [] if http2 else ["--no-http2"]
-    proxy = _proxy(tmp_path, _rules(tmp_path, world.upstream.port), world.ca, *switch)
-    (tmp_path / "token").write_text(world.token)
-    proxy.start()
-    try:
+    with Stage(tmp_path) as st:
+        st.token(world.token, newline=False)
+        proxy = st.proxy(_rules(world.upstream.port), ["api.test"], upstream_ca=world.ca.ca_pem, args=switch)
         done = subprocess.run(
             ["curl", "-sS", "--max-time", "20", "-x", proxy.url("agent", world.token)]
             + ["--cacert", str(proxy.ca_pem), "--http2", "-w", "\n%{http_version} %{http_code}"]
@@ -284,15 +246,12 @@ def test_no_http2_switch_leaves_an_h2_client_on_http11(world: World, tmp_path: P
             timeout=30,
             check=False,
         )
-    finally:
-        proxy.stop()
     assert done.stdout.rsplit(b"\n", 1)[-1] == (b"2 200" if http2 else b"1.1 200"), done
 
 
 def test_limit_refusals_are_counted_with_bounded_labels(world: World) -> None:
     """Runs after the tests above in this module (file order): each limit has refused by now."""
-    sock = world.proxy.state_dir / "control.sock"
-    with httpx.Client(transport=httpx.HTTPTransport(uds=str(sock)), base_url="http://control") as api:
+    with control(world.proxy) as api:
         text = api.get("/metrics").text
     counted = {
         line.split('"')[1]: float(line.rsplit(" ", 1)[1])

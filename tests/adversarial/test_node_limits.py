@@ -22,7 +22,6 @@ import secrets
 import signal
 import socket
 import ssl
-import textwrap
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -33,7 +32,8 @@ import canary
 import httpx
 import pytest
 from harness import ProxyProcess
-from servers import TestCA, Upstream
+from servers import Upstream
+from world import Stage, claim, control, credential, egress, rules
 
 pytestmark = pytest.mark.e2e
 
@@ -95,69 +95,47 @@ class Node:
             return c.get(f"https://api.test:{self.upstream.port}{path}", headers=headers)
 
     def api(self) -> httpx.Client:
-        sock = self.proxy.state_dir / "control.sock"
-        return httpx.Client(transport=httpx.HTTPTransport(uds=str(sock)), base_url="http://control")
+        return control(self.proxy)
 
     def workers(self) -> set[int]:
         assert self.proxy.proc is not None
         return set(children(self.proxy.proc.pid))
 
 
-def _rules(tmp: Path, port: int) -> Path:
+def _rules(tmp: Path, port: int) -> str:
     hook = tmp / "hook.sh"
     hook.write_text(HOOK)
     hook.chmod(0o755)
-    rules = tmp / "rules.yaml"
-    rules.write_text(
-        textwrap.dedent(f"""\
-        version: 1
-        pools:
-          p:
-            egress: [{{host: api.test, ports: [{port}]}}]
-          few:
-            egress: [{{host: api.test, ports: [{port}]}}]
-            limits: {{connections: {CONNECTIONS}}}
-          slow:
-            egress: [{{host: api.test, ports: [{port}]}}]
-            limits: {{requests_per_second: {RATE}, burst: {BURST}}}
-          hooked:
-            egress: [{{host: api.test, ports: [{port}]}}]
-            limits: {{hook_processes: {POOL_HOOKS}}}
-            hooks:
-              - {{host: api.test, paths: [/hook], command: [{hook}, {tmp / "pool-hooks.log"}, "1"]}}
-          wide:
-            egress: [{{host: api.test, ports: [{port}]}}]
-            limits: {{hook_processes: 100}}
-            hooks:
-              - {{host: api.test, paths: [/hook], command: [{hook}, {tmp / "node-hooks.log"}, "1"]}}
-          stuck:
-            egress: [{{host: api.test, ports: [{port}]}}]
-            hooks:
-              - {{host: api.test, paths: [/hook], command: [{hook}, {tmp / "stuck-hooks.log"}, "60"],
-                  timeout: 120}}
-        claims:
-          - id: metered
-            pool: p
-            proxy_token: file:token
-            credentials:
-              - {{name: k, value: file:secret, placeholder: {PH}, hosts: [api.test], max_requests: {BUDGET}}}
-          - {{id: few, pool: few, proxy_token: file:token}}
-          - {{id: slow, pool: slow, proxy_token: file:token}}
-          - {{id: hooked, pool: hooked, proxy_token: file:token}}
-          - {{id: hooked-too, pool: hooked, proxy_token: file:token}}
-          - {{id: wide, pool: wide, proxy_token: file:token}}
-          - {{id: stuck, pool: stuck, proxy_token: file:token}}
-        """)
+    api = [egress("api.test", port)]
+
+    def route(log: str, hold: str, **extra: object) -> dict[str, object]:
+        return {"host": "api.test", "paths": ["/hook"], "command": [str(hook), str(tmp / log), hold], **extra}
+
+    return rules(
+        pools={
+            "p": {"egress": api},
+            "few": {"egress": api, "limits": {"connections": CONNECTIONS}},
+            "slow": {"egress": api, "limits": {"requests_per_second": RATE, "burst": BURST}},
+            "hooked": {
+                "egress": api,
+                "limits": {"hook_processes": POOL_HOOKS},
+                "hooks": [route("pool-hooks.log", "1")],
+            },
+            "wide": {
+                "egress": api,
+                "limits": {"hook_processes": 100},
+                "hooks": [route("node-hooks.log", "1")],
+            },
+            "stuck": {"egress": api, "hooks": [route("stuck-hooks.log", "60", timeout=120)]},
+        },
+        claims=[claim("metered", [credential("k", PH, ["api.test"], "file:secret", max_requests=BUDGET)])]
+        + [claim(c, pool=c) for c in ("few", "slow")]
+        + [claim("hooked", pool="hooked"), claim("hooked-too", pool="hooked")]
+        + [claim(c, pool=c) for c in ("wide", "stuck")],
     )
-    return rules
 
 
-def _start(tmp: Path, rules: Path, ca: TestCA) -> ProxyProcess:
-    proxy = ProxyProcess(
-        rules, tmp, upstream_ca=ca.ca_pem, resolve={"api.test": "127.0.0.1"}, workers=WORKERS
-    )
-    proxy.args += ["--hook-processes", str(NODE_HOOKS)]
-    proxy.start()
+def _wait_workers(proxy: ProxyProcess) -> None:
     assert proxy.proc is not None
     deadline = time.monotonic() + 20
     while len(children(proxy.proc.pid)) < WORKERS and time.monotonic() < deadline:
@@ -165,24 +143,25 @@ def _start(tmp: Path, rules: Path, ca: TestCA) -> ProxyProcess:
     while not (proxy.state_dir / "control.sock").exists() and time.monotonic() < deadline:
         time.sleep(0.05)
     time.sleep(1.0)  # both workers listening (the port answers as soon as one does)
-    return proxy
+
+
+@contextlib.contextmanager
+def _node(tmp: Path, tag: str) -> Iterator[Node]:
+    """A started ``--workers 2`` node on :func:`_rules` in front of one upstream, its secret a canary."""
+    with Stage(tmp) as st:
+        token = st.token(secrets.token_urlsafe(16), newline=False)
+        secret = st.secret("k", tag=tag, file="secret")
+        upstream = st.upstream(["api.test"])
+        hooks = ["--hook-processes", str(NODE_HOOKS)]
+        proxy = st.proxy(_rules(tmp, upstream.port), ["api.test"], workers=WORKERS, args=hooks)
+        _wait_workers(proxy)
+        yield Node(upstream, proxy, token, tmp, secret)
 
 
 @pytest.fixture(scope="module")
 def node(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Node]:
-    tmp = tmp_path_factory.mktemp("node-limits")
-    token = secrets.token_urlsafe(16)
-    (tmp / "token").write_text(token)
-    secret = canary.make("nodelimits")
-    canary.source(tmp / "secret", secret)
-    ca = TestCA(tmp)
-    upstream = Upstream(ca, ["api.test"], tmpdir=tmp).start()
-    proxy = _start(tmp, _rules(tmp, upstream.port), ca)
-    try:
-        yield Node(upstream, proxy, token, tmp, secret)
-    finally:
-        proxy.stop()
-        upstream.stop()
+    with _node(tmp_path_factory.mktemp("node-limits"), "nodelimits") as n:
+        yield n
 
 
 def _all_at_once[T](n: int, call: Callable[[int], T]) -> list[T]:
@@ -367,14 +346,8 @@ def test_the_hook_bounds_and_refusals_show_in_metrics(node: Node) -> None:
 def test_a_worker_killed_with_sigkill_leaks_no_connection_slot(tmp_path: Path) -> None:
     """The node stops when a worker dies (proxy/engine/workers.py); the next start on the same state
     dir counts from an empty table, so the dead worker's connections are not held forever."""
-    token = secrets.token_urlsafe(16)
-    (tmp_path / "token").write_text(token)
-    canary.source(tmp_path / "secret", canary.make("killed"))
-    ca = TestCA(tmp_path)
-    upstream = Upstream(ca, ["api.test"], tmpdir=tmp_path).start()
-    proxy = _start(tmp_path, _rules(tmp_path, upstream.port), ca)
-    node = Node(upstream, proxy, token, tmp_path, "")
-    try:
+    with _node(tmp_path, "killed") as node:
+        proxy = node.proxy
         held = [node.connect("few") for _ in range(CONNECTIONS)]
         assert all(head.startswith(b"HTTP/1.1 200") for _, head in held)
         over, head = node.connect("few")
@@ -395,9 +368,6 @@ def test_a_worker_killed_with_sigkill_leaks_no_connection_slot(tmp_path: Path) -
             for s, _ in again:
                 stack.enter_context(s)
             assert all(head.startswith(b"HTTP/1.1 200") for _, head in again)
-    finally:
-        proxy.stop()
-        upstream.stop()
 
 
 def _group_alive(group: int) -> bool:
@@ -416,15 +386,8 @@ def test_hook_commands_stop_with_the_node(tmp_path: Path) -> None:
     """A command runs in its own session, so a signal to the proxy never reached it or its children
     (asyncio kills only the direct child as the loop closes): they outlived the node, and their
     slots, on the next start. Now each worker kills its commands' process groups as it stops."""
-    token = secrets.token_urlsafe(16)
-    (tmp_path / "token").write_text(token)
-    canary.source(tmp_path / "secret", canary.make("stuck"))
-    ca = TestCA(tmp_path)
-    upstream = Upstream(ca, ["api.test"], tmpdir=tmp_path).start()
-    proxy = _start(tmp_path, _rules(tmp_path, upstream.port), ca)
-    node = Node(upstream, proxy, token, tmp_path, "")
     log = tmp_path / "stuck-hooks.log"
-    with concurrent.futures.ThreadPoolExecutor(4) as pool:
+    with _node(tmp_path, "stuck") as node, concurrent.futures.ThreadPoolExecutor(4) as pool:
         try:
             asked = [pool.submit(node.get, "stuck", f"/hook?i={i}") for i in range(4)]
             deadline = time.monotonic() + 20
@@ -433,8 +396,8 @@ def test_hook_commands_stop_with_the_node(tmp_path: Path) -> None:
             groups = [int(line.split()[1]) for line in log.read_text().splitlines()]  # sh's pid: its group
             assert len(groups) == 4 and all(_group_alive(g) for g in groups)
         finally:
-            proxy.stop()
-            upstream.stop()
+            node.proxy.stop()
+            node.upstream.stop()
         for f in asked:
             with contextlib.suppress(httpx.HTTPError):
                 f.result(timeout=30)
@@ -452,15 +415,9 @@ def test_hook_commands_of_a_worker_killed_with_sigkill_do_not_outlive_it(tmp_pat
     """Nothing stops the commands of a worker killed with ``kill -9`` (their own sessions, no
     timeout any more): they would run on, uncounted, beside the next start's. The supervisor, a
     child subreaper, inherits them and kills their process groups."""
-    token = secrets.token_urlsafe(16)
-    (tmp_path / "token").write_text(token)
-    canary.source(tmp_path / "secret", canary.make("orphans"))
-    ca = TestCA(tmp_path)
-    upstream = Upstream(ca, ["api.test"], tmpdir=tmp_path).start()
-    proxy = _start(tmp_path, _rules(tmp_path, upstream.port), ca)
-    node = Node(upstream, proxy, token, tmp_path, "")
     log = tmp_path / "stuck-hooks.log"
-    with concurrent.futures.ThreadPoolExecutor(6) as pool:
+    with _node(tmp_path, "orphans") as node, concurrent.futures.ThreadPoolExecutor(6) as pool:
+        proxy = node.proxy
         try:
             asked = [pool.submit(node.get, "stuck", f"/hook?i={i}") for i in range(6)]
             deadline = time.monotonic() + 20
@@ -474,7 +431,7 @@ def test_hook_commands_of_a_worker_killed_with_sigkill_do_not_outlive_it(tmp_pat
             assert proxy.proc is not None and proxy.proc.wait(timeout=30) == 1
         finally:
             proxy.stop()
-            upstream.stop()
+            node.upstream.stop()
         for f in asked:
             with contextlib.suppress(httpx.HTTPError):
                 f.result(timeout=30)

@@ -13,7 +13,6 @@ import base64
 import secrets
 import subprocess
 import sys
-import textwrap
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -21,7 +20,8 @@ from dataclasses import dataclass
 import httpx
 import pytest
 from harness import ProxyProcess
-from servers import TestCA, Upstream
+from servers import Upstream
+from world import Stage, claim, control, credential, egress, rules
 
 from proxy.core import placeholders
 
@@ -57,10 +57,7 @@ class World:
         return int(code), body
 
     def api(self) -> httpx.Client:
-        sock = self.proxy.state_dir / "control.sock"
-        return httpx.Client(
-            transport=httpx.HTTPTransport(uds=str(sock)), base_url="http://control", timeout=10
-        )
+        return control(self.proxy, timeout=10)
 
     def seen(self, path: str) -> list[list[tuple[str, str]]]:
         """The header fields (names lower-cased) of each request the upstream got at ``path``."""
@@ -69,48 +66,28 @@ class World:
 
 @pytest.fixture(scope="module")
 def world(tmp_path_factory: pytest.TempPathFactory) -> Iterator[World]:
-    tmp = tmp_path_factory.mktemp("forgery")
-    secret, token = f"CANARYforgery{secrets.token_hex(12)}", secrets.token_urlsafe(16)
-    (tmp / "secret").write_text(secret)
-    (tmp / "token").write_text(token)
-    ca = TestCA(tmp)
-    upstream = Upstream(ca, ["api.test"], tmpdir=tmp).start()
-    rules = tmp / "rules.yaml"
-    rules.write_text(
-        textwrap.dedent(f"""\
-        version: 1
-        pools:
-          p:
-            egress:
-              - host: api.test
-                ports: [{upstream.port}]
-        claims:
-          - id: a
-            pool: p
-            proxy_token: file:token
-            credentials:
-              - {{name: api, value: file:secret, placeholder: {MINE}, hosts: [api.test]}}
-              - {{name: metered, value: file:secret, placeholder: {BUDGETED}, hosts: [api.test],
-                  max_requests: 2}}
-              - {{name: metered-body, value: file:secret, placeholder: {BODY_BUDGETED}, hosts: [api.test],
-                  surfaces: [body], max_requests: 1}}
-          - id: b
-            pool: p
-            proxy_token: file:token
-            credentials:
-              - {{name: api, value: file:secret, placeholder: {OTHERS}, hosts: [api.test]}}
-        """)
-    )
-    proxy = ProxyProcess(rules, tmp, upstream_ca=ca.ca_pem, resolve={"api.test": "127.0.0.1"})
-    w = World(upstream, proxy, token, secret, [])
-    try:
-        proxy.start()
-        yield w
-    finally:
-        proxy.stop()
-        upstream.stop()
-    everything = b"".join(w.received) + proxy.audit_path.read_bytes() + proxy.stderr_path.read_bytes()
-    assert secret.encode() not in everything
+    with Stage(tmp_path_factory.mktemp("forgery")) as st:
+        secret = st.secret("api", tag="forgery", file="secret")
+        token = st.token(secrets.token_urlsafe(16), newline=False)
+        upstream = st.upstream(["api.test"])
+        api, value = ["api.test"], "file:secret"
+        text = rules(
+            [egress("api.test", upstream.port)],
+            claims=[
+                claim(
+                    "a",
+                    [
+                        credential("api", MINE, api, value),
+                        credential("metered", BUDGETED, api, value, max_requests=2),
+                        credential(
+                            "metered-body", BODY_BUDGETED, api, value, surfaces=["body"], max_requests=1
+                        ),
+                    ],
+                ),
+                claim("b", [credential("api", OTHERS, api, value)]),
+            ],
+        )
+        yield World(upstream, st.proxy(text, ["api.test"]), token, secret, st.received)
 
 
 def test_own_placeholder_is_swapped(world: World) -> None:

@@ -18,6 +18,7 @@ from dataclasses import dataclass
 import httpx
 import pytest
 from harness import ProxyProcess, free_port, status_line
+from world import Stage, claim, egress, rules
 
 SPELLINGS = [
     "127.0.0.1",
@@ -43,26 +44,21 @@ class Own:
 
 @pytest.fixture(scope="module")
 def own(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Own]:
-    tmp = tmp_path_factory.mktemp("own")
-    (tmp / "token").write_text("selftoken")
-    (tmp / "operator").write_text("operator-token-" + "x" * 16)
-    rules = tmp / "rules.yaml"
-    rules.write_text(
-        "version: 1\npools:\n  p:\n    egress:\n"
-        "      - host: '*'\n        ports: []\n        intercept: false\n"
-        "      - host: '*'\n        ports: []\n        scheme: http\n"
-        "claims:\n  - id: c\n    pool: p\n    proxy_token: file:token\n"
-    )
-    control_port = free_port()
-    proxy = ProxyProcess(rules, tmp)
-    proxy.args += [
-        "--control-tcp",
-        f"127.0.0.1:{control_port}",
-        "--control-token-file",
-        str(tmp / "operator"),
-    ]
-    proxy.start()
-    try:
+    with Stage(tmp_path_factory.mktemp("own")) as st:
+        st.token("selftoken", newline=False)
+        st.token("operator-token-" + "x" * 16, file="operator", newline=False)
+        text = rules(
+            [egress("*", ports=[], intercept=False), egress("*", ports=[], scheme="http")],
+            claims=[claim("c")],
+        )
+        control_port = free_port()
+        control = [
+            "--control-tcp",
+            f"127.0.0.1:{control_port}",
+            "--control-token-file",
+            str(st.tmp / "operator"),
+        ]
+        proxy = st.proxy(text, upstream_ca=None, args=control)
         deadline = time.monotonic() + 15
         while time.monotonic() < deadline:
             try:
@@ -71,8 +67,6 @@ def own(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Own]:
             except httpx.TransportError:
                 time.sleep(0.05)
         yield Own(proxy, control_port)
-    finally:
-        proxy.stop()
 
 
 def _exchange(own: Own, data: bytes) -> bytes:

@@ -14,8 +14,8 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from harness import ProxyProcess, World, status_line
-from servers import TestCA, Upstream
+from harness import World, status_line
+from world import Stage, claim, credential, egress, rules
 
 # (spelling as sent, what it is) — every one of them is 127.0.0.1 or another loopback form
 LOOPBACK = [
@@ -141,17 +141,11 @@ def test_the_refusal_is_audited_with_the_canonical_address(world: World) -> None
 def test_a_name_resolving_to_a_special_address_is_refused_unless_allowed(tmp_path: Path, allow: bool) -> None:
     """DNS (here /etc/hosts: localhost) answers loopback for an allowed name: refused after
     resolution, before any connection, unless the pool lists the network in allow_cidrs."""
-    ca = TestCA(tmp_path)
-    upstream = Upstream(ca, ["localhost"], tmpdir=tmp_path).start()
-    (tmp_path / "token").write_text("t")
-    extra = "    allow_cidrs: [127.0.0.0/8]\n" if allow else ""
-    (tmp_path / "rules.yaml").write_text(
-        f"version: 1\npools:\n  p:\n{extra}    egress:\n"
-        f"      - host: localhost\n        ports: [{upstream.port}]\n"
-        "claims:\n  - id: c\n    pool: p\n    proxy_token: file:token\n"
-    )
-    proxy = ProxyProcess(tmp_path / "rules.yaml", tmp_path, upstream_ca=ca.ca_pem).start()
-    try:
+    with Stage(tmp_path) as st:
+        st.token("t", newline=False)
+        upstream = st.upstream(["localhost"])
+        extra = {"allow_cidrs": ["127.0.0.0/8"]} if allow else {}
+        proxy = st.proxy(rules([egress("localhost", upstream.port)], pool_extra=extra, claims=[claim("c")]))
         done = subprocess.run(
             [
                 "curl",
@@ -169,9 +163,6 @@ def test_a_name_resolving_to_a_special_address_is_refused_unless_allowed(tmp_pat
             timeout=20,
             check=False,
         )
-    finally:
-        proxy.stop()
-        upstream.stop()
     if allow:
         assert done.stdout.endswith("200"), done
     else:
@@ -184,18 +175,16 @@ def test_a_request_with_a_body_refused_at_resolution_gets_its_answer(tmp_path: P
     """Regression: with a body, a refusal made after substitution had set up body streaming
     (claims with credentials) hung the connection ("Can't set a response and enable streaming at
     the same time") and mitmproxy's crash report printed the request body on stderr."""
-    ca = TestCA(tmp_path)
-    upstream = Upstream(ca, ["localhost"], tmpdir=tmp_path).start()
-    (tmp_path / "token").write_text("t")
-    (tmp_path / "secret").write_text("SsrfBodySecretValue123\n")
-    (tmp_path / "rules.yaml").write_text(
-        f"version: 1\npools:\n  p:\n    egress:\n      - host: localhost\n        ports: [{upstream.port}]\n"
-        "claims:\n  - id: c\n    pool: p\n    proxy_token: file:token\n    credentials:\n"
-        "      - {name: k, value: file:secret, placeholder: surr_SsrfBodyPlaceholder00001,\n"
-        "         hosts: [localhost]}\n"
-    )
-    proxy = ProxyProcess(tmp_path / "rules.yaml", tmp_path, upstream_ca=ca.ca_pem).start()
-    try:
+    with Stage(tmp_path) as st:
+        st.token("t", newline=False)
+        st.secret("k", tag="ssrfbody", file="secret")
+        upstream = st.upstream(["localhost"])
+        text = rules(
+            [egress("localhost", upstream.port)],
+            claim_id="c",
+            credentials=[credential("k", "surr_SsrfBodyPlaceholder00001", ["localhost"], "file:secret")],
+        )
+        proxy = st.proxy(text)
         done = subprocess.run(
             ["curl", "-sS", "--max-time", "15", "--http2" if http2 else "--http1.1"]
             + ["-x", proxy.url("c", "t"), "--cacert", str(proxy.ca_pem), "-w", "\n%{http_code}"]
@@ -207,9 +196,6 @@ def test_a_request_with_a_body_refused_at_resolution_gets_its_answer(tmp_path: P
             check=False,
         )
         stderr = proxy.stderr()
-    finally:
-        proxy.stop()
-        upstream.stop()
     assert done.stdout.endswith("403") and "special_address" in done.stdout, done
     assert upstream.connections == 0
     assert "crashed" not in stderr and "body-content-marker" not in stderr, stderr[-2000:]

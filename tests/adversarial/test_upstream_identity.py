@@ -25,7 +25,7 @@ import h2.events
 import jsonschema
 import pytest
 from harness import ROOT, World, status_line
-from servers import TestCA, Upstream
+from world import Stage
 
 
 def _exchange(sock: socket.socket | ssl.SSLSocket, head: str) -> tuple[int, bytes]:
@@ -503,8 +503,8 @@ def test_plain_http_requests_for_two_names_on_one_address_get_two_connections(
     """Cleartext sibling: absolute-form http:// for plain.test and evil.test (both pinned to
     127.0.0.1; claim ``wide`` allows plain http anywhere) on one client connection: one upstream
     connection per name, reused for the same name."""
-    tmp = tmp_path_factory.mktemp("plain-upstream")
-    with Upstream(TestCA(tmp), ["plain.test"], tmpdir=tmp, tls=False) as plain:
+    with Stage(tmp_path_factory.mktemp("plain-upstream")) as st:
+        plain = st.upstream(["plain.test"], tls=False)
         auth = world.proxy_auth("wide")
         statuses = []
         with socket.create_connection(("127.0.0.1", world.proxy.port), timeout=15) as s:

@@ -11,6 +11,7 @@ import secrets
 import shlex
 import shutil
 import subprocess
+import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -76,6 +77,21 @@ class Lab:
     def forwarding(self, ns: str) -> None:
         sh("sysctl", "-qw", "net.ipv4.ip_forward=1", "net.ipv6.conf.all.forwarding=1", ns=ns)
 
+    def routed(
+        self, sbx_net: str, up_net: str, hs: str, hu: str, roles: tuple[str, str, str] = ("h", "s", "u")
+    ) -> tuple[str, str, str]:
+        """Host, sandbox and upstream namespaces (``roles``): the sandbox is ``.2`` of
+        ``sbx_net``.0/24 behind the host's ``hs`` (``.1``), the upstream ``.2`` of ``up_net``.0/24
+        behind its ``hu``; both route via the host, which forwards. Returns the three names."""
+        host, sbx, up = (self.add(r) for r in roles)
+        for ns, dev, net in ((sbx, hs, sbx_net), (up, hu, up_net)):
+            self.link(host, dev, ns, "eth0")
+            self.addr(host, dev, f"{net}.1/24")
+            self.addr(ns, "eth0", f"{net}.2/24")
+            self.route(ns, "default", "via", f"{net}.1")
+        self.forwarding(host)
+        return host, sbx, up
+
     def teardown(self) -> None:
         for name in reversed(self.spaces):
             subprocess.run(["ip", "netns", "del", name], capture_output=True, check=False)
@@ -130,3 +146,40 @@ class NsProxy(ProxyProcess):
             time.sleep(0.1)
         self.stop()
         raise RuntimeError(f"proxy did not listen within {timeout}s: {self.stderr()}")
+
+
+_UPSTREAM = """
+import json, pathlib, sys, threading, time
+sys.path.insert(0, {tests!r})
+import trustme
+from servers import TestCA, Upstream
+class CA(TestCA):
+    def __init__(self): pass
+ca = CA()
+ca.ca = trustme.CA.from_pem(pathlib.Path({cert!r}).read_bytes(), pathlib.Path({key!r}).read_bytes())
+ups = [Upstream(ca, {names!r}, bind=(a, 443)).start() for a in {binds!r}]
+print("ready", flush=True)
+def dump():
+    while True:
+        rows = [{{"path": r.path, "headers": r.headers}} for u in ups for r in list(u.requests)]
+        pathlib.Path({record!r}).write_text("".join(json.dumps(r) + "\\n" for r in rows))
+        time.sleep(0.1)
+threading.Thread(target=dump, daemon=True).start()
+sys.stdin.read()
+for u in ups:
+    u.stop()
+"""
+
+
+def upstream_argv(
+    ns: str, ca: Path, key: Path, names: list[str], binds: list[str], record: Path
+) -> list[str]:
+    """The command of an HTTPS upstream (tests/servers.py ``Upstream``) inside ``ns``, on port 443
+    of each of ``binds``, its certificate for ``names`` from the CA ``ca``/``key``; it prints
+    "ready", writes each request's path and headers to ``record`` (JSON lines, every 0.1 s) and
+    stops when its stdin closes: run it with world.Stage.process."""
+    tests = str(Path(__file__).resolve().parents[1])
+    script = _UPSTREAM.format(
+        tests=tests, cert=str(ca), key=str(key), names=names, binds=binds, record=str(record)
+    )
+    return ["ip", "netns", "exec", ns, sys.executable, "-c", script]

@@ -11,10 +11,9 @@ import socket
 import ssl
 import subprocess
 import sys
-import textwrap
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
@@ -22,12 +21,12 @@ from typing import Any
 import canary
 import httpx
 import pytest
-from harness import ROOT, ProxyProcess
+from harness import ROOT
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
     ExportTraceServiceRequest,
     ExportTraceServiceResponse,
 )
-from servers import TestCA, Upstream
+from world import Stage, credential, egress, rules
 
 pytestmark = pytest.mark.e2e
 PLACEHOLDER = "surr_ChainPlaceholder00000001"
@@ -86,40 +85,18 @@ def _plain(value: Any) -> Any:
 
 
 class World:
-    def __init__(self, tmp: Path, workers: int | None = None) -> None:
-        self.tmp = tmp
-        self.secret = canary.make("chain")
-        canary.source(tmp / "secret", self.secret)
-        (tmp / "token").write_text("chain-token\n")
-        self.ca = TestCA(tmp)
-        self.upstream = Upstream(self.ca, ["api.test"], tmpdir=tmp).start()
-        (tmp / "rules.yaml").write_text(
-            textwrap.dedent(f"""\
-            version: 1
-            pools:
-              p:
-                egress:
-                  - host: api.test
-                    ports: [{self.upstream.port}]
-                    paths: [/ok]
-            claims:
-              - id: c
-                pool: p
-                proxy_token: file:token
-                credentials:
-                  - name: gh
-                    value: file:secret
-                    placeholder: {PLACEHOLDER}
-                    hosts: [api.test]
-            """)
+    def __init__(self, st: Stage, workers: int | None = None, args: Sequence[str] = ()) -> None:
+        self.tmp = st.tmp
+        self.secret = st.secret("gh", tag="chain", file="secret")
+        st.token("chain-token")
+        self.ca = st.ca
+        self.upstream = st.upstream(["api.test"])
+        text = rules(
+            [egress("api.test", self.upstream.port, paths=["/ok"])],
+            claim_id="c",
+            credentials=[credential("gh", PLACEHOLDER, ["api.test"], "file:secret")],
         )
-        self.proxy = ProxyProcess(
-            tmp / "rules.yaml",
-            tmp,
-            upstream_ca=self.ca.ca_pem,
-            resolve={"api.test": "127.0.0.1"},
-            workers=workers,
-        )
+        self.proxy = st.proxy(text, ["api.test"], workers=workers, args=args, start=False)
 
     def get(self, path: str, **headers: str) -> int:
         """One request on a new connection (with workers, the kernel picks one)."""
@@ -160,14 +137,10 @@ def verify(*files: Path) -> subprocess.CompletedProcess[str]:
 
 @pytest.fixture
 def workers_world(tmp_path: Path) -> Iterator[World]:
-    w = World(tmp_path, workers=2)
-    w.proxy.args += ["--audit-max-bytes", "4000", "--audit-backups", "50"]
-    try:
+    with Stage(tmp_path) as st:
+        w = World(st, workers=2, args=["--audit-max-bytes", "4000", "--audit-backups", "50"])
         w.proxy.start()
         yield w
-    finally:
-        w.proxy.stop()
-        w.upstream.stop()
 
 
 def test_workers_and_rotation_write_one_chain_that_verifies_and_edits_break(workers_world: World) -> None:
@@ -213,9 +186,8 @@ def collector() -> Iterator[Collector]:
 def test_a_restart_continues_the_chain_and_spans_reach_an_otlp_collector(
     tmp_path: Path, collector: Collector
 ) -> None:
-    w = World(tmp_path)
-    w.proxy.args += ["--otlp-endpoint", collector.url]
-    try:
+    with Stage(tmp_path) as st:
+        w = World(st, args=["--otlp-endpoint", collector.url])
         w.proxy.start()
         assert w.get("/ok/swapped", authorization=f"Bearer {PLACEHOLDER}") == 200
         assert w.get("/denied") == 403
@@ -227,9 +199,6 @@ def test_a_restart_continues_the_chain_and_spans_reach_an_otlp_collector(
         w.proxy.start()  # the same audit file: the chain goes on
         assert w.get("/ok/after-restart") == 200
         w.wait_lines(4)
-    finally:
-        w.proxy.stop()
-        w.upstream.stop()
     done = verify(*w.files())
     assert done.returncode == 0, done.stdout + done.stderr
     assert done.stdout.count("a new chain starts") == 1  # at line 1 only: the restart followed on

@@ -6,49 +6,27 @@ import json
 import ssl
 import subprocess
 import sys
-import textwrap
 from pathlib import Path
 
 import httpx
 import pytest
-from harness import ROOT, ProxyProcess
-from servers import TestCA, Upstream
+from harness import ROOT
+from world import Stage, claim, egress, rules
 
 pytestmark = pytest.mark.e2e
 
 
 def test_rotation_keeps_backups_and_sequence_numbers_have_no_gap(tmp_path: Path) -> None:
-    ca = TestCA(tmp_path)
-    upstream = Upstream(ca, ["api.test"], tmpdir=tmp_path).start()
-    (tmp_path / "token").write_text("tok")
-    (tmp_path / "rules.yaml").write_text(
-        textwrap.dedent(f"""\
-        version: 1
-        pools:
-          p:
-            egress:
-              - host: api.test
-                ports: [{upstream.port}]
-        claims:
-          - id: c
-            pool: p
-            proxy_token: file:token
-        """)
-    )
-    proxy = ProxyProcess(
-        tmp_path / "rules.yaml", tmp_path, upstream_ca=ca.ca_pem, resolve={"api.test": "127.0.0.1"}
-    )
-    proxy.args += ["--audit-max-bytes", "4000", "--audit-backups", "2"]
-    proxy.start()
-    try:
+    with Stage(tmp_path) as st:
+        st.token("tok", newline=False)
+        upstream = st.upstream(["api.test"])
+        text = rules([egress("api.test", upstream.port)], claims=[claim("c")])
+        proxy = st.proxy(text, ["api.test"], args=["--audit-max-bytes", "4000", "--audit-backups", "2"])
         ctx = ssl.create_default_context(cafile=proxy.ca_pem)
         with httpx.Client(proxy=proxy.url("c", "tok"), verify=ctx, timeout=10) as client:
             for i in range(40):
                 assert client.get(f"https://api.test:{upstream.port}/rot/{i}").status_code == 200
         proxy.wait_event(path="/rot/39")
-    finally:
-        proxy.stop()
-        upstream.stop()
     files = sorted(tmp_path.glob("audit.jsonl*"))
     assert [f.name for f in files] == ["audit.jsonl", "audit.jsonl.1", "audit.jsonl.2"]  # 2 backups kept
     assert all(f.stat().st_size <= 4000 for f in files)
@@ -69,7 +47,7 @@ def test_rotation_keeps_backups_and_sequence_numbers_have_no_gap(tmp_path: Path)
 
 
 def test_why_on_a_missing_audit_file_says_so(tmp_path: Path) -> None:
-    (tmp_path / "rules.yaml").write_text("version: 1\npools: {}\n")
+    (tmp_path / "rules.yaml").write_text(rules(pools={}, claims=[]))
     why = subprocess.run(
         [sys.executable, "-m", "proxy", "audit", "why", "some-id",
          "--audit-file", str(tmp_path / "nowhere.jsonl"), "--rules", str(tmp_path / "rules.yaml")],

@@ -14,7 +14,7 @@ from pathlib import Path
 import canary
 import pytest
 from harness import ROOT, ProxyProcess, free_port
-from servers import TestCA, Upstream
+from world import Stage, claim, egress, rules
 
 pytestmark = pytest.mark.e2e
 
@@ -141,46 +141,38 @@ def test_the_banner_and_env_name_the_same_trust_bundle_and_it_verifies_the_proxy
     the bundle (system roots + CA); the CA alone fails every `intercept: false` host. Both name
     the bundle now, which holds the roots and the CA the proxy signs with, and curl trusting
     only it (as the banner's `export` line says) gets through an intercepted tunnel."""
-    token = secrets.token_urlsafe(16)
-    (tmp_path / "tok").write_text(token + "\n")
-    test_ca = TestCA(tmp_path)
-    with Upstream(test_ca, ["api.test"], tmpdir=tmp_path) as upstream:
-        rules = tmp_path / "rules.yaml"
-        rules.write_text(
-            "version: 1\npools:\n  p:\n    egress:\n      - host: api.test\n"
-            f"        ports: [{upstream.port}]\n"
-            "claims:\n  - id: c\n    pool: p\n    proxy_token: file:tok\n"
+    with Stage(tmp_path) as st:
+        token = st.token(secrets.token_urlsafe(16), file="tok")
+        upstream = st.upstream(["api.test"])
+        proxy = st.proxy(
+            rules([egress("api.test", upstream.port)], claims=[claim("c", token="file:tok")]), ["api.test"]
         )
-        proxy = ProxyProcess(rules, tmp_path, upstream_ca=test_ca.ca_pem, resolve={"api.test": "127.0.0.1"})
-        proxy.start()
-        try:
-            deadline = time.monotonic() + 20
-            while "CURL_CA_BUNDLE=" not in proxy.stderr() and time.monotonic() < deadline:
-                time.sleep(0.05)
-            banner = proxy.stderr()
-            trusted = re.search(
-                r"trust this bundle in the sandbox \(system roots \+ surrogate's CA\): (\S+)", banner
-            )
-            exported = re.search(r"export CURL_CA_BUNDLE=(\S+) SSL_CERT_FILE=(\S+)", banner)
-            assert trusted and exported, banner
-            env = surrogate("env", "--rules", str(rules), "--claim", "c", "--state-dir", str(proxy.state_dir))
-            assert env.returncode == 0, env.stderr
-            named = dict(re.findall(r"^export (\w+)=(\S+)$", env.stdout, re.M))
-            bundle = Path(trusted[1])
-            assert {exported[1], exported[2], named["SSL_CERT_FILE"], named["CURL_CA_BUNDLE"]} == {
-                str(bundle)
-            }
-            text = bundle.read_text()
-            assert text.endswith(proxy.ca_pem.read_text())
-            assert text.count("-----BEGIN CERTIFICATE-----") > 1  # the system roots too
-            done = subprocess.run(
-                ["curl", "-sS", "-o", "/dev/null", "-w", "%{http_code}", "--cacert", str(bundle),
-                 "--proxy", proxy.url("c", token), f"https://api.test:{upstream.port}/"],
-                capture_output=True, text=True, timeout=30, check=False,
-            )  # fmt: skip
-            assert done.returncode == 0 and done.stdout == "200", done.stderr
-        finally:
-            proxy.stop()
+        rules_path = proxy.rules
+        deadline = time.monotonic() + 20
+        while "CURL_CA_BUNDLE=" not in proxy.stderr() and time.monotonic() < deadline:
+            time.sleep(0.05)
+        banner = proxy.stderr()
+        trusted = re.search(
+            r"trust this bundle in the sandbox \(system roots \+ surrogate's CA\): (\S+)", banner
+        )
+        exported = re.search(r"export CURL_CA_BUNDLE=(\S+) SSL_CERT_FILE=(\S+)", banner)
+        assert trusted and exported, banner
+        env = surrogate(
+            "env", "--rules", str(rules_path), "--claim", "c", "--state-dir", str(proxy.state_dir)
+        )
+        assert env.returncode == 0, env.stderr
+        named = dict(re.findall(r"^export (\w+)=(\S+)$", env.stdout, re.M))
+        bundle = Path(trusted[1])
+        assert {exported[1], exported[2], named["SSL_CERT_FILE"], named["CURL_CA_BUNDLE"]} == {str(bundle)}
+        text = bundle.read_text()
+        assert text.endswith(proxy.ca_pem.read_text())
+        assert text.count("-----BEGIN CERTIFICATE-----") > 1  # the system roots too
+        done = subprocess.run(
+            ["curl", "-sS", "-o", "/dev/null", "-w", "%{http_code}", "--cacert", str(bundle),
+             "--proxy", proxy.url("c", token), f"https://api.test:{upstream.port}/"],
+            capture_output=True, text=True, timeout=30, check=False,
+        )  # fmt: skip
+        assert done.returncode == 0 and done.stdout == "200", done.stderr
 
 
 def test_creds_on_a_rules_file_claim_say_where_its_credentials_belong(tmp_path: Path) -> None:
@@ -190,13 +182,10 @@ def test_creds_on_a_rules_file_claim_say_where_its_credentials_belong(tmp_path: 
     value = canary.make("cli")
     canary.source(tmp_path / "value", value)
     (tmp_path / "tok").write_text("static-proxy-token\n")
-    rules = tmp_path / "rules.yaml"
-    rules.write_text(
-        "version: 1\npools:\n  p:\n    egress:\n      - host: api.test\n"
-        "claims:\n  - id: static\n    pool: p\n    proxy_token: file:tok\n"
-    )
+    rules_path = tmp_path / "rules.yaml"
+    rules_path.write_text(rules([egress("api.test")], claims=[claim("static", token="file:tok")]))
     state = tmp_path / "state"
-    args = [sys.executable, "-m", "proxy", "control", "--rules", str(rules), "--state-dir", str(state)]
+    args = [sys.executable, "-m", "proxy", "control", "--rules", str(rules_path), "--state-dir", str(state)]
     with open(tmp_path / "control.stderr", "wb") as err:
         proc = subprocess.Popen(args, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=err)
     try:

@@ -7,10 +7,10 @@ keep-alive tunnel; deleting the claim closes that tunnel and its token stops wor
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import ssl
 import subprocess
 import sys
-import textwrap
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -18,43 +18,26 @@ from pathlib import Path
 import canary
 import httpx
 import pytest
-from harness import ROOT, ProxyProcess
-from servers import TestCA, Upstream
+from harness import ROOT
+from world import Stage, control, egress, rules
 
 pytestmark = pytest.mark.e2e
 
 
 class World:
-    def __init__(self, tmp: Path) -> None:
-        self.ca = TestCA(tmp)
-        self.upstream = Upstream(self.ca, ["api.test", "other.test"], tmpdir=tmp).start()
-        rules = tmp / "rules.yaml"
-        rules.write_text(
-            textwrap.dedent(f"""\
-            version: 1
-            pools:
-              p:
-                egress:
-                  - host: api.test
-                    ports: [{self.upstream.port}]
-                  - host: other.test
-                    ports: [{self.upstream.port}]
-            """)
-        )
-        self.proxy = ProxyProcess(
-            rules,
-            tmp,
-            upstream_ca=self.ca.ca_pem,
-            resolve={"api.test": "127.0.0.1", "other.test": "127.0.0.1"},
-        )
-        self.canaries: list[str] = []
+    def __init__(self, st: Stage) -> None:
+        self.upstream = st.upstream(["api.test", "other.test"])
+        port = self.upstream.port
+        text = rules([egress("api.test", port), egress("other.test", port)], claims=[])
+        self.proxy = st.proxy(text, ["api.test", "other.test"], control=True)
+        self.canaries = st.canaries  # values a test pushed, checked for when the stage closes
 
     @property
     def socket(self) -> Path:
         return self.proxy.state_dir / "control.sock"
 
     def api(self) -> httpx.Client:
-        return httpx.Client(transport=httpx.HTTPTransport(uds=str(self.socket)), base_url="http://control")
+        return control(self.proxy)
 
     def canary(self) -> str:
         value = canary.make("ctl")
@@ -78,22 +61,20 @@ class World:
         ]
 
 
+@contextlib.contextmanager
+def control_world(tmp: Path) -> Iterator[World]:
+    """A started proxy (its control socket up) with no claim, in front of one upstream."""
+    with Stage(tmp) as st:
+        w = World(st)
+        # No value in the store file, its WAL, the audit file or the proxy's stderr.
+        st.scanned += [w.proxy.state_dir / f"store.sqlite3{x}" for x in ("", "-wal", "-shm")]
+        yield w
+
+
 @pytest.fixture(scope="module")
 def world(tmp_path_factory: pytest.TempPathFactory) -> Iterator[World]:
-    w = World(tmp_path_factory.mktemp("control"))
-    try:
-        w.proxy.start()
-        deadline = time.monotonic() + 10
-        while not w.socket.exists() and time.monotonic() < deadline:
-            time.sleep(0.05)
+    with control_world(tmp_path_factory.mktemp("control")) as w:
         yield w
-    finally:
-        w.proxy.stop()
-        w.upstream.stop()
-    # No value in the store file, its WAL, the audit file or the proxy's stderr.
-    files = [w.proxy.state_dir / n for n in ("store.sqlite3", "store.sqlite3-wal", "store.sqlite3-shm")]
-    files += [w.proxy.audit_path, w.proxy.stderr_path]
-    canary.assert_absent({f.name: f.read_bytes() for f in files if f.exists()}, w.canaries)
 
 
 def test_api_write_is_used_by_the_next_request_on_the_same_connection(world: World) -> None:

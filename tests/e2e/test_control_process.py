@@ -15,13 +15,14 @@ from pathlib import Path
 import httpx
 import pytest
 from harness import ROOT, free_port
+from world import egress, rules
 
 from proxy.store.keyring import KeyRing
 from proxy.store.sqlite import Store
 
 pytestmark = pytest.mark.e2e
 
-RULES = "version: 1\npools:\n  p:\n    egress:\n      - host: api.test\n      - host: '*.example.test'\n"
+RULES = rules([egress("api.test"), egress("*.example.test")], claims=[])
 
 
 def start_control(tmp: Path, *extra: str) -> subprocess.Popen[bytes]:

@@ -18,11 +18,12 @@ from pathlib import Path
 import pytest
 from harness import ROOT, free_port
 from servers import TestCA
+from world import egress, rules
 
 pytestmark = pytest.mark.e2e
 
 NAME = "surrogate-control.surrogate.svc"
-RULES = "version: 1\npools:\n  p:\n    egress:\n      - host: api.test\n"
+RULES = rules([egress("api.test")], claims=[])
 
 
 def command(tmp: Path, kind: str, *extra: str) -> list[str]:

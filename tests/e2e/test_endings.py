@@ -19,19 +19,18 @@ from __future__ import annotations
 import contextlib
 import socket
 import ssl
-import textwrap
 import threading
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Any
 
-import canary
 import httpx
 import pytest
 from _netns import Lab, NsProxy, missing, sh
 from harness import ProxyProcess
 from rawserver import RawUpstream
-from servers import TestCA
+from world import Stage, claim, control, credential, egress, rules
 
 pytestmark = pytest.mark.e2e
 
@@ -76,8 +75,7 @@ class World:
         return f"https://{host}:{port or self.raw.port}{path}"
 
     def metrics(self) -> str:
-        transport = httpx.HTTPTransport(uds=str(self.proxy.state_dir / "control.sock"))
-        with httpx.Client(transport=transport, base_url="http://control") as api:
+        with control(self.proxy) as api:
             return api.get("/metrics").text
 
 
@@ -95,87 +93,60 @@ def _dies() -> bytes:
 
 @pytest.fixture(scope="module")
 def world(tmp_path_factory: pytest.TempPathFactory) -> Iterator[World]:
-    tmp = tmp_path_factory.mktemp("endings")
-    secret, metered = canary.make("endings"), canary.make("endmeter")
-    canary.source(tmp / "secret", secret)
-    canary.source(tmp / "metered", metered)
-    (tmp / "token").write_text("tok\n")
-    ca = TestCA(tmp)
-    release = threading.Event()
-    raw = RawUpstream(ca, ["api.test", "closed.test"]).start()
-    event = _chunk(b'data: {"delta": "hi"}\n\n')
-    raw.responses["/done"] = [SSE_HEAD, event, _chunk(b"data: [DONE]\n\n"), _held(release, _chunk(b""))]
-    raw.responses["/cut"] = [
-        SSE_HEAD,
-        event,
-        _chunk(b'data: {"del'),
-        _held(release, _chunk(b"ta\n\n") + _chunk(b"")),
-    ]
-    raw.responses["/whole"] = [SSE_HEAD, event, _chunk(b"data: [DONE]\n\n"), _chunk(b"")]
-    raw.responses["/late-head"] = [_held(release, SSE_HEAD + _chunk(b""))]
-    raw.responses["/dies"] = [SSE_HEAD, event, _chunk(b'data: {"par'), _dies]
-    raw.responses["/ok"] = b"HTTP/1.1 200 OK\r\nContent-Length: 3\r\n\r\nok\n"
-    with socket.socket() as probe:  # a loopback port nothing listens on
-        probe.bind(("127.0.0.1", 0))
-        closed_port = probe.getsockname()[1]
-    proxy = ProxyProcess(
-        tmp / "rules.yaml",
-        tmp,
-        upstream_ca=ca.ca_pem,
+    with Stage(tmp_path_factory.mktemp("endings")) as st:
+        secret = st.secret("k", tag="endings", file="secret")
+        metered = st.secret("metered", tag="endmeter", file="metered")
+        st.token("tok")
+        release = threading.Event()
+        raw = st.serve(RawUpstream(st.ca, ["api.test", "closed.test"]))
+        event = _chunk(b'data: {"delta": "hi"}\n\n')
+        raw.responses["/done"] = [SSE_HEAD, event, _chunk(b"data: [DONE]\n\n"), _held(release, _chunk(b""))]
+        raw.responses["/cut"] = [
+            SSE_HEAD,
+            event,
+            _chunk(b'data: {"del'),
+            _held(release, _chunk(b"ta\n\n") + _chunk(b"")),
+        ]
+        raw.responses["/whole"] = [SSE_HEAD, event, _chunk(b"data: [DONE]\n\n"), _chunk(b"")]
+        raw.responses["/late-head"] = [_held(release, SSE_HEAD + _chunk(b""))]
+        raw.responses["/dies"] = [SSE_HEAD, event, _chunk(b'data: {"par'), _dies]
+        raw.responses["/ok"] = b"HTTP/1.1 200 OK\r\nContent-Length: 3\r\n\r\nok\n"
+        with socket.socket() as probe:  # a loopback port nothing listens on
+            probe.bind(("127.0.0.1", 0))
+            closed_port = probe.getsockname()[1]
         # tlsbad.test reaches the raw upstream, whose certificate names only api.test
-        resolve={"api.test": "127.0.0.1", "closed.test": "127.0.0.1", "tlsbad.test": "127.0.0.1"},
-    )
-    (tmp / "rules.yaml").write_text(
-        textwrap.dedent(f"""\
-        version: 1
-        pools:
-          p:
-            egress:
-              - host: api.test
-                ports: [{raw.port}]
-              - host: closed.test
-                ports: [{closed_port}]
-              - host: 127.0.0.2
-                ports: [{raw.port}]
-              - host: 127.0.0.1
-                ports: [{proxy.port}]
-              - host: tlsbad.test
-                ports: [{raw.port}]
-            hooks:
-              - host: api.test
-                paths: [/hook]
-                command: [/bin/false]
-        claims:
-          - id: c
-            pool: p
-            proxy_token: file:token
-            credentials:
-              - name: k
-                value: file:secret
-                placeholder: {PH}
-                hosts: [api.test, closed.test, 127.0.0.2, 127.0.0.1, tlsbad.test]
-              - name: metered
-                value: file:metered
-                placeholder: {PH_METERED}
-                hosts: [api.test]
-                headers: [X-Metered]
-                max_requests: 1
-        """)
-    )
-    w = World(proxy, raw, secret, metered, release, closed_port=closed_port)
-    try:
+        proxy = st.proxy(st.write(""), ["api.test", "closed.test", "tlsbad.test"], start=False)
+        st.defer(release.set)  # before the proxy stops: a held stream or head goes on
+        hosts = ["api.test", "closed.test", "127.0.0.2", "127.0.0.1", "tlsbad.test"]
+        text = rules(
+            [
+                egress("api.test", raw.port),
+                egress("closed.test", closed_port),
+                egress("127.0.0.2", raw.port),
+                egress("127.0.0.1", proxy.port),
+                egress("tlsbad.test", raw.port),
+            ],
+            pool_extra={"hooks": [{"host": "api.test", "paths": ["/hook"], "command": ["/bin/false"]}]},
+            claims=[
+                claim(
+                    "c",
+                    [
+                        credential("k", PH, hosts, "file:secret"),
+                        credential(
+                            "metered",
+                            PH_METERED,
+                            ["api.test"],
+                            "file:metered",
+                            headers=["X-Metered"],
+                            max_requests=1,
+                        ),
+                    ],
+                )
+            ],
+        )
+        proxy.rules.write_text(text)
         proxy.start()
-        yield w
-    finally:
-        release.set()
-        proxy.stop()
-        raw.stop()
-    artifacts = {
-        "audit file": proxy.audit_path.read_bytes() if proxy.audit_path.exists() else b"",
-        "proxy stderr": proxy.stderr_path.read_bytes(),
-        "client-received bytes": b"".join(w.received),
-    }
-    canary.assert_absent(artifacts, [secret, metered])
+        yield World(proxy, raw, secret, metered, release, st.received, closed_port=closed_port)
 
 
 PROTOCOLS = pytest.mark.parametrize("http2", [False, True], ids=["http1.1", "http2"])
@@ -359,45 +330,23 @@ def test_an_unresolvable_name_lists_no_credential_and_keeps_the_rule(
     why = missing()
     if why is not None:
         pytest.skip(why)
-    tmp = tmp_path_factory.mktemp("unresolvable")
-    secret = canary.make("endunres")
-    canary.source(tmp / "secret", secret)
-    (tmp / "token").write_text("tok\n")
-    (tmp / "rules.yaml").write_text(
-        textwrap.dedent(f"""\
-        version: 1
-        pools:
-          p:
-            egress:
-              - host: gone.test
-        claims:
-          - id: c
-            pool: p
-            proxy_token: file:token
-            credentials:
-              - name: k
-                value: file:secret
-                placeholder: {PH}
-                hosts: [gone.test]
-        """)
-    )
-    lab = Lab()
-    try:
+    with Stage(tmp_path_factory.mktemp("unresolvable")) as st:
+        st.secret("k", tag="endunres", file="secret")
+        st.token("tok")
+        text = rules(
+            [egress("gone.test")], claims=[claim("c", [credential("k", PH, ["gone.test"], "file:secret")])]
+        )
+        lab = Lab()
+        st.defer(lab.teardown)
         ns = lab.add("unres")
-        proxy = NsProxy(ns, tmp / "rules.yaml", tmp)
-        proxy.start()
-        try:
-            done = sh(
-                "curl", "-sS", "--max-time", "20", "-o", "/dev/null", "-w", "%{http_code}",
-                "-x", proxy.url("c", "tok"), "--cacert", str(proxy.ca_pem),
-                "-H", f"Authorization: Bearer {PH}", "https://gone.test/x",
-                ns=ns, check=False,
-            )  # fmt: skip
-            event = proxy.wait_event(path="/x", timeout=10)
-        finally:
-            proxy.stop()
-    finally:
-        lab.teardown()
+        proxy = st.proxy(text, upstream_ca=None, cls=partial(NsProxy, ns))
+        done = sh(
+            "curl", "-sS", "--max-time", "20", "-o", "/dev/null", "-w", "%{http_code}",
+            "-x", proxy.url("c", "tok"), "--cacert", str(proxy.ca_pem),
+            "-H", f"Authorization: Bearer {PH}", "https://gone.test/x",
+            ns=ns, check=False,
+        )  # fmt: skip
+        event = proxy.wait_event(path="/x", timeout=10)
     assert done.stdout == "502", done.stderr
     assert (event["reason"], event["status"], event["credentials"], event["rule"]) == (
         "unresolvable",
@@ -405,5 +354,3 @@ def test_an_unresolvable_name_lists_no_credential_and_keeps_the_rule(
         [],
         "p.egress[0] gone.test",
     )
-    artifacts = {"audit file": proxy.audit_path.read_bytes(), "proxy stderr": proxy.stderr_path.read_bytes()}
-    canary.assert_absent(artifacts, [secret])

@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 from harness import ROOT, ProxyProcess
+from world import Stage
 
 pytestmark = pytest.mark.e2e
 
@@ -23,11 +24,8 @@ def demo(tmp_path_factory: pytest.TempPathFactory):
         check=True,
         cwd=ROOT,
     )
-    proxy = ProxyProcess(ROOT / "rules" / "example.yaml", tmp_path_factory.mktemp("demo")).start()
-    try:
-        yield proxy
-    finally:
-        proxy.stop()
+    with Stage(tmp_path_factory.mktemp("demo")) as st:
+        yield st.proxy(ROOT / "rules" / "example.yaml", upstream_ca=None)
 
 
 def curl(proxy: ProxyProcess, *args: str) -> subprocess.CompletedProcess[str]:

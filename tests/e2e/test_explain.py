@@ -14,8 +14,6 @@ import json
 import secrets
 import ssl
 import subprocess
-import textwrap
-import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -25,7 +23,8 @@ import canary
 import httpx
 import pytest
 from harness import ProxyProcess
-from servers import TestCA, Upstream
+from servers import Upstream
+from world import Stage, control, credential, egress, rules
 
 from proxy.audit import redact_path
 from proxy.cli.explain import EXIT, main_explain
@@ -53,80 +52,33 @@ class World:
         return f"https://{host}:{self.upstream.port}{path}"
 
 
-def write_rules(tmp: Path, port: int) -> Path:
-    rules = tmp / "rules.yaml"
-    rules.write_text(
-        textwrap.dedent(
-            f"""\
-            version: 1
-            pools:
-              p:
-                egress:
-                  - host: api.test
-                    ports: [{port}]
-                    methods: [GET, POST]
-                    paths: [/t]
-                  - host: other.test
-                    ports: [{port}]
-                  - host: opaque.test
-                    ports: [{port}]
-                    intercept: false
-                  - host: api.test
-                    ports: [80]
-                    scheme: http
-                  - host: "*.test"
-                    ports: [{port}]
-                    intercept: false
-            claims:
-              - id: c1
-                pool: p
-                proxy_token: file:token
-                credentials:
-                  - name: gh
-                    value: file:secret-gh
-                    placeholder: {P_GH}
-                    hosts: [api.test]
-                  - name: inj
-                    value: file:secret-inj
-                    placeholder: {P_INJ}
-                    hosts: [api.test]
-                    inject:
-                      set_header: X-Injected
-                      format: "Token {{value}}"
-            """
-        )
+def rules_text(port: int) -> str:
+    return rules(
+        [
+            egress("api.test", port, methods=["GET", "POST"], paths=["/t"]),
+            egress("other.test", port),
+            egress("opaque.test", port, intercept=False),
+            egress("api.test", 80, scheme="http"),
+            egress("*.test", port, intercept=False),
+        ],
+        credentials=[
+            credential("gh", P_GH, ["api.test"]),
+            credential(
+                "inj", P_INJ, ["api.test"], inject={"set_header": "X-Injected", "format": "Token {value}"}
+            ),
+        ],
     )
-    return rules
 
 
 @pytest.fixture(scope="module")
 def world(tmp_path_factory: pytest.TempPathFactory) -> Iterator[World]:
-    tmp = tmp_path_factory.mktemp("explain")
-    gh, inj = canary.make("xgh"), canary.make("xinj")
-    token = secrets.token_urlsafe(16)
-    canary.source(tmp / "secret-gh", gh)
-    canary.source(tmp / "secret-inj", inj)
-    (tmp / "token").write_text(token + "\n")
-    ca = TestCA(tmp)
-    upstream = Upstream(ca, NAMES, tmpdir=tmp).start()
-    rules = write_rules(tmp, upstream.port)
-    proxy = ProxyProcess(rules, tmp, upstream_ca=ca.ca_pem, resolve={n: "127.0.0.1" for n in NAMES})
-    w = World(upstream, ca.ca_pem, proxy, rules, token, [gh, inj])
-    try:
-        proxy.start()
-        deadline = time.monotonic() + 10
-        while not (proxy.state_dir / "control.sock").exists() and time.monotonic() < deadline:
-            time.sleep(0.05)
-        yield w
-    finally:
-        proxy.stop()
-        upstream.stop()
-    artifacts = {
-        "audit file": proxy.audit_path.read_bytes() if proxy.audit_path.exists() else b"",
-        "proxy stderr": proxy.stderr_path.read_bytes(),
-        "client-received bytes and explain/why output": b"".join(w.received),
-    }
-    canary.assert_absent(artifacts, w.canaries)
+    with Stage(tmp_path_factory.mktemp("explain")) as st:
+        st.secret("gh", tag="xgh"), st.secret("inj", tag="xinj")
+        token = st.token(secrets.token_urlsafe(16))
+        upstream = st.upstream(NAMES)
+        proxy = st.proxy(rules_text(upstream.port), NAMES, control=True)
+        # explain/why output joins the client-received bytes in the closing canary check
+        yield World(upstream, st.ca.ca_pem, proxy, proxy.rules, token, st.canaries, st.received)
 
 
 def curl(w: World, method: str, url: str, headers: list[str], *, claim: str = "c1", token: str = "") -> int:
@@ -294,8 +246,7 @@ def test_explain_sees_control_api_claims_with_state_dir(
 ) -> None:
     value = canary.make("xstore")
     world.canaries.append(value)
-    transport = httpx.HTTPTransport(uds=str(world.proxy.state_dir / "control.sock"))
-    with httpx.Client(transport=transport, base_url="http://control") as api:
+    with control(world.proxy) as api:
         token = api.post("/v1/claims", json={"id": "s7", "pool": "p"}).json()["proxy_token"]
         r = api.put("/v1/claims/s7/credentials/st", json={"hosts": ["api.test"], "value": value})
         assert r.status_code == 201, r.text

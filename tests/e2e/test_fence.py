@@ -23,17 +23,17 @@ import re
 import shutil
 import subprocess
 import sys
-import textwrap
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
 
 import canary
 import pytest
-from _netns import Lab, NsProxy, flush_rules, load_printed, missing, sh
+from _netns import Lab, NsProxy, flush_rules, load_printed, missing, sh, upstream_argv
 from harness import ROOT, free_port
-from servers import TestCA
+from world import Stage, claim, credential, egress, rules
 
 pytestmark = pytest.mark.e2e
 
@@ -43,28 +43,6 @@ BOUND = ("10.241.0.12", "fd00:241::12")
 SANDBOX_UID = 4241
 UP4, UP6, DENIED4, DENIED6 = "10.242.0.2", "fd00:242::2", "10.242.0.3", "fd00:242::3"
 
-UPSTREAM = """
-import json, pathlib, sys, threading, time
-sys.path.insert(0, {tests!r})
-import trustme
-from servers import TestCA, Upstream
-class CA(TestCA):
-    def __init__(self): pass
-ca = CA()
-ca.ca = trustme.CA.from_pem(pathlib.Path({cert!r}).read_bytes(), pathlib.Path({key!r}).read_bytes())
-names = ["api.test", "api6.test", "denied.test"]
-ups = [Upstream(ca, names, bind=(a, 443)).start() for a in {binds!r}]
-print("ready", flush=True)
-def dump():
-    while True:
-        rows = [{{"path": r.path, "headers": r.headers}} for u in ups for r in list(u.requests)]
-        pathlib.Path({record!r}).write_text("".join(json.dumps(r) + "\\n" for r in rows))
-        time.sleep(0.1)
-threading.Thread(target=dump, daemon=True).start()
-sys.stdin.read()
-for u in ups:
-    u.stop()
-"""
 
 COUNTERS = """
 table inet sgcount {
@@ -177,49 +155,36 @@ def fence(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Fence]:
     why = missing("ping", "setpriv")
     if why:
         pytest.skip(why)
-    tmp = tmp_path_factory.mktemp("fence")
-    secret = canary.make("fence")
-    canary.source(tmp / "secret", secret)
-    (tmp / "token").write_text("unused-in-transparent-mode")
-    ca = TestCA(tmp)
-    ca.ca.private_key_pem.write_to_path(str(tmp / "ca-key.pem"))
-    lab = Lab()
-    host_if, up_if = f"sg-hs-{lab.tag}", f"sg-hu-{lab.tag}"
-    (tmp / "rules.yaml").write_text(
-        textwrap.dedent(f"""\
-        version: 1
-        pools:
-          p:
-            egress:
-              - host: api.test
-              - host: api6.test
-        claims:
-          - id: sandbox
-            pool: p
-            proxy_token: file:token
-            sources: [10.241.0.2/32, "fd00:241::2/128", 10.242.0.1/32, "fd00:242::1/128"]
-            credentials:
-              - name: api
-                value: file:secret
-                placeholder: {PH}
-                hosts: [api.test, api6.test]
-          - id: bound
-            pool: p
-            proxy_token: file:token
-            sources: [{BOUND[0]}/32, "{BOUND[1]}/128"]
-            interface: {host_if}
-            credentials:
-              - name: bound-api
-                value: file:secret
-                placeholder: {PH_BOUND}
-                hosts: [api.test, api6.test]
-        """)
-    )
-    record = canary.exempt(tmp / "upstream.jsonl")
-    public_ca = Path(f"/tmp/sg-fence-ca-{lab.tag}.pem")
-    upstream = None
-    proxy = None
-    try:
+    st = Stage(tmp_path_factory.mktemp("fence"))
+    st.every_canary = True  # the proxy's audit file and stderr hold no canary of the session
+    with st:
+        tmp = st.tmp
+        secret = st.secret("api", tag="fence", file="secret")
+        st.token("unused-in-transparent-mode", newline=False)
+        st.ca.ca.private_key_pem.write_to_path(str(tmp / "ca-key.pem"))
+        lab = Lab()
+        st.defer(lab.teardown)
+        host_if, up_if = f"sg-hs-{lab.tag}", f"sg-hu-{lab.tag}"
+        both = ["api.test", "api6.test"]
+        text = rules(
+            [egress("api.test"), egress("api6.test")],
+            claims=[
+                claim(
+                    "sandbox",
+                    [credential("api", PH, both, "file:secret")],
+                    sources=["10.241.0.2/32", "fd00:241::2/128", "10.242.0.1/32", "fd00:242::1/128"],
+                ),
+                claim(
+                    "bound",
+                    [credential("bound-api", PH_BOUND, both, "file:secret")],
+                    sources=[f"{BOUND[0]}/32", f"{BOUND[1]}/128"],
+                    interface=host_if,
+                ),
+            ],
+        )
+        record = canary.exempt(tmp / "upstream.jsonl")
+        public_ca = Path(f"/tmp/sg-fence-ca-{lab.tag}.pem")
+        st.defer(public_ca.unlink, True)
         host, sbx, up = lab.add("host"), lab.add("sbx"), lab.add("up")
         lab.link(host, host_if, sbx, "eth0")
         lab.link(host, up_if, up, "eth0")
@@ -232,49 +197,18 @@ def fence(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Fence]:
             lab.route(ns, "default", "via", v6)
         lab.forwarding(host)
         sh("nft", "-f", "-", ns=up, input=COUNTERS)
-        upstream = subprocess.Popen(
-            [
-                "ip",
-                "netns",
-                "exec",
-                up,
-                sys.executable,
-                "-c",
-                UPSTREAM.format(
-                    tests=str(ROOT / "tests"),
-                    cert=str(ca.ca_pem),
-                    key=str(tmp / "ca-key.pem"),
-                    binds=[UP4, UP6],
-                    record=str(record),
-                ),
-            ],
-            stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE,
-            text=True,
+        key = tmp / "ca-key.pem"
+        st.process(
+            upstream_argv(up, st.ca.ca_pem, key, ["api.test", "api6.test", "denied.test"], [UP4, UP6], record)
         )
-        assert upstream.stdout is not None and upstream.stdout.readline().strip() == "ready"
         tport = free_port()
-        proxy = NsProxy(
-            host, tmp / "rules.yaml", tmp, upstream_ca=ca.ca_pem, resolve={"api.test": UP4, "api6.test": UP6}
-        )
-        proxy.args += ["--transparent", f"[::]:{tport}"]
-        proxy.start()
+        transparent = ["--transparent", f"[::]:{tport}"]
+        pins = {"api.test": UP4, "api6.test": UP6}
+        proxy = st.proxy(text, pins, cls=partial(NsProxy, host), args=transparent)
         # the --uid sandbox user cannot enter pytest's 0700 temp dir: a readable copy of the CA
         shutil.copyfile(proxy.ca_pem, public_ca)
         public_ca.chmod(0o644)
         yield Fence(lab, host, sbx, up, host_if, proxy, tport, secret, record, public_ca)
-    finally:
-        if proxy is not None:
-            proxy.stop()
-        if upstream is not None:
-            if upstream.stdin:
-                upstream.stdin.close()
-            upstream.wait(timeout=30)
-            if upstream.stdout:
-                upstream.stdout.close()
-        lab.teardown()
-        public_ca.unlink(missing_ok=True)
-    canary.assert_absent({"fence proxy artifacts": proxy.audit_path.read_bytes() + proxy.stderr().encode()})
 
 
 def printed(fence: Fence, form: str, *extra: str) -> str:

@@ -25,12 +25,13 @@ import sys
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 
 import pytest
 from _netns import Lab, NsProxy, flush_rules, load_printed, missing, sh
 from harness import ROOT, free_port
-from servers import TestCA
+from world import Stage, claim, egress, rules
 
 pytestmark = pytest.mark.e2e
 
@@ -219,17 +220,7 @@ def test_source_alone_is_refused_and_why(tmp_path: object) -> None:
         pytest.skip(why)
     lab = R3Lab()
     try:
-        host, sbx, up = lab.add("h"), lab.add("s"), lab.add("u")
-        hs, hu = f"r3hs{lab.tag}", f"r3hu{lab.tag}"
-        lab.link(host, hs, sbx, "eth0")
-        lab.link(host, hu, up, "eth0")
-        lab.addr(host, hs, "10.250.1.1/24")
-        lab.addr(sbx, "eth0", "10.250.1.2/24")
-        lab.addr(host, hu, "10.250.2.1/24")
-        lab.addr(up, "eth0", "10.250.2.2/24")
-        lab.route(sbx, "default", "via", "10.250.1.1")
-        lab.route(up, "default", "via", "10.250.2.1")
-        lab.forwarding(host)
+        host, sbx, up = lab.routed("10.250.1", "10.250.2", f"r3hs{lab.tag}", f"r3hu{lab.tag}")
         count = (
             "table inet r3count {\n counter c_udp {}\n chain p {\n"
             "  type filter hook prerouting priority -400; policy accept;\n"
@@ -386,62 +377,29 @@ def routed(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Routed]:
     why = missing()
     if why:
         pytest.skip(why)
-    tmp = tmp_path_factory.mktemp("raw")
-    (tmp / "token").write_text("unused-in-transparent-mode")
-    (tmp / "rules.yaml").write_text(
-        "version: 1\n"
-        "pools:\n  p:\n    limits: {connections: 2}\n"
-        "    egress:\n      - host: api.test\n        ports: [8443]\n"
-        "      - host: opaque.test\n        ports: [9443]\n        intercept: false\n"
-        "claims:\n  - id: sandbox\n    pool: p\n    proxy_token: file:token\n"
-        "    sources: [10.250.11.2/32]\n"
-    )
-    ca = TestCA(tmp)
-    accepted = tmp / "accepted"
-    accepted.write_text("")
-    lab = R3Lab()
-    upstream = proxy = None
-    try:
-        host, sbx, up = lab.add("h"), lab.add("s"), lab.add("u")
-        hs, hu = f"r3hs{lab.tag}", f"r3hu{lab.tag}"
-        lab.link(host, hs, sbx, "eth0")
-        lab.link(host, hu, up, "eth0")
-        lab.addr(host, hs, "10.250.11.1/24")
-        lab.addr(sbx, "eth0", "10.250.11.2/24")
-        lab.addr(host, hu, "10.250.12.1/24")
-        lab.addr(up, "eth0", "10.250.12.2/24")
-        lab.route(sbx, "default", "via", "10.250.11.1")
-        lab.route(up, "default", "via", "10.250.12.1")
-        lab.forwarding(host)
-        upstream = subprocess.Popen(
-            ["ip", "netns", "exec", up, sys.executable, "-c", RAW_UPSTREAM, str(accepted)],
-            stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
-        )  # fmt: skip
-        assert upstream.stdout is not None and upstream.stdout.readline().strip() == "ready"
+    with Stage(tmp_path_factory.mktemp("raw")) as st:
+        st.token("unused-in-transparent-mode", newline=False)
+        text = rules(
+            [egress("api.test", 8443), egress("opaque.test", 9443, intercept=False)],
+            pool_extra={"limits": {"connections": 2}},
+            claims=[claim("sandbox", sources=["10.250.11.2/32"])],
+        )
+        accepted = st.tmp / "accepted"
+        accepted.write_text("")
+        lab = R3Lab()
+        st.defer(lab.teardown)
+        hs = f"r3hs{lab.tag}"
+        host, sbx, up = lab.routed("10.250.11", "10.250.12", hs, f"r3hu{lab.tag}")
+        st.process(["ip", "netns", "exec", up, sys.executable, "-c", RAW_UPSTREAM, str(accepted)], kill=True)
         tport = free_port()
-        proxy = NsProxy(
-            host, tmp / "rules.yaml", tmp, upstream_ca=ca.ca_pem,
-            resolve={n: "10.250.12.2" for n in ("10.250.12.2", "api.test", "opaque.test")},
-        )  # fmt: skip
-        proxy.args += ["--transparent", f"0.0.0.0:{tport}"]
-        proxy.start()
-        rules = subprocess.run(
+        pins = {n: "10.250.12.2" for n in ("10.250.12.2", "api.test", "opaque.test")}
+        proxy = st.proxy(text, pins, cls=partial(NsProxy, host), args=["--transparent", f"0.0.0.0:{tport}"])
+        rules_out = subprocess.run(
             [sys.executable, "-m", "proxy", "transparent-rules", "--port", str(tport), "--interface", hs],
             capture_output=True, text=True, cwd=ROOT, check=True,
         ).stdout  # fmt: skip
-        load_printed(rules, host, "iptables")
+        load_printed(rules_out, host, "iptables")
         yield Routed(lab, host, sbx, up, proxy, accepted, proxy.ca_pem)
-    finally:
-        if proxy is not None:
-            proxy.stop()
-        if upstream is not None:
-            if upstream.stdin:
-                upstream.stdin.close()
-            upstream.kill()
-            upstream.wait(timeout=30)
-            if upstream.stdout:
-                upstream.stdout.close()
-        lab.teardown()
 
 
 def test_bytes_that_are_not_http_are_never_relayed_from_a_transparent_connection(routed: Routed) -> None:

@@ -13,14 +13,15 @@ interface and runs the proxy inside it, so the root namespace's rules are never 
 from __future__ import annotations
 
 import subprocess
-import textwrap
 import time
 from collections.abc import Iterator
+from functools import partial
 from pathlib import Path
 
 import pytest
 from _netns import Lab, NsProxy, missing, sh
 from harness import free_port
+from world import Stage, claim, egress, rules
 
 pytestmark = pytest.mark.e2e
 
@@ -58,31 +59,17 @@ def test_a_request_to_any_host_address_on_the_listeners_port_is_refused_once(
     lab: Lab, tmp_path: Path, listen: str
 ) -> None:
     host = host_ns(lab, "10.243.0.1/24", "fd00:243::1/64")
-    (tmp_path / "token").write_text("own-listener-token")
-    proxy = NsProxy(host, tmp_path / "rules.yaml", tmp_path)
-    (tmp_path / "rules.yaml").write_text(
-        textwrap.dedent(f"""\
-        version: 1
-        pools:
-          p:
-            egress:
-              - host: "*"
-                ports: [{proxy.port}]
-              - host: "*"
-                ports: [{proxy.port}]
-                scheme: http  # the plain-HTTP requests below: allowed, so only own_listener refuses
-            allow_cidrs: [10.243.0.0/16, "fd00:243::/32", 127.0.0.0/8, "::1/128"]
-        claims:
-          - id: agent
-            pool: p
-            proxy_token: file:token
-        """)
-    )
-    at = proxy.args.index("--listen")
-    spelled = f"[{listen}]" if ":" in listen else listen
-    proxy.args[at + 1] = f"{spelled}:{proxy.port}"
-    proxy.start()
-    try:
+    with Stage(tmp_path) as st:
+        st.token("own-listener-token", newline=False)
+        proxy = st.proxy(st.write(""), upstream_ca=None, cls=partial(NsProxy, host), start=False)
+        cidrs = ["10.243.0.0/16", "fd00:243::/32", "127.0.0.0/8", "::1/128"]
+        # the plain-HTTP requests below: allowed, so only own_listener refuses
+        every = [egress("*", proxy.port), egress("*", proxy.port, scheme="http")]
+        proxy.rules.write_text(rules(every, pool_extra={"allow_cidrs": cidrs}, claims=[claim("agent")]))
+        at = proxy.args.index("--listen")
+        spelled = f"[{listen}]" if ":" in listen else listen
+        proxy.args[at + 1] = f"{spelled}:{proxy.port}"
+        proxy.start()
         sh("ip", "addr", "add", "10.243.0.7/24", "dev", "sg-d0", ns=host)  # after start: still the host's
         sh("ip", "addr", "add", "fd00:243::7/64", "dev", "sg-d0", "nodad", ns=host)
         port = proxy.port
@@ -96,27 +83,13 @@ def test_a_request_to_any_host_address_on_the_listeners_port_is_refused_once(
         for i, address in enumerate(addresses):
             events = [e for e in proxy.audit_events() if e.get("path") == f"/own/{i}"]
             assert [e["reason"] for e in events] == ["own_listener"], (address, events)
-    finally:
-        proxy.stop()
 
 
-RULES_LOOP = """\
-version: 1
-pools:
-  p:
-    egress:
-      - host: api.test
-        ports: [80]
-      - host: api6.test
-        ports: [80]
-    limits:
-      connections: 32
-claims:
-  - id: sandbox
-    pool: p
-    proxy_token: file:token
-    sources: [10.244.0.1/32, "fd00:244::1/128"]
-"""
+RULES_LOOP = rules(
+    [egress("api.test", 80), egress("api6.test", 80)],
+    pool_extra={"limits": {"connections": 32}},
+    claims=[claim("sandbox", sources=["10.244.0.1/32", "fd00:244::1/128"])],
+)
 
 
 @pytest.mark.parametrize("workers", [1, 2])
@@ -130,38 +103,20 @@ def test_a_redirect_without_the_exclusion_is_refused_once_when_the_sandbox_share
     rule catches every user's connections to the upstream, the proxy's own included. Before the
     fix, plain HTTP looped up to the claim's connection limit, each nested request allowed."""
     host = host_ns(lab, "10.244.0.1/24", "fd00:244::1/64")
-    (tmp_path / "token").write_text("unused")
-    (tmp_path / "rules.yaml").write_text(RULES_LOOP)
-    tport = free_port()
-    proxy = NsProxy(
-        host,
-        tmp_path / "rules.yaml",
-        tmp_path,
-        resolve={"api.test": "10.244.0.2", "api6.test": "fd00:244::2"},
-        workers=workers,  # 2: the looped connection may land on the other worker
-    )
-    proxy.args += ["--transparent", f"[::]:{tport}"]
-    proxy.start()
-    cmd = "iptables" if family == "v4" else "ip6tables"
-    sh(
-        cmd,
-        "-t",
-        "nat",
-        "-A",
-        "OUTPUT",
-        "-d",
-        upstream,
-        "-p",
-        "tcp",
-        "--dport",
-        "80",
-        "-j",
-        "REDIRECT",
-        "--to-ports",
-        str(tport),
-        ns=host,
-    )
-    try:
+    with Stage(tmp_path) as st:
+        st.token("unused", newline=False)
+        tport = free_port()
+        proxy = st.proxy(
+            RULES_LOOP,
+            {"api.test": "10.244.0.2", "api6.test": "fd00:244::2"},
+            upstream_ca=None,
+            cls=partial(NsProxy, host),
+            workers=workers,  # 2: the looped connection may land on the other worker
+            args=["--transparent", f"[::]:{tport}"],
+        )
+        cmd = "iptables" if family == "v4" else "ip6tables"
+        redirect = ["-d", upstream, "-p", "tcp", "--dport", "80", "-j", "REDIRECT", "--to-ports", str(tport)]
+        sh(cmd, "-t", "nat", "-A", "OUTPUT", *redirect, ns=host)
         spelled = f"[{upstream}]" if ":" in upstream else upstream
         curl(host, "--resolve", f"{name}:80:{spelled}", f"http://{name}/loop")
         time.sleep(1.0)
@@ -171,40 +126,31 @@ def test_a_redirect_without_the_exclusion_is_refused_once_when_the_sandbox_share
         assert len(events) <= 2, events  # the outer request (answered with the refusal) and the refused one
         done = curl(host, "--resolve", f"{name}:80:{spelled}", f"http://{name}/again")
         assert done.stdout.endswith("403") and "own_listener" in done.stdout, done
-    finally:
-        proxy.stop()
 
 
-RULES_OPAQUE_LOOP = """\
-version: 1
-pools:
-  p:
-    egress:
-      - host: api.test
-        intercept: false
-    limits:
-      connections: 32
-claims:
-  - id: sandbox
-    pool: p
-    proxy_token: file:token
-    sources: [10.244.0.1/32]
-"""
+RULES_OPAQUE_LOOP = rules(
+    [egress("api.test", intercept=False)],
+    pool_extra={"limits": {"connections": 32}},
+    claims=[claim("sandbox", sources=["10.244.0.1/32"])],
+)
 
 
 def test_a_looped_tls_connection_is_never_passed_through_again(lab: Lab, tmp_path: Path) -> None:
     """The same loop on an opaque (pass-through) rule: the looped connection is intercepted, not
     passed on, and its request refused once; before, each pass-through opened the next."""
     host = host_ns(lab, "10.244.0.1/24", "fd00:244::1/64")
-    (tmp_path / "token").write_text("unused")
-    (tmp_path / "rules.yaml").write_text(RULES_OPAQUE_LOOP)
-    tport = free_port()
-    proxy = NsProxy(host, tmp_path / "rules.yaml", tmp_path, resolve={"api.test": "10.244.0.2"})
-    proxy.args += ["--transparent", f"[::]:{tport}"]
-    proxy.start()
-    rule = ["-d", "10.244.0.2", "-p", "tcp", "--dport", "443", "-j", "REDIRECT", "--to-ports", str(tport)]
-    sh("iptables", "-t", "nat", "-A", "OUTPUT", *rule, ns=host)
-    try:
+    with Stage(tmp_path) as st:
+        st.token("unused", newline=False)
+        tport = free_port()
+        proxy = st.proxy(
+            RULES_OPAQUE_LOOP,
+            {"api.test": "10.244.0.2"},
+            upstream_ca=None,
+            cls=partial(NsProxy, host),
+            args=["--transparent", f"[::]:{tport}"],
+        )
+        rule = ["-d", "10.244.0.2", "-p", "tcp", "--dport", "443", "-j", "REDIRECT", "--to-ports", str(tport)]
+        sh("iptables", "-t", "nat", "-A", "OUTPUT", *rule, ns=host)
         done = curl(
             host,
             "--cacert",
@@ -219,5 +165,3 @@ def test_a_looped_tls_connection_is_never_passed_through_again(lab: Lab, tmp_pat
         refused = [e for e in events if e["decision"] != "allow"]
         assert [(e["path"], e["reason"]) for e in refused] == [("/tls-loop", "own_listener")], events
         assert len([e for e in events if e["event"] == "tunnel"]) <= 1, events
-    finally:
-        proxy.stop()

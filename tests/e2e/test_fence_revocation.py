@@ -17,12 +17,13 @@ import subprocess
 import sys
 import time
 from collections.abc import Iterator
+from functools import partial
 from pathlib import Path
 
-import httpx
 import pytest
 from _netns import Lab, NsProxy, load_printed, missing, sh
 from harness import ROOT, free_port
+from world import Stage, claim, control, egress, rules
 
 pytestmark = pytest.mark.e2e
 
@@ -66,23 +67,9 @@ while True:
         break
 """.replace("UPSTREAM_ADDR", UPSTREAM)
 
-RULES = """\
-version: 1
-pools:
-  p:
-    egress:
-      - host: api.test
-        ports: [80]
-        scheme: http
-    allow_cidrs: [10.247.0.0/16]
-"""
-RULES_CLAIM = RULES + f"""\
-claims:
-  - id: sbx
-    pool: p
-    proxy_token: file:token
-    sources: [{SANDBOX}/32]
-"""
+_POOL = {"egress": [egress("api.test", 80, scheme="http")], "allow_cidrs": ["10.247.0.0/16"]}
+RULES = rules(pools={"p": _POOL}, claims=[])
+RULES_CLAIM = rules(pools={"p": _POOL}, claims=[claim("sbx", sources=[f"{SANDBOX}/32"])])
 
 
 @pytest.fixture
@@ -90,21 +77,25 @@ def world(tmp_path: Path) -> Iterator[tuple[Lab, str, NsProxy, Path]]:
     why = missing("runuser") or (None if Path(SYSTEM_PYTHON).exists() else f"needs {SYSTEM_PYTHON}")
     if why:
         pytest.skip(why)
-    lab = Lab()
-    upstream = proxy = None
-    try:
+    with Stage(tmp_path) as st:
+        lab = Lab()
+        st.defer(lab.teardown)
         host, up = lab.add("host"), lab.add("up")
         lab.link(host, f"sg-hu-{lab.tag}", up, "eth0")
         lab.addr(host, f"sg-hu-{lab.tag}", f"{SANDBOX}/24")
         lab.addr(up, "eth0", f"{UPSTREAM}/24")
         upstream = subprocess.Popen(["ip", "netns", "exec", up, sys.executable, "-c", STREAMER])
-        (tmp_path / "token").write_text("unused-in-transparent-mode")
-        rules = tmp_path / "rules.yaml"
-        rules.write_text(RULES_CLAIM)
+        st.defer(upstream.wait)
+        st.defer(upstream.kill)
+        st.token("unused-in-transparent-mode", newline=False)
         tport = free_port()
-        proxy = NsProxy(host, rules, tmp_path, resolve={"api.test": UPSTREAM})
-        proxy.args += ["--transparent", f"[::]:{tport}"]
-        proxy.start()
+        proxy = st.proxy(
+            RULES_CLAIM,
+            {"api.test": UPSTREAM},
+            upstream_ca=None,
+            cls=partial(NsProxy, host),
+            args=["--transparent", f"[::]:{tport}"],
+        )
         nobody = pwd.getpwnam("nobody").pw_uid
         printed = subprocess.run(
             [sys.executable, "-m", "proxy", "transparent-rules", "--port", str(tport),
@@ -112,14 +103,7 @@ def world(tmp_path: Path) -> Iterator[tuple[Lab, str, NsProxy, Path]]:
             cwd=ROOT, capture_output=True, text=True, check=True,
         ).stdout  # fmt: skip
         load_printed(printed, host, "iptables")
-        yield lab, host, proxy, rules
-    finally:
-        if proxy is not None:
-            proxy.stop()
-        if upstream is not None:
-            upstream.kill()
-            upstream.wait()
-        lab.teardown()
+        yield lab, host, proxy, proxy.rules
 
 
 def open_stream(host: str, path: str) -> subprocess.Popen[str]:
@@ -142,11 +126,6 @@ def ends_within(client: subprocess.Popen[str], seconds: float) -> str | None:
     return out.strip()
 
 
-def control(proxy: NsProxy) -> httpx.Client:
-    transport = httpx.HTTPTransport(uds=str(proxy.state_dir / "control.sock"))
-    return httpx.Client(transport=transport, base_url="http://control", timeout=10)
-
-
 @pytest.mark.parametrize("how", ["store-claim-deleted", "rules-claim-reloaded-away"])
 def test_a_revoked_transparent_claims_open_stream_is_closed(
     world: tuple[Lab, str, NsProxy, Path], how: str
@@ -157,7 +136,7 @@ def test_a_revoked_transparent_claims_open_stream_is_closed(
         assert proxy.proc is not None
         os.kill(proxy.proc.pid, signal.SIGHUP)  # the rules-file claim goes: a store claim takes the source
         time.sleep(0.5)
-        with control(proxy) as api:
+        with control(proxy, timeout=10) as api:
             made = api.post("/v1/claims", json={"id": "sbx", "pool": "p", "sources": [f"{SANDBOX}/32"]})
             assert made.status_code == 201, made.text
         time.sleep(0.5)  # the next poll sees it
@@ -166,7 +145,7 @@ def test_a_revoked_transparent_claims_open_stream_is_closed(
         assert ends_within(client, 1.5) is None  # a live stream: it does not end on its own
         revoked_at = time.monotonic()
         if how == "store-claim-deleted":
-            with control(proxy) as api:
+            with control(proxy, timeout=10) as api:
                 assert api.delete("/v1/claims/sbx").status_code == 204
         else:
             rules.write_text(RULES)

@@ -19,17 +19,17 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
-import textwrap
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
 
 import canary
 import pytest
-from _netns import Lab, NsProxy, flush_rules, load_printed, missing, sh
+from _netns import Lab, NsProxy, flush_rules, load_printed, missing, sh, upstream_argv
 from harness import ROOT, free_port
-from servers import TestCA
+from world import Stage, claim, credential, egress, rules
 
 pytestmark = pytest.mark.e2e
 
@@ -38,28 +38,6 @@ UP = "10.246.0.2"
 UP6 = "fd00:246::2"
 A = ("10.245.0.2", "fd00:245::2")
 B = ("10.245.0.3", "fd00:245::3")
-
-UPSTREAM = """
-import json, pathlib, sys, threading, time
-sys.path.insert(0, {tests!r})
-import trustme
-from servers import TestCA, Upstream
-class CA(TestCA):
-    def __init__(self): pass
-ca = CA()
-ca.ca = trustme.CA.from_pem(pathlib.Path({cert!r}).read_bytes(), pathlib.Path({key!r}).read_bytes())
-ups = [Upstream(ca, ["api.test", "api6.test"], bind=(a, 443)).start() for a in {up!r}]
-print("ready", flush=True)
-def dump():
-    while True:
-        rows = [{{"path": r.path, "headers": r.headers}} for u in ups for r in list(u.requests)]
-        pathlib.Path({record!r}).write_text("".join(json.dumps(r) + "\\n" for r in rows))
-        time.sleep(0.1)
-threading.Thread(target=dump, daemon=True).start()
-sys.stdin.read()
-for u in ups:
-    u.stop()
-"""
 
 
 @dataclass
@@ -108,43 +86,29 @@ def bridge(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Bridge]:
     why = missing("ebtables")
     if why:
         pytest.skip(why)
-    tmp = tmp_path_factory.mktemp("spoof")
-    secret = canary.make("spoofvictim")
-    canary.source(tmp / "secret", secret)
-    (tmp / "token").write_text("unused-in-transparent-mode")
-    ca = TestCA(tmp)
-    ca.ca.private_key_pem.write_to_path(str(tmp / "ca-key.pem"))
-    record = canary.exempt(tmp / "upstream.jsonl")
-    lab = Lab()
-    port_a, port_b = f"sg-pa-{lab.tag}", f"sg-pb-{lab.tag}"
-    (tmp / "rules.yaml").write_text(
-        textwrap.dedent(f"""\
-        version: 1
-        pools:
-          p:
-            egress:
-              - host: api.test
-              - host: api6.test
-        claims:
-          - id: sandbox-a
-            pool: p
-            proxy_token: file:token
-            sources: [{A[0]}/32, "{A[1]}/128"]
-            interface: {port_a}
-          - id: sandbox-b
-            pool: p
-            proxy_token: file:token
-            sources: [{B[0]}/32, "{B[1]}/128"]
-            interface: {port_b}
-            credentials:
-              - name: b-api
-                value: file:secret
-                placeholder: {PH_B}
-                hosts: [api.test, api6.test]
-        """)
-    )
-    upstream = proxy = None
-    try:
+    st = Stage(tmp_path_factory.mktemp("spoof"))
+    st.every_canary = True  # the proxy's audit file and stderr hold no canary of the session
+    with st:
+        tmp = st.tmp
+        secret = st.secret("b-api", tag="spoofvictim", file="secret")
+        st.token("unused-in-transparent-mode", newline=False)
+        st.ca.ca.private_key_pem.write_to_path(str(tmp / "ca-key.pem"))
+        record = canary.exempt(tmp / "upstream.jsonl")
+        lab = Lab()
+        st.defer(lab.teardown)
+        port_a, port_b = f"sg-pa-{lab.tag}", f"sg-pb-{lab.tag}"
+        text = rules(
+            [egress("api.test"), egress("api6.test")],
+            claims=[
+                claim("sandbox-a", sources=[f"{A[0]}/32", f"{A[1]}/128"], interface=port_a),
+                claim(
+                    "sandbox-b",
+                    [credential("b-api", PH_B, ["api.test", "api6.test"], "file:secret")],
+                    sources=[f"{B[0]}/32", f"{B[1]}/128"],
+                    interface=port_b,
+                ),
+            ],
+        )
         host, sa, sb, up = lab.add("host"), lab.add("sa"), lab.add("sb"), lab.add("up")
         sh("ip", "link", "add", "sg-br", "type", "bridge", ns=host)
         sh("ip", "link", "set", "sg-br", "up", ns=host)
@@ -161,31 +125,13 @@ def bridge(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Bridge]:
         lab.route(up, "default", "via", "10.246.0.1")
         lab.route(up, "default", "via", "fd00:246::1")
         lab.forwarding(host)
-        upstream = subprocess.Popen(
-            ["ip", "netns", "exec", up, sys.executable, "-c", UPSTREAM.format(
-                tests=str(ROOT / "tests"), cert=str(ca.ca_pem), key=str(tmp / "ca-key.pem"), up=[UP, UP6],
-                record=str(record))],
-            stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
-        )  # fmt: skip
-        assert upstream.stdout is not None and upstream.stdout.readline().strip() == "ready"
+        key = tmp / "ca-key.pem"
+        st.process(upstream_argv(up, st.ca.ca_pem, key, ["api.test", "api6.test"], [UP, UP6], record))
         tport = free_port()
-        proxy = NsProxy(
-            host, tmp / "rules.yaml", tmp, upstream_ca=ca.ca_pem, resolve={"api.test": UP, "api6.test": UP6}
-        )
-        proxy.args += ["--transparent", f"[::]:{tport}"]
-        proxy.start()
+        transparent = ["--transparent", f"[::]:{tport}"]
+        pins = {"api.test": UP, "api6.test": UP6}
+        proxy = st.proxy(text, pins, cls=partial(NsProxy, host), args=transparent)
         yield Bridge(lab, host, sa, sb, port_a, port_b, proxy, tport, secret, record)
-    finally:
-        if proxy is not None:
-            proxy.stop()
-        if upstream is not None:
-            if upstream.stdin:
-                upstream.stdin.close()
-            upstream.wait(timeout=30)
-            if upstream.stdout:
-                upstream.stdout.close()
-        lab.teardown()
-    canary.assert_absent({"spoof proxy artifacts": proxy.audit_path.read_bytes() + proxy.stderr().encode()})
 
 
 def load_all(b: Bridge, tool: str, *, port_a_rules: bool = True) -> None:

@@ -12,6 +12,7 @@ from pathlib import Path
 
 import httpx
 import pytest
+from _env import env_rules
 from harness import Env
 
 pytestmark = pytest.mark.e2e
@@ -42,30 +43,18 @@ def hooked(env: Env) -> Iterator[Path]:
         script.write_text(f"#!{sys.executable}\n" + textwrap.dedent(text))
         script.chmod(0o755)
     stdin_file = tmp / "hook-stdin.json"
-    hooks = textwrap.indent(
-        textwrap.dedent(
-            f"""\
-            hooks:
-              - host: api.test
-                methods: [POST]
-                paths: [/hook/ok]
-                command: [./hook-ok.py, {stdin_file}, {env.secret_file}]
-              - host: api.test
-                paths: [/hook/slow]
-                command: [./hook-slow.py]
-                timeout: 0.5
-              - host: api.test
-                paths: [/hook/bad]
-                command: [./hook-bad.py]
-              - host: api.test
-                paths: [/hook/fails]
-                command: [./hook-fails.py]
-            """
-        ),
-        "    ",
-    )
-    rules = env.proxy.rules.read_text()
-    env.proxy.rules.write_text(rules.replace("claims:\n", hooks + "claims:\n", 1))
+    hooks = [
+        {
+            "host": "api.test",
+            "methods": ["POST"],
+            "paths": ["/hook/ok"],
+            "command": ["./hook-ok.py", str(stdin_file), str(env.secret_file)],
+        },
+        {"host": "api.test", "paths": ["/hook/slow"], "command": ["./hook-slow.py"], "timeout": 0.5},
+        {"host": "api.test", "paths": ["/hook/bad"], "command": ["./hook-bad.py"]},
+        {"host": "api.test", "paths": ["/hook/fails"], "command": ["./hook-fails.py"]},
+    ]
+    env.proxy.rules.write_text(env_rules(env.upstream.port, hooks=hooks))
     env.proxy.wait_event(event="reload", outcome="applied", timeout=10)
     return stdin_file
 

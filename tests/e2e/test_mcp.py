@@ -12,7 +12,6 @@ import socket
 import ssl
 import subprocess
 import sys
-import textwrap
 import time
 from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass, field
@@ -25,6 +24,7 @@ from harness import ROOT, ProxyProcess, free_port
 from mcp import ClientSession
 from mcp.client.streamable_http import streamable_http_client
 from servers import TestCA
+from world import Stage, credential, egress, rules
 
 pytestmark = pytest.mark.e2e
 PH = "surr_McpServerPlaceholder0001"
@@ -96,45 +96,18 @@ def stop_server(proc: subprocess.Popen[bytes]) -> None:
 
 @pytest.fixture
 def world(tmp_path: Path) -> Iterator[World]:
-    ca = TestCA(tmp_path)
-    secret = canary.make("mcp")
-    canary.source(tmp_path / "secret", secret)
-    canary.exempt(tmp_path / "auth.log")  # the MCP server's record of the Authorization it got
-    (tmp_path / "token").write_text("tok")
-    port = free_port()
-    (tmp_path / "rules.yaml").write_text(
-        textwrap.dedent(f"""\
-        version: 1
-        pools:
-          p:
-            egress:
-              - host: {HOST}
-                ports: [{port}]
-        claims:
-          - id: c
-            pool: p
-            proxy_token: file:token
-            credentials:
-              - name: mcp
-                value: file:secret
-                placeholder: {PH}
-                hosts: [{HOST}]
-        """)
-    )
-    server = start_server(tmp_path, ca, port)
-    try:
-        proxy = ProxyProcess(
-            tmp_path / "rules.yaml", tmp_path, upstream_ca=ca.ca_pem, resolve={HOST: "127.0.0.1"}
-        ).start()
-        try:
-            yield World(proxy, port, secret, tmp_path / "auth.log", tmp_path / "release")
-        finally:
-            proxy.stop()
-    finally:
-        stop_server(server)
-    canary.assert_absent(
-        {"audit file and proxy stderr": proxy.audit_path.read_bytes() + proxy.stderr().encode()}, [secret]
-    )
+    with Stage(tmp_path) as st:
+        secret = st.secret("mcp", file="secret")
+        canary.exempt(tmp_path / "auth.log")  # the MCP server's record of the Authorization it got
+        st.token("tok", newline=False)
+        port = free_port()
+        text = rules(
+            [egress(HOST, port)], claim_id="c", credentials=[credential("mcp", PH, [HOST], "file:secret")]
+        )
+        server = start_server(tmp_path, st.ca, port)
+        st.defer(stop_server, server)
+        proxy = st.proxy(text, [HOST])
+        yield World(proxy, port, secret, tmp_path / "auth.log", tmp_path / "release")
 
 
 @dataclass

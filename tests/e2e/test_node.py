@@ -13,7 +13,6 @@ import shutil
 import signal
 import subprocess
 import sys
-import textwrap
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -23,33 +22,16 @@ from typing import Any
 import httpx
 import pytest
 from harness import ROOT, ProxyProcess, free_port
-from servers import TestCA, Upstream
+from servers import Upstream
+from world import Stage, claim, egress, rules
 
 pytestmark = pytest.mark.e2e
 
 OPERATOR = "operator-token-" + secrets.token_hex(8)
 
 
-def write_rules(tmp: Path, port: int) -> Path:
-    (tmp / "token1").write_text("node-test-token-1\n")
-    rules = tmp / "rules.yaml"
-    rules.write_text(
-        textwrap.dedent(
-            f"""\
-            version: 1
-            pools:
-              p:
-                egress:
-                  - host: api.test
-                    ports: [{port}]
-            claims:
-              - id: c1
-                pool: p
-                proxy_token: file:token1
-            """
-        )
-    )
-    return rules
+def _rules(port: int) -> str:
+    return rules([egress("api.test", port)], claims=[claim("c1", token="file:token1")])
 
 
 def api(socket_path: Path) -> httpx.Client:
@@ -115,42 +97,37 @@ class Fleet:
 
 @pytest.fixture(scope="module")
 def fleet(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Fleet]:
-    tmp = tmp_path_factory.mktemp("fleet")
-    ca = TestCA(tmp)
-    upstream = Upstream(ca, ["api.test"], tmpdir=tmp).start()
-    rules = write_rules(tmp, upstream.port)
-    (tmp / "operator").write_text(OPERATOR + "\n")
-    resolve = {"api.test": "127.0.0.1"}
-    a = ProxyProcess(rules, tmp / "a", upstream_ca=ca.ca_pem, resolve=resolve, workers=1)
-    b = ProxyProcess(rules, tmp / "b", upstream_ca=ca.ca_pem, resolve=resolve, workers=2)
-    tcp = free_port()
-    a.args += [
-        "--node",
-        "node-a",
-        "--control-tcp",
-        f"127.0.0.1:{tcp}",
-        "--control-token-file",
-        str(tmp / "operator"),
-    ]
-    b.args += ["--node", "node-b.example_1"]
-    control_dir = tmp / "ctl"
-    args = [sys.executable, "-m", "proxy", "control", "--rules", str(rules), "--node", "ctl-1"]
-    args += ["--state-dir", str(control_dir / "state"), "--audit-file", str(control_dir / "audit.jsonl")]
-    control = subprocess.Popen(args, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    try:
+    with Stage(tmp_path_factory.mktemp("fleet")) as st:
+        tmp = st.tmp
+        upstream = st.upstream(["api.test"])
+        st.token("node-test-token-1", file="token1")
+        path = st.write(_rules(upstream.port))
+        st.token(OPERATOR, file="operator")
+        control_dir = tmp / "ctl"
+        args = [sys.executable, "-m", "proxy", "control", "--rules", str(path), "--node", "ctl-1"]
+        args += ["--state-dir", str(control_dir / "state"), "--audit-file", str(control_dir / "audit.jsonl")]
+        control = subprocess.Popen(args, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        st.defer(_stop, control)
+        tcp = free_port()
+        a_args = ["--node", "node-a", "--control-tcp", f"127.0.0.1:{tcp}"]
+        a_args += ["--control-token-file", str(tmp / "operator")]
+        (tmp / "a").mkdir()
+        (tmp / "b").mkdir()
+        a = st.proxy(path, ["api.test"], workdir=tmp / "a", workers=1, start=False, args=a_args)
+        b = st.proxy(
+            path, ["api.test"], workdir=tmp / "b", workers=2, start=False, args=["--node", "node-b.example_1"]
+        )
         for node in (a, b):
-            node.workdir.mkdir()
             node.start()
             wait_socket(node.state_dir / "control.sock")
         wait_socket(control_dir / "state" / "control.sock")
         yield Fleet(a, b, upstream, control, control_dir, tcp)
-    finally:
-        for node in (a, b):
-            node.stop()
-        if control.poll() is None:
-            os.kill(control.pid, signal.SIGTERM)
-            control.wait(timeout=10)
-        upstream.stop()
+
+
+def _stop(proc: subprocess.Popen[bytes]) -> None:
+    if proc.poll() is None:
+        os.kill(proc.pid, signal.SIGTERM)
+        proc.wait(timeout=10)
 
 
 def test_every_event_says_which_node_wrote_it(fleet: Fleet) -> None:
@@ -229,7 +206,7 @@ def test_readyz_on_the_tcp_listener_needs_no_token_and_the_rest_still_does(fleet
 
 
 def _run(tmp: Path, *extra: str, wrap: list[str] | None = None) -> subprocess.CompletedProcess[str]:
-    (tmp / "rules.yaml").write_text("version: 1\npools:\n  p:\n    egress: []\n")
+    (tmp / "rules.yaml").write_text(rules(claims=[]))
     cmd = [
         sys.executable,
         "-m",
@@ -273,7 +250,7 @@ def test_a_host_name_that_is_no_node_name_asks_for_node(tmp_path: Path) -> None:
 def test_without_node_the_host_name_names_the_node(tmp_path: Path) -> None:
     """Run in a UTS namespace whose host name is ``ns-host-1``: readiness, metrics and a control
     event all say that name."""
-    (tmp_path / "rules.yaml").write_text("version: 1\npools:\n  p:\n    egress: []\n")
+    (tmp_path / "rules.yaml").write_text(rules(claims=[]))
     rename = "import os, socket, sys; socket.sethostname('ns-host-1'); os.execv(sys.argv[1], sys.argv[1:])"
     cmd = ["unshare", "--uts", sys.executable, "-c", rename, sys.executable, "-m", "proxy", "run"]
     cmd += ["--rules", str(tmp_path / "rules.yaml"), "--state-dir", str(tmp_path / "s"), "--workers", "1"]

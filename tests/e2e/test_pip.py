@@ -10,10 +10,8 @@ from __future__ import annotations
 
 import base64
 import os
-import secrets
 import subprocess
 import sys
-import textwrap
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -21,7 +19,7 @@ from pathlib import Path
 import pytest
 from _pkgindex import PackageIndex, Wheel, build_wheel
 from harness import ProxyProcess
-from servers import TestCA
+from world import Stage, credential, egress, rules
 
 pytestmark = pytest.mark.e2e
 PH = "surr_PipIndexPlaceholder00001"
@@ -39,41 +37,19 @@ class World:
 
 @pytest.fixture
 def world(tmp_path: Path) -> Iterator[World]:
-    ca = TestCA(tmp_path)
-    secret = f"CANARYpip{secrets.token_hex(12)}"
-    (tmp_path / "secret").write_text(secret)
-    (tmp_path / "token").write_text("tok")
-    wheel = build_wheel(
-        "surrogate-e2e-demo", "0.1", "surrogate_e2e_demo", 'GREETING = "installed via surrogate"\n'
-    )
-    with PackageIndex(ca, HOST, password=secret, wheels=[wheel]) as index:
-        (tmp_path / "rules.yaml").write_text(
-            textwrap.dedent(f"""\
-            version: 1
-            pools:
-              p:
-                egress:
-                  - host: {HOST}
-                    ports: [{index.port}]
-            claims:
-              - id: c
-                pool: p
-                proxy_token: file:token
-                credentials:
-                  - name: pkgs
-                    value: file:secret
-                    placeholder: {PH}
-                    hosts: [{HOST}]
-            """)
+    with Stage(tmp_path) as st:
+        secret = st.secret("pkgs", tag="pip", file="secret")
+        st.token("tok", newline=False)
+        wheel = build_wheel(
+            "surrogate-e2e-demo", "0.1", "surrogate_e2e_demo", 'GREETING = "installed via surrogate"\n'
         )
-        proxy = ProxyProcess(
-            tmp_path / "rules.yaml", tmp_path, upstream_ca=ca.ca_pem, resolve={HOST: "127.0.0.1"}
-        ).start()
-        try:
-            yield World(proxy, index, wheel, secret)
-        finally:
-            proxy.stop()
-    assert secret not in proxy.audit_path.read_text() + proxy.stderr()
+        index = st.enter(PackageIndex(st.ca, HOST, password=secret, wheels=[wheel]))
+        text = rules(
+            [egress(HOST, index.port)],
+            claim_id="c",
+            credentials=[credential("pkgs", PH, [HOST], "file:secret")],
+        )
+        yield World(st.proxy(text, [HOST]), index, wheel, secret)
 
 
 def clean_env(home: Path) -> dict[str, str]:

@@ -17,6 +17,7 @@ import httpx
 import pytest
 from harness import Env
 from servers import README_TEXT
+from world import control
 
 pytestmark = pytest.mark.e2e
 
@@ -342,8 +343,7 @@ def test_http1_client_hanging_up_is_client_closed_too(env: Env) -> None:
 
 def test_zz_metrics_moved_with_the_traffic_above(env: Env) -> None:
     """Scraped from the control socket after this module's traffic (runs last)."""
-    transport = httpx.HTTPTransport(uds=str(env.proxy.state_dir / "control.sock"))
-    with httpx.Client(transport=transport, base_url="http://control") as api:
+    with control(env.proxy) as api:
         text = api.get("/metrics").text
 
     def value(sample: str) -> float:

@@ -19,17 +19,16 @@ import secrets
 import socket
 import ssl
 import subprocess
-import textwrap
 import threading
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 
-import canary
 import grpc
 import http_sf
 import pytest
 from harness import ProxyProcess, free_port
 from servers import TestCA, Upstream
+from world import Stage, claim, credential, egress, rules
 
 from proxy.core import refusals as table
 
@@ -100,67 +99,34 @@ class World:
         return done
 
 
-def rules(port: int, dead: int, hangup: int, own: int) -> str:
-    return textwrap.dedent(f"""\
-        version: 1
-        pools:
-          p:
-            egress:
-              - host: api.test
-                ports: [{port}]
-                methods: [GET]
-                paths: ["/v1"]
-              - host: dead.test
-                ports: [{dead}]
-              - host: mismatch.test
-                ports: [{port}]
-              - host: hangup.test
-                ports: [{hangup}]
-              - host: 127.0.0.1
-                ports: [{port}]
-              - host: own.test
-                ports: [{own}]
-        claims:
-          - id: agent
-            pool: p
-            proxy_token: file:token
-            credentials:
-              - name: api
-                value: file:secret
-                placeholder: {PH}
-                hosts: [api.test, hangup.test]
-        """)
+def _rules(port: int, dead: int, hangup: int, own: int) -> str:
+    return rules(
+        [
+            egress("api.test", port, methods=["GET"], paths=["/v1"]),
+            egress("dead.test", dead),
+            egress("mismatch.test", port),
+            egress("hangup.test", hangup),
+            egress("127.0.0.1", port),
+            egress("own.test", own),
+        ],
+        claims=[claim("agent", [credential("api", PH, ["api.test", "hangup.test"], "file:secret")])],
+    )
 
 
 @pytest.fixture(scope="module")
 def world(tmp_path_factory: pytest.TempPathFactory) -> Iterator[World]:
-    tmp = tmp_path_factory.mktemp("refusals")
-    secret, token = canary.make("refusals"), "agent-" + secrets.token_hex(8)
-    canary.source(tmp / "secret", secret)
-    (tmp / "token").write_text(token)
-    ca = TestCA(tmp)
-    upstream = Upstream(ca, ["api.test"], tmpdir=tmp).start()
-    hangup = Hangup(ca, secret)
-    dead = free_port()  # nothing listens there: connection refused
-    pins = {n: "127.0.0.1" for n in ("api.test", "dead.test", "mismatch.test", "hangup.test", "own.test")}
-    proxy = ProxyProcess(tmp / "rules.yaml", tmp, upstream_ca=ca.ca_pem, resolve=pins)
-    (tmp / "rules.yaml").write_text(rules(upstream.port, dead, hangup.port, proxy.port))
-    w = World(proxy, upstream, token, secret, dead, hangup.port)
-    try:
+    with Stage(tmp_path_factory.mktemp("refusals")) as st:
+        secret = st.secret("api", tag="refusals", file="secret")
+        token = st.token("agent-" + secrets.token_hex(8), newline=False)
+        upstream = st.upstream(["api.test"])
+        hangup = Hangup(st.ca, secret)
+        st.defer(hangup.stop)
+        dead = free_port()  # nothing listens there: connection refused
+        pins = ["api.test", "dead.test", "mismatch.test", "hangup.test", "own.test"]
+        proxy = st.proxy(st.write(""), pins, start=False)
+        proxy.rules.write_text(_rules(upstream.port, dead, hangup.port, proxy.port))
         proxy.start()
-        yield w
-    finally:
-        proxy.stop()
-        upstream.stop()
-        hangup.stop()
-    canary.assert_absent(
-        {
-            "client-received bytes": b"".join(w.received),
-            "audit file": proxy.audit_path.read_bytes() if proxy.audit_path.exists() else b"",
-            "proxy stderr": proxy.stderr_path.read_bytes(),
-        },
-        [secret],
-    )
+        yield World(proxy, upstream, token, secret, dead, hangup.port, st.received)
 
 
 def _heads(stderr: bytes) -> list[str]:

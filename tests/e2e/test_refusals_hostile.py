@@ -15,7 +15,6 @@ import secrets
 import socket
 import ssl
 import subprocess
-import textwrap
 import threading
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -26,6 +25,7 @@ import http_sf
 import pytest
 from harness import Env, ProxyProcess, free_port
 from servers import TestCA
+from world import Stage, claim, credential, egress, rules
 
 pytestmark = pytest.mark.e2e
 
@@ -190,55 +190,18 @@ class LiarWorld:
 
 @pytest.fixture(scope="module")
 def liar(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LiarWorld]:
-    tmp = tmp_path_factory.mktemp("liar")
-    secret, token = canary.make("liar"), secrets.token_hex(8)
-    canary.source(tmp / "secret", secret)
-    (tmp / "token").write_text(token)
-    ca = TestCA(tmp)
-    server = Liar(ca, secret)
-    dead = free_port()  # nothing listens there: connection refused
-    (tmp / "rules.yaml").write_text(
-        textwrap.dedent(f"""\
-            version: 1
-            pools:
-              p:
-                egress:
-                  - host: liar.test
-                    ports: [{server.port}]
-                  - host: dead.test
-                    ports: [{dead}]
-            claims:
-              - id: agent
-                pool: p
-                proxy_token: file:token
-                credentials:
-                  - name: api
-                    value: file:secret
-                    placeholder: {PH}
-                    hosts: [liar.test, dead.test]
-            """)
-    )
-    proxy = ProxyProcess(
-        tmp / "rules.yaml",
-        tmp,
-        upstream_ca=ca.ca_pem,
-        resolve={"liar.test": "127.0.0.1", "dead.test": "127.0.0.1"},
-    )
-    w = LiarWorld(proxy, server, token, secret, dead)
-    try:
-        proxy.start()
-        yield w
-    finally:
-        proxy.stop()
-        server.stop()
-    canary.assert_absent(
-        {
-            "client-received bytes": b"".join(w.received),
-            "audit file": proxy.audit_path.read_bytes() if proxy.audit_path.exists() else b"",
-            "proxy stderr": proxy.stderr_path.read_bytes(),
-        },
-        [secret],
-    )
+    with Stage(tmp_path_factory.mktemp("liar")) as st:
+        secret = st.secret("api", tag="liar", file="secret")
+        token = st.token(secrets.token_hex(8), newline=False)
+        server = Liar(st.ca, secret)
+        st.defer(server.stop)
+        dead = free_port()  # nothing listens there: connection refused
+        text = rules(
+            [egress("liar.test", server.port), egress("dead.test", dead)],
+            claims=[claim("agent", [credential("api", PH, ["liar.test", "dead.test"], "file:secret")])],
+        )
+        proxy = st.proxy(text, ["liar.test", "dead.test"])
+        yield LiarWorld(proxy, server, token, secret, dead, st.received)
 
 
 PH = "surr_RefusalsHostilePlaceholder1"

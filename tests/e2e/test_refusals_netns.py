@@ -10,13 +10,14 @@ from __future__ import annotations
 
 import json
 import secrets
-import textwrap
 from collections.abc import Iterator
 from dataclasses import dataclass
+from functools import partial
 
 import http_sf
 import pytest
 from _netns import Lab, NsProxy, missing, sh
+from world import Stage, claim, egress, rules
 
 pytestmark = pytest.mark.e2e
 
@@ -35,26 +36,11 @@ def net(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Net]:
     why = missing()
     if why is not None:
         pytest.skip(why)
-    tmp = tmp_path_factory.mktemp("refusals-netns")
-    token = secrets.token_hex(8)
-    (tmp / "token").write_text(token)
-    rules = tmp / "rules.yaml"
-    rules.write_text(
-        textwrap.dedent("""\
-            version: 1
-            pools:
-              p:
-                egress:
-                  - host: dropped.test
-                  - host: nobody.test
-            claims:
-              - id: agent
-                pool: p
-                proxy_token: file:token
-            """)
-    )
-    lab = Lab()
-    try:
+    with Stage(tmp_path_factory.mktemp("refusals-netns")) as st:
+        token = st.token(secrets.token_hex(8), newline=False)
+        text = rules([egress("dropped.test"), egress("nobody.test")], claims=[claim("agent")])
+        lab = Lab()
+        st.defer(lab.teardown)
         host, void = lab.add("host"), lab.add("void")
         lab.link(host, "sg-h0", void, "sg-v0")
         lab.addr(host, "sg-h0", "10.245.9.1/24")
@@ -63,14 +49,8 @@ def net(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Net]:
         sh("sysctl", "-qw", "net.ipv4.tcp_syn_retries=1", ns=host)
         sh("ip", "route", "add", "unreachable", "10.245.10.0/24", ns=host)
         pins = {"dropped.test": DROPPED, "nobody.test": NOBODY}  # the operator's: not checked
-        proxy = NsProxy(host, rules, tmp, resolve=pins)
-        proxy.start()
-        try:
-            yield Net(lab, proxy, token)
-        finally:
-            proxy.stop()
-    finally:
-        lab.teardown()
+        proxy = st.proxy(text, pins, upstream_ca=None, cls=partial(NsProxy, host))
+        yield Net(lab, proxy, token)
 
 
 def _curl(net: Net, url: str) -> tuple[list[str], bytes]:

@@ -7,7 +7,6 @@ import json
 import os
 import signal
 import ssl
-import textwrap
 import time
 from pathlib import Path
 
@@ -15,25 +14,13 @@ import httpx
 import pytest
 from harness import ROOT, ProxyProcess
 from jsonschema import Draft202012Validator
-from servers import TestCA, Upstream
+from world import Stage, claim, dump, egress, rules
 
 pytestmark = pytest.mark.e2e
 
 
-def rules(port: int, paths: str) -> str:
-    return textwrap.dedent(f"""\
-        version: 1
-        pools:
-          p:
-            egress:
-              - host: api.test
-                ports: [{port}]
-                paths: {paths}
-        claims:
-          - id: c
-            pool: p
-            proxy_token: file:token
-        """)
+def _rules(port: int, paths: list[str], **pool: object) -> str:
+    return rules([egress("api.test", port, paths=paths)], pool_extra=pool, claims=[claim("c")])
 
 
 def wait_reload(proxy: ProxyProcess, count: int) -> list[dict]:
@@ -47,20 +34,18 @@ def wait_reload(proxy: ProxyProcess, count: int) -> list[dict]:
 
 
 def test_reload_on_change_and_on_sighup(tmp_path: Path) -> None:
-    ca = TestCA(tmp_path)
-    upstream = Upstream(ca, ["api.test"], tmpdir=tmp_path).start()
-    (tmp_path / "token").write_text("tok")
-    path = tmp_path / "rules.yaml"
-    path.write_text(rules(upstream.port, '["/"]'))
-    proxy = ProxyProcess(path, tmp_path, upstream_ca=ca.ca_pem, resolve={"api.test": "127.0.0.1"}).start()
-    try:
+    with Stage(tmp_path) as st:
+        st.token("tok", newline=False)
+        upstream = st.upstream(["api.test"])
+        proxy = st.proxy(_rules(upstream.port, ["/"]), ["api.test"])
+        path = proxy.rules
         ctx = ssl.create_default_context(cafile=proxy.ca_pem)
         with httpx.Client(proxy=proxy.url("c", "tok"), verify=ctx, timeout=10) as client:
             url = f"https://api.test:{upstream.port}"
             assert client.get(f"{url}/admin/1").status_code == 200
             before = upstream.connections
 
-            path.write_text(rules(upstream.port, '["/v1"]'))  # valid: narrows the paths
+            path.write_text(_rules(upstream.port, ["/v1"]))  # valid: narrows the paths
             [applied] = wait_reload(proxy, 1)
             assert (applied["outcome"], applied["trigger"], applied["problems"]) == (
                 "applied",
@@ -71,7 +56,7 @@ def test_reload_on_change_and_on_sighup(tmp_path: Path) -> None:
             assert r.status_code == 403 and r.json()["error"] == "path_not_allowed"
             assert client.get(f"{url}/v1/ok").status_code == 200
 
-            path.write_text(rules(upstream.port, '["/v1"]') + "    colour: red\n")  # invalid
+            path.write_text(_rules(upstream.port, ["/v1"]) + "    colour: red\n")  # invalid
             rejected = wait_reload(proxy, 2)[1]
             assert rejected["outcome"] == "rejected"
             assert any("unknown field 'colour'" in p for p in rejected["problems"])
@@ -79,7 +64,7 @@ def test_reload_on_change_and_on_sighup(tmp_path: Path) -> None:
             assert client.get(f"{url}/v1/still").status_code == 200  # old rules in force
             assert client.get(f"{url}/admin/3").status_code == 403
 
-            path.write_text(rules(upstream.port, '["/"]'))
+            path.write_text(_rules(upstream.port, ["/"]))
             wait_reload(proxy, 3)
             assert proxy.proc is not None
             os.kill(proxy.proc.pid, signal.SIGHUP)
@@ -90,19 +75,13 @@ def test_reload_on_change_and_on_sighup(tmp_path: Path) -> None:
         validator = Draft202012Validator(schema, format_checker=Draft202012Validator.FORMAT_CHECKER)
         for event in proxy.audit_events():
             validator.validate(event)  # reload events included
-    finally:
-        proxy.stop()
-        upstream.stop()
 
 
 def test_report_mode_allows_and_audits_would_deny(tmp_path: Path) -> None:
-    ca = TestCA(tmp_path)
-    upstream = Upstream(ca, ["api.test"], tmpdir=tmp_path).start()
-    (tmp_path / "token").write_text("tok")
-    path = tmp_path / "rules.yaml"
-    path.write_text(rules(upstream.port, '["/v1"]').replace("  p:\n", "  p:\n    report: true\n"))
-    proxy = ProxyProcess(path, tmp_path, upstream_ca=ca.ca_pem, resolve={"api.test": "127.0.0.1"}).start()
-    try:
+    with Stage(tmp_path) as st:
+        st.token("tok", newline=False)
+        upstream = st.upstream(["api.test"])
+        proxy = st.proxy(_rules(upstream.port, ["/v1"], report=True), ["api.test"])
         ctx = ssl.create_default_context(cafile=proxy.ca_pem)
         with httpx.Client(proxy=proxy.url("c", "tok"), verify=ctx, timeout=10) as client:
             assert client.get(f"https://api.test:{upstream.port}/admin/report").status_code == 200
@@ -110,36 +89,20 @@ def test_report_mode_allows_and_audits_would_deny(tmp_path: Path) -> None:
         reported = proxy.wait_event(path="/admin/report")
         assert (reported["decision"], reported["would_deny"]) == ("allow", "path_not_allowed")
         assert proxy.wait_event(path="/v1/fine")["would_deny"] is None
-    finally:
-        proxy.stop()
-        upstream.stop()
 
 
 def test_a_file_written_in_two_parts_is_applied_only_whole(tmp_path: Path) -> None:
     """Regression (issue 20, item 10): the watcher applied the first half of a two-part write, a
     valid file whose rule, cut after its ``ports:``, allowed every method and path."""
-    ca = TestCA(tmp_path)
-    upstream = Upstream(ca, ["api.test"], tmpdir=tmp_path).start()
-    (tmp_path / "token").write_text("tok")
-    whole = textwrap.dedent(f"""\
-        version: 1
-        claims:
-          - id: c
-            pool: p
-            proxy_token: file:token
-        pools:
-          p:
-            egress:
-              - host: api.test
-                ports: [{upstream.port}]
-                methods: [GET]
-                paths: ["/public"]
-        """)
-    cut = whole.rindex("\n", 0, whole.index("methods:")) + 1  # after the rule's ports: line
-    path = tmp_path / "rules.yaml"
-    path.write_text(whole)
-    proxy = ProxyProcess(path, tmp_path, upstream_ca=ca.ca_pem, resolve={"api.test": "127.0.0.1"}).start()
-    try:
+    with Stage(tmp_path) as st:
+        st.token("tok", newline=False)
+        upstream = st.upstream(["api.test"])
+        # claims first: the file cut after the rule's ports is itself a valid one
+        rule = egress("api.test", upstream.port, methods=["GET"], paths=["/public"])
+        whole = dump({"version": 1, "claims": [claim("c")], "pools": {"p": {"egress": [rule]}}})
+        cut = whole.rindex("\n", 0, whole.index("methods:")) + 1  # after the rule's ports: line
+        proxy = st.proxy(whole, ["api.test"])
+        path = proxy.rules
         ctx = ssl.create_default_context(cafile=proxy.ca_pem)
         with httpx.Client(proxy=proxy.url("c", "tok"), verify=ctx, timeout=10) as client:
             url = f"https://api.test:{upstream.port}"
@@ -157,6 +120,3 @@ def test_a_file_written_in_two_parts_is_applied_only_whole(tmp_path: Path) -> No
             assert client.get(f"{url}/public").status_code == 200
         assert not [r for r in upstream.requests if r.path == "/private"]
         assert len([e for e in proxy.audit_events() if e["event"] == "reload"]) == 1
-    finally:
-        proxy.stop()
-        upstream.stop()

@@ -23,7 +23,6 @@ import json
 import secrets
 import socket
 import ssl
-import textwrap
 import zlib
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
@@ -31,14 +30,13 @@ from pathlib import Path
 from typing import Any
 
 import brotli  # type: ignore[import-untyped]
-import canary
 import httpx
 import pytest
 from asgi_upstream import AsgiUpstream
 from backports import zstd
 from harness import ProxyProcess
 from raw_upstream import RawUpstream
-from servers import TestCA
+from world import Stage, claim, credential, egress, rules
 
 pytestmark = pytest.mark.e2e
 
@@ -83,67 +81,21 @@ class Env:
 
 @pytest.fixture(scope="module")
 def env(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Env]:
-    tmp = tmp_path_factory.mktemp("framing")
-    secret, token = canary.make("framing"), secrets.token_urlsafe(16)
-    canary.source(tmp / "secret", secret)
-    canary.source(tmp / "secret-blk", canary.make("framingblk"))
-    (tmp / "token").write_text(token + "\n")
-    ca = TestCA(tmp)
-    with RawUpstream(ca.ca, NAMES) as raw:
-        h2 = AsgiUpstream(ca.ca, NAMES, tmp, h2=True).start()
-        rules = tmp / "rules.yaml"
-        rules.write_text(
-            textwrap.dedent(f"""\
-            version: 1
-            pools:
-              p:
-                egress:
-                  - host: raw.test
-                    ports: [{raw.port}]
-                  - host: h2.test
-                    ports: [{h2.port}]
-            claims:
-              - id: blk
-                pool: p
-                proxy_token: file:token
-                credentials:
-                  - name: blk
-                    value: file:secret-blk
-                    placeholder: {P_BLK}
-                    hosts: [raw.test, h2.test]
-                    surfaces: [header]
-                    on_misplaced: block
-              - id: swp
-                pool: p
-                proxy_token: file:token
-                credentials:
-                  - name: svc
-                    value: file:secret
-                    placeholder: {P_SVC}
-                    hosts: [raw.test, h2.test]
-                    surfaces: [header, body]
-              - id: bare
-                pool: p
-                proxy_token: file:token
-                credentials: []
-            """)
+    with Stage(tmp_path_factory.mktemp("framing")) as st:
+        secret, token = st.secret("svc", tag="framing", file="secret"), st.token(secrets.token_urlsafe(16))
+        st.secret("blk", tag="framingblk")
+        raw = st.enter(RawUpstream(st.ca.ca, NAMES))
+        h2 = st.serve(AsgiUpstream(st.ca.ca, NAMES, st.tmp, h2=True))
+        both = ["raw.test", "h2.test"]
+        text = rules(
+            [egress("raw.test", raw.port), egress("h2.test", h2.port)],
+            claims=[
+                claim("blk", [credential("blk", P_BLK, both, surfaces=["header"], on_misplaced="block")]),
+                claim("swp", [credential("svc", P_SVC, both, "file:secret", surfaces=["header", "body"])]),
+                claim("bare"),
+            ],
         )
-        proxy = ProxyProcess(rules, tmp, upstream_ca=ca.ca_pem, resolve={n: "127.0.0.1" for n in NAMES})
-        e = Env(raw, h2, proxy, token, secret)
-        try:
-            proxy.start()
-            yield e
-        finally:
-            proxy.stop()
-            h2.stop()
-    canary.assert_absent(
-        {
-            "audit file": proxy.audit_path.read_bytes() if proxy.audit_path.exists() else b"",
-            "proxy stderr": proxy.stderr_path.read_bytes(),
-            "client-received bytes": b"".join(e.received),
-        },
-        [secret],
-    )
+        yield Env(raw, h2, st.proxy(text, NAMES), token, secret, st.received)
 
 
 def _decode(encoding: str, data: bytes) -> bytes:

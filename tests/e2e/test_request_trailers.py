@@ -18,12 +18,10 @@ import base64
 import secrets
 import socket
 import ssl
-import textwrap
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 
-import canary
 import h2.config
 import h2.connection
 import h2.events
@@ -31,7 +29,7 @@ import pytest
 from asgi_upstream import AsgiUpstream
 from harness import ProxyProcess
 from raw_upstream import RawUpstream
-from servers import TestCA
+from world import Stage, credential, egress, rules
 
 pytestmark = pytest.mark.e2e
 
@@ -67,54 +65,19 @@ class Env:
 
 @pytest.fixture(scope="module")
 def env(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Env]:
-    tmp = tmp_path_factory.mktemp("trailers")
-    secret, token = canary.make("trailers"), secrets.token_urlsafe(16)
-    canary.source(tmp / "secret", secret)
-    (tmp / "token").write_text(token + "\n")
-    ca = TestCA(tmp)
-    with RawUpstream(ca.ca, NAMES) as raw:
-        h2u = AsgiUpstream(ca.ca, NAMES, tmp, h2=True).start()
-        (tmp / "rules.yaml").write_text(
-            textwrap.dedent(f"""\
-            version: 1
-            pools:
-              p:
-                egress:
-                  - host: raw.test
-                    ports: [{raw.port}]
-                  - host: free.test
-                    ports: [{raw.port}]
-                  - host: h2.test
-                    ports: [{h2u.port}]
-            claims:
-              - id: c
-                pool: p
-                proxy_token: file:token
-                credentials:
-                  - name: svc
-                    value: file:secret
-                    placeholder: {PH}
-                    hosts: [raw.test, h2.test]
-                    surfaces: [header, body]
-            """)
+    with Stage(tmp_path_factory.mktemp("trailers")) as st:
+        secret = st.secret("svc", tag="trailers", file="secret")
+        token = st.token(secrets.token_urlsafe(16))
+        raw = st.enter(RawUpstream(st.ca.ca, NAMES))
+        h2u = st.serve(AsgiUpstream(st.ca.ca, NAMES, st.tmp, h2=True))
+        text = rules(
+            [egress("raw.test", raw.port), egress("free.test", raw.port), egress("h2.test", h2u.port)],
+            claim_id="c",
+            credentials=[
+                credential("svc", PH, ["raw.test", "h2.test"], "file:secret", surfaces=["header", "body"])
+            ],
         )
-        pins = {n: "127.0.0.1" for n in NAMES}
-        proxy = ProxyProcess(tmp / "rules.yaml", tmp, upstream_ca=ca.ca_pem, resolve=pins)
-        e = Env(raw, h2u, proxy, token, secret)
-        try:
-            proxy.start()
-            yield e
-        finally:
-            proxy.stop()
-            h2u.stop()
-    canary.assert_absent(
-        {
-            "audit file": proxy.audit_path.read_bytes() if proxy.audit_path.exists() else b"",
-            "proxy stderr": proxy.stderr_path.read_bytes(),
-            "client-received bytes": b"".join(e.received),
-        },
-        [secret],
-    )
+        yield Env(raw, h2u, st.proxy(text, NAMES), token, secret, st.received)
 
 
 TRAILERS = [(b"x-checksum", PH.encode()), (b"authorization", b"Bearer " + PH.encode())]

@@ -9,7 +9,6 @@ tests/canary.py knows."""
 
 from __future__ import annotations
 
-import asyncio
 import base64
 import contextlib
 import gzip
@@ -19,8 +18,6 @@ import secrets
 import socket
 import ssl
 import subprocess
-import textwrap
-import threading
 import time
 import zlib
 from collections.abc import Iterator
@@ -32,17 +29,17 @@ from urllib.parse import quote, quote_plus
 import brotli
 import canary
 import h11
-import httpx
 import pytest
 import wsproto
-from harness import ProxyProcess, free_port
+from harness import ProxyProcess
 from hypercorn_server import HypercornServer
 from rawserver import RawUpstream
 from servers import TestCA, echo_lines
-from websockets.asyncio.server import ServerConnection, serve
+from websockets.asyncio.server import ServerConnection
 from websockets.datastructures import Headers
 from websockets.http11 import Request, Response
 from websockets.sync.client import connect
+from world import Stage, WsServer, control, credential, egress, rules
 from wsproto import events as wse
 
 pytestmark = pytest.mark.e2e
@@ -75,20 +72,14 @@ class H2Trailers(HypercornServer):
         await send({"type": "http.response.trailers", "headers": trailers})
 
 
-class WsReflect:
+class WsReflect(WsServer):
     """A TLS WebSocket upstream that hands back the Authorization it got: in its 101 head (a
     header value, a header name), then on each client message as one text and one binary
     message holding every escaped form tests/servers.py ``echo_lines`` makes."""
 
     def __init__(self, ca: TestCA) -> None:
-        self.port = free_port()
-        self.ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
-        ca.ca.issue_cert("api.test").configure_cert(self.ctx)
+        super().__init__(ca, ["api.test"], process_response=self._head)
         self.auth: list[str] = []
-        self.loop = asyncio.new_event_loop()
-        self.stop_event: asyncio.Event | None = None
-        self.ready = threading.Event()
-        self.thread = threading.Thread(target=self.loop.run_until_complete, args=(self._main(),), daemon=True)
 
     @staticmethod
     def _head(conn: ServerConnection, request: Request, response: Response) -> Response:
@@ -99,7 +90,7 @@ class WsReflect:
         headers[f"X-{token}"] = "1"
         return Response(response.status_code, response.reason_phrase, headers, response.body)
 
-    async def _handler(self, ws: ServerConnection) -> None:
+    async def handler(self, ws: ServerConnection) -> None:
         auth = ws.request.headers.get("Authorization", "") if ws.request else ""
         self.auth.append(auth)
         lines = b"\n".join(echo_lines([("authorization", auth)], "/ws", b""))
@@ -122,23 +113,6 @@ class WsReflect:
                 continue
             await ws.send(lines.decode("utf-8", "replace"))
             await ws.send(b"\x00\x01binary:" + lines)
-
-    async def _main(self) -> None:
-        self.stop_event = asyncio.Event()
-        async with serve(self._handler, "127.0.0.1", self.port, ssl=self.ctx, process_response=self._head):
-            self.ready.set()
-            await self.stop_event.wait()
-
-    def __enter__(self) -> WsReflect:
-        self.thread.start()
-        assert self.ready.wait(10)
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        assert self.stop_event is not None
-        self.loop.call_soon_threadsafe(self.stop_event.set)
-        self.thread.join(10)
-        self.loop.close()
 
 
 @dataclass
@@ -381,68 +355,37 @@ def _unicode_body(s: str) -> bytes:
 
 @pytest.fixture(scope="module")
 def world(tmp_path_factory: pytest.TempPathFactory) -> Iterator[World]:
-    tmp = tmp_path_factory.mktemp("paths")
-    secret = canary.make("paths")
-    uni = canary.register(f"CANARYuni{secrets.token_hex(8)}äöü€𝄞")
-    canary.source(tmp / "secret", secret)
-    canary.source(tmp / "secret-uni", uni)
-    (tmp / "token").write_text("tok\n")
-    ca = TestCA(tmp)
-    raw = RawUpstream(ca, ["api.test"]).start()
-    raw.responses.update(_bodies(secret))
-    raw.responses.update(_hostile(secret))
-    raw.responses["/dribble"] = _dribble(secret)
-    raw.responses["/unicode"] = _unicode_body(uni)
-    raw.responses["/reflect-all"] = _reflect_all
-    raw.responses["/upload"] = b"HTTP/1.1 200 OK\r\nContent-Length: 4\r\n\r\ngot\n"
-    raw.responses["/ok"] = lambda req: (
-        b"HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\nContent-Length: 3\r\n\r\n"
-        + (b"" if req.startswith(b"HEAD ") else b"ok\n")
-    )
-    h2 = H2Trailers(ca, tmp, secret).start()
-    with WsReflect(ca) as ws:
-        (tmp / "rules.yaml").write_text(
-            textwrap.dedent(f"""\
-            version: 1
-            pools:
-              p:
-                egress:
-                  - host: api.test
-                    ports: [{raw.port}, {h2.port}, {ws.port}]
-            claims:
-              - id: c
-                pool: p
-                proxy_token: file:token
-                credentials:
-                  - name: resp
-                    value: file:secret
-                    placeholder: {PH}
-                    hosts: [api.test]
-                  - name: uni
-                    value: file:secret-uni
-                    placeholder: {PH_UNI}
-                    hosts: [api.test]
-                    headers: [X-Uni]  # not a default slot (proxy/core/slots.py)
-            """)
+    st = Stage(tmp_path_factory.mktemp("paths"))
+    with st:
+        secret = st.secret("resp", tag="paths", file="secret")
+        uni = canary.register(f"CANARYuni{secrets.token_hex(8)}äöü€𝄞")
+        canary.source(st.tmp / "secret-uni", uni)
+        st.watch(uni)
+        st.token("tok")
+        raw = st.serve(RawUpstream(st.ca, ["api.test"]))
+        raw.responses.update(_bodies(secret))
+        raw.responses.update(_hostile(secret))
+        raw.responses["/dribble"] = _dribble(secret)
+        raw.responses["/unicode"] = _unicode_body(uni)
+        raw.responses["/reflect-all"] = _reflect_all
+        raw.responses["/upload"] = b"HTTP/1.1 200 OK\r\nContent-Length: 4\r\n\r\ngot\n"
+        raw.responses["/ok"] = lambda req: (
+            b"HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\nContent-Length: 3\r\n\r\n"
+            + (b"" if req.startswith(b"HEAD ") else b"ok\n")
         )
-        proxy = ProxyProcess(
-            tmp / "rules.yaml", tmp, upstream_ca=ca.ca_pem, resolve={"api.test": "127.0.0.1"}
+        h2 = st.serve(H2Trailers(st.ca, st.tmp, secret))
+        ws = st.enter(WsReflect(st.ca))
+        text = rules(
+            [egress("api.test", ports=[raw.port, h2.port, ws.port])],
+            claim_id="c",
+            credentials=[
+                credential("resp", PH, ["api.test"], "file:secret"),
+                # X-Uni is not a default slot (proxy/core/slots.py)
+                credential("uni", PH_UNI, ["api.test"], headers=["X-Uni"]),
+            ],
         )
-        w = World(proxy, raw, h2, ws, secret, uni)
-        try:
-            proxy.start()
-            yield w
-        finally:
-            proxy.stop()
-            h2.stop()
-            raw.stop()
-    artifacts = {
-        "audit file": proxy.audit_path.read_bytes() if proxy.audit_path.exists() else b"",
-        "proxy stderr": proxy.stderr_path.read_bytes(),
-        "client-received bytes": b"".join(w.received),
-    }
-    canary.assert_absent(artifacts, [secret, uni])
-    found = [f"{what}: {name}" for what, data in artifacts.items() for v in (secret, uni)
+        yield World(st.proxy(text, ["api.test"]), raw, h2, ws, secret, uni, st.received)
+    found = [f"{what}: {name}" for what, data in st.artifacts().items() for v in (secret, uni)
              for name, form in _claimed(v).items() if form in data]  # fmt: skip
     assert not found, found
 
@@ -782,10 +725,7 @@ def test_a_value_rotated_while_a_websocket_is_open_is_scrubbed_on_it(world: Worl
     value reaches the upstream on another connection, and the upstream broadcasts it on the old
     one: it comes back as the placeholder there too (the claim is read as it is now)."""
     old, new = canary.make("wsrot"), canary.make("wsrot")
-    api = httpx.Client(
-        transport=httpx.HTTPTransport(uds=str(world.proxy.state_dir / "control.sock")), base_url="http://control"
-    )
-    with api:
+    with control(world.proxy) as api:
         token = api.post("/v1/claims", json={"id": "wsrot", "pool": "p"}).json()["proxy_token"]
         r = api.put("/v1/claims/wsrot/credentials/k", json={"hosts": ["api.test"], "value": old})
         assert r.status_code == 201, r.text
@@ -841,10 +781,7 @@ def test_a_value_rotated_while_an_sse_stream_is_open_is_scrubbed_in_it(world: Wo
     placeholder (the claim is read as it is now, each read)."""
     old, new = canary.make("sserot"), canary.make("sserot")
     _after_note(world)
-    api = httpx.Client(
-        transport=httpx.HTTPTransport(uds=str(world.proxy.state_dir / "control.sock")), base_url="http://control"
-    )
-    with api:
+    with control(world.proxy) as api:
         token = api.post("/v1/claims", json={"id": "sserot", "pool": "p"}).json()["proxy_token"]
         r = api.put("/v1/claims/sserot/credentials/k", json={"hosts": ["api.test"], "value": old})
         assert r.status_code == 201, r.text

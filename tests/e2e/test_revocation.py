@@ -9,33 +9,29 @@ import base64
 import os
 import socket
 import ssl
-import textwrap
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import httpx
 import pytest
 from harness import ProxyProcess
-from servers import TestCA, Upstream
+from servers import Upstream
 from test_reload import wait_reload
+from world import Stage, claim, credential, egress, rules
 
 pytestmark = pytest.mark.e2e
 
 
-def _rules(port: int, token_file: str, with_claim: bool = True) -> str:
-    text = textwrap.dedent(f"""\
-        version: 1
-        pools:
-          p:
-            egress:
-              - host: api.test
-                ports: [{port}]
-        """)
-    if with_claim:
-        text += f"claims:\n  - id: c\n    pool: p\n    proxy_token: file:{token_file}\n"
-    return text
+def _rules(
+    port: int, token_file: str, with_claim: bool = True, held: list[dict[str, Any]] | None = None
+) -> str:
+    """Pool ``p`` to api.test; claim ``c`` (unless not ``with_claim``) with token ``token_file``
+    holding the credentials ``held``."""
+    claims = [claim("c", held or [], token=f"file:{token_file}")] if with_claim else []
+    return rules([egress("api.test", port)], claims=claims)
 
 
 @dataclass
@@ -58,18 +54,11 @@ class Setup:
 
 @pytest.fixture
 def setup(tmp_path: Path) -> Iterator[Setup]:
-    ca = TestCA(tmp_path)
-    upstream = Upstream(ca, ["api.test"], tmpdir=tmp_path).start()
-    (tmp_path / "token").write_text("old-token-0001")
-    rules = tmp_path / "rules.yaml"
-    rules.write_text(_rules(upstream.port, "token"))
-    proxy = ProxyProcess(rules, tmp_path, upstream_ca=ca.ca_pem, resolve={"api.test": "127.0.0.1"})
-    try:
-        proxy.start()
-        yield Setup(tmp_path, upstream, proxy, rules)
-    finally:
-        proxy.stop()
-        upstream.stop()
+    with Stage(tmp_path) as st:
+        st.token("old-token-0001", newline=False)
+        upstream = st.upstream(["api.test"])
+        proxy = st.proxy(_rules(upstream.port, "token"), ["api.test"])
+        yield Setup(tmp_path, upstream, proxy, proxy.rules)
 
 
 def _replace(path: Path, text: str) -> None:
@@ -137,14 +126,9 @@ def test_a_claim_id_deleted_and_created_again_does_not_hand_the_old_tunnel_to_th
     next request carried the *new* tenant's credential, swapped in. A tunnel belongs to the
     claim that opened it: the next request in it is refused and the upstream never sees the
     new claim's secret."""
-    from test_control import World
+    from test_control import control_world
 
-    world = World(tmp_path)
-    try:
-        world.proxy.start()
-        deadline = time.monotonic() + 10
-        while not world.socket.exists() and time.monotonic() < deadline:
-            time.sleep(0.05)
+    with control_world(tmp_path) as world:
         with world.api() as api:
             old = api.post("/v1/claims", json={"id": "sb", "pool": "p"}).json()["proxy_token"]
             with world.client("sb", old) as client:
@@ -159,9 +143,6 @@ def test_a_claim_id_deleted_and_created_again_does_not_hand_the_old_tunnel_to_th
                 _refused_or_closed(client, world.url("/gen/2"), {"Authorization": f"Bearer {placeholder}"})
         assert [r.path for r in world.upstream.requests if r.path.startswith("/gen")] == ["/gen/1"]
         assert world.sent("/gen/2", "Authorization") == []
-    finally:
-        world.proxy.stop()
-        world.upstream.stop()
 
 
 def _refused_or_closed(client: httpx.Client, url: str, headers: dict[str, str]) -> None:
@@ -182,19 +163,13 @@ def test_every_multiplexed_http2_stream_of_a_revoked_tunnel_is_refused(tmp_path:
 
     from asgi_upstream import AsgiUpstream
 
-    ca = TestCA(tmp_path)
-    upstream = AsgiUpstream(ca.ca, ["api.test"], tmp_path, h2=True).start()
-    (tmp_path / "token").write_text("old-token-0001")
-    (tmp_path / "secret").write_text("not-a-canary-h2-value\n")
-    rules = tmp_path / "rules.yaml"
-    rules.write_text(
-        _rules(upstream.port, "token")
-        + "    credentials:\n      - name: k\n        value: file:secret\n"
-        + "        placeholder: surr_RevokedHttp2Placeholder1\n        hosts: [api.test]\n"
-    )
-    proxy = ProxyProcess(rules, tmp_path, upstream_ca=ca.ca_pem, resolve={"api.test": "127.0.0.1"})
-    try:
-        proxy.start()
+    with Stage(tmp_path) as st:
+        upstream = st.serve(AsgiUpstream(st.ca.ca, ["api.test"], tmp_path, h2=True))
+        st.token("old-token-0001", newline=False)
+        (tmp_path / "secret").write_text("not-a-canary-h2-value\n")
+        ph = "surr_RevokedHttp2Placeholder1"
+        text = _rules(upstream.port, "token", held=[credential("k", ph, ["api.test"], "file:secret")])
+        proxy = st.proxy(text, ["api.test"])
         from test_surfaces import _H2First  # httpx offers h2 second; mitmproxy takes the first
 
         verify = _H2First(ssl.PROTOCOL_TLS_CLIENT)
@@ -221,9 +196,6 @@ def test_every_multiplexed_http2_stream_of_a_revoked_tunnel_is_refused(tmp_path:
                 t.join()
         assert len(results) == 8 and 200 not in results, results
         assert [s.target for s in upstream.seen if s.target.startswith("/mux")] == ["/mux/0"]
-    finally:
-        proxy.stop()
-        upstream.stop()
 
 
 # -- hostile review (r5): requests sent without a CONNECT --------------------------------------
@@ -281,37 +253,26 @@ def test_a_stream_sent_without_connect_ends_when_its_claim_is_revoked(setup: Set
 
 def test_a_stream_sent_without_connect_ends_when_its_store_claim_is_deleted(tmp_path: Path) -> None:
     """The same for a control-API claim deleted while its absolute-form stream runs."""
-    from test_control import World
+    from test_control import control_world
 
-    world = World(tmp_path)
-    try:
-        world.proxy.start()
-        deadline = time.monotonic() + 10
-        while not world.socket.exists() and time.monotonic() < deadline:
-            time.sleep(0.05)
-        with world.api() as api:
-            token = api.post("/v1/claims", json={"id": "sd", "pool": "p"}).json()["proxy_token"]
-            sock = _stream_without_connect(world.proxy, world.upstream, "sd", token)
-            assert api.delete("/v1/claims/sd").status_code == 204
-        _ends_unfinished(sock, world.upstream)
-    finally:
-        world.upstream.sse_release.set()
-        world.proxy.stop()
-        world.upstream.stop()
+    with control_world(tmp_path) as world:
+        try:
+            with world.api() as api:
+                token = api.post("/v1/claims", json={"id": "sd", "pool": "p"}).json()["proxy_token"]
+                sock = _stream_without_connect(world.proxy, world.upstream, "sd", token)
+                assert api.delete("/v1/claims/sd").status_code == 204
+            _ends_unfinished(sock, world.upstream)
+        finally:
+            world.upstream.sse_release.set()
 
 
 def test_one_connection_without_connect_serves_one_claim(tmp_path: Path) -> None:
     """Review r5: absolute-form requests of two claims on one client connection shared its pinned
     addresses and upstream connections, checked for the first claim only. The second claim's
     request is refused (407, naming why) and reaches no upstream; a connection of its own works."""
-    from test_control import World
+    from test_control import control_world
 
-    world = World(tmp_path)
-    try:
-        world.proxy.start()
-        deadline = time.monotonic() + 10
-        while not world.socket.exists() and time.monotonic() < deadline:
-            time.sleep(0.05)
+    with control_world(tmp_path) as world:
         with world.api() as api:
             made = {c: api.post("/v1/claims", json={"id": c, "pool": "p"}) for c in "ab"}
             tokens = {c: r.json()["proxy_token"] for c, r in made.items()}
@@ -343,6 +304,3 @@ def test_one_connection_without_connect_serves_one_claim(tmp_path: Path) -> None
             assert request(sock, "b", "/switch/b-own").startswith(b"HTTP/1.1 200")
         paths = [r.path for r in world.upstream.requests if r.path.startswith("/switch")]
         assert paths == ["/switch/a", "/switch/b-own"]
-    finally:
-        world.proxy.stop()
-        world.upstream.stop()

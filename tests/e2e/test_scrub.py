@@ -19,6 +19,7 @@ from urllib.parse import quote, quote_plus
 
 import httpx
 import pytest
+from _env import env_rules
 from h2server import H2Echo
 from harness import Env
 
@@ -52,10 +53,7 @@ def h2(env: Env) -> Iterator[H2Echo]:
     """An HTTP/2 echo upstream for api.test, allowed by editing the rules file (reloaded live)."""
     assert env.ca is not None
     server = H2Echo(env.ca, ["api.test"], env.proxy.workdir).start()
-    rules = env.proxy.rules.read_text()
-    env.proxy.rules.write_text(
-        rules.replace(f"ports: [{env.upstream.port}]", f"ports: [{env.upstream.port}, {server.port}]")
-    )
+    env.proxy.rules.write_text(env_rules(env.upstream.port, more_ports=[server.port]))
     env.proxy.wait_event(event="reload", outcome="applied", timeout=10)
     try:
         yield server

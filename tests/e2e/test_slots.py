@@ -14,14 +14,13 @@ import base64
 import json
 import secrets
 import subprocess
-import textwrap
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 
-import canary
 import pytest
 from harness import ProxyProcess
-from servers import TestCA, Upstream
+from servers import Upstream
+from world import Stage, credential, egress, rules
 
 pytestmark = pytest.mark.e2e
 
@@ -59,61 +58,21 @@ class World:
 
 @pytest.fixture(scope="module")
 def world(tmp_path_factory: pytest.TempPathFactory) -> Iterator[World]:
-    tmp = tmp_path_factory.mktemp("slots")
-    token = "slots-token-" + secrets.token_hex(8)
-    (tmp / "token").write_text(token)
-    values = {name: canary.make(f"slots{name}") for name in ("svc", "named", "strict")}
-    for name, value in values.items():
-        canary.source(tmp / f"secret-{name}", value)
-    ca = TestCA(tmp)
-    upstream = Upstream(ca, ["api.test"], tmpdir=tmp).start()
-    rules = tmp / "rules.yaml"
-    rules.write_text(
-        textwrap.dedent(f"""\
-        version: 1
-        pools:
-          p:
-            egress:
-              - host: api.test
-                ports: [{upstream.port}]
-        claims:
-          - id: c1
-            pool: p
-            proxy_token: file:token
-            credentials:
-              - name: svc
-                value: file:secret-svc
-                placeholder: {PH}
-                hosts: [api.test]
-              - name: named
-                value: file:secret-named
-                placeholder: {PH_NAMED}
-                hosts: [api.test]
-                headers: [Cookie, X-Custom-Auth]
-                basic_parts: [user]
-              - name: strict
-                value: file:secret-strict
-                placeholder: {PH_BLOCK}
-                hosts: [api.test]
-                on_misplaced: block
-        """)
-    )
-    proxy = ProxyProcess(rules, tmp, upstream_ca=ca.ca_pem, resolve={"api.test": "127.0.0.1"})
-    w = World(upstream, proxy, token, values)
-    try:
-        proxy.start()
-        yield w
-    finally:
-        proxy.stop()
-        upstream.stop()
-    canary.assert_absent(
-        {
-            "client-received bytes": b"".join(w.received),
-            "audit file": proxy.audit_path.read_bytes() if proxy.audit_path.exists() else b"",
-            "proxy stderr": proxy.stderr_path.read_bytes(),
-        },
-        list(values.values()),
-    )
+    with Stage(tmp_path_factory.mktemp("slots")) as st:
+        token = st.token("slots-token-" + secrets.token_hex(8), newline=False)
+        values = {name: st.secret(name, tag=f"slots{name}") for name in ("svc", "named", "strict")}
+        upstream = st.upstream(["api.test"])
+        text = rules(
+            [egress("api.test", upstream.port)],
+            credentials=[
+                credential("svc", PH, ["api.test"]),
+                credential(
+                    "named", PH_NAMED, ["api.test"], headers=["Cookie", "X-Custom-Auth"], basic_parts=["user"]
+                ),
+                credential("strict", PH_BLOCK, ["api.test"], on_misplaced="block"),
+            ],
+        )
+        yield World(upstream, st.proxy(text, ["api.test"]), token, values, st.received)
 
 
 def _basic(userpass: str) -> str:

@@ -16,7 +16,6 @@ import hashlib
 import json
 import secrets
 import ssl
-import textwrap
 import zlib
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -30,8 +29,8 @@ import pytest
 from asgi_upstream import AsgiUpstream
 from backports import zstd
 from harness import ProxyProcess
-from servers import TestCA
 from test_audit_schema import validator
+from world import Stage, credential, egress, rules
 
 NAMES = ["api.test", "h1.test", "other.test"]
 P_SVC = "surr_SurfacesSvcPlaceholder01"  # header, basic, query, body; api.test and h1.test
@@ -69,86 +68,39 @@ class Env:
         return f"https://{host}:{port}{path}"
 
 
-def _rules(tmp: Path, h2_port: int, h1_port: int) -> Path:
-    rules = tmp / "rules.yaml"
-    rules.write_text(
-        textwrap.dedent(
-            f"""\
-            version: 1
-            pools:
-              p:
-                egress:
-                  - host: api.test
-                    ports: [{h2_port}]
-                  - host: other.test
-                    ports: [{h2_port}]
-                  - host: h1.test
-                    ports: [{h1_port}]
-            claims:
-              - id: c1
-                pool: p
-                proxy_token: file:token
-                credentials:
-                  - name: svc
-                    value: file:secret
-                    placeholder: {P_SVC}
-                    hosts: [api.test, h1.test]
-                    surfaces: [header, userinfo, query, body]
-                  - name: hdr
-                    value: file:secret-hdr
-                    placeholder: {P_HDR}
-                    hosts: [api.test]
-                  - name: blk
-                    value: file:secret-blk
-                    placeholder: {P_BLK}
-                    hosts: [api.test]
-                    surfaces: [header]
-                    on_misplaced: block
-                  - name: term
-                    value: file:secret-term
-                    placeholder: {P_TERM}
-                    hosts: [api.test]
-                    surfaces: [header]
-                    on_misplaced: terminate
-            """
-        )
+def _rules(h2_port: int, h1_port: int) -> str:
+    api = ["api.test"]
+    return rules(
+        [egress("api.test", h2_port), egress("other.test", h2_port), egress("h1.test", h1_port)],
+        credentials=[
+            credential(
+                "svc",
+                P_SVC,
+                ["api.test", "h1.test"],
+                "file:secret",
+                surfaces=["header", "userinfo", "query", "body"],
+            ),
+            credential("hdr", P_HDR, api),
+            credential("blk", P_BLK, api, surfaces=["header"], on_misplaced="block"),
+            credential("term", P_TERM, api, surfaces=["header"], on_misplaced="terminate"),
+        ],
     )
-    return rules
 
 
 @pytest.fixture(scope="module")
 def env(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Env]:
-    tmp = tmp_path_factory.mktemp("surfaces")
-    # A value that every surface must escape: quote, ampersand, equals, plus, space, slash.
-    secret = f'CANARYsv{secrets.token_hex(8)}"&=+ /x'
-    others = {n: f"CANARY{n}{secrets.token_hex(8)}" for n in ("hdr", "blk", "term")}
-    token = secrets.token_urlsafe(16)
-    (tmp / "secret").write_text(secret + "\n")
-    for n, v in others.items():
-        (tmp / f"secret-{n}").write_text(v + "\n")
-    (tmp / "token").write_text(token + "\n")
-    ca = TestCA(tmp)
-    h2 = AsgiUpstream(ca.ca, NAMES, tmp, h2=True).start()
-    h1 = AsgiUpstream(ca.ca, NAMES, tmp, h2=False).start()
-    proxy = ProxyProcess(
-        _rules(tmp, h2.port, h1.port), tmp, upstream_ca=ca.ca_pem, resolve={n: "127.0.0.1" for n in NAMES}
-    )
-    e = Env(h2, h1, proxy, token, secret)
-    try:
-        proxy.start()
-        yield e
-    finally:
-        proxy.stop()
-        h2.stop()
-        h1.stop()
-    artifacts = {
-        "audit file": proxy.audit_path.read_bytes() if proxy.audit_path.exists() else b"",
-        "proxy stderr": proxy.stderr_path.read_bytes(),
-        "client-received bytes": b"".join(e.received),
-    }
-    for what, data in artifacts.items():
-        for c in [secret, *others.values()]:
-            assert c.encode() not in data, f"canary secret found in {what}"
+    with Stage(tmp_path_factory.mktemp("surfaces")) as st:
+        # A value that every surface must escape: quote, ampersand, equals, plus, space, slash.
+        secret = f'CANARYsv{secrets.token_hex(8)}"&=+ /x'
+        others = {n: f"CANARY{n}{secrets.token_hex(8)}" for n in ("hdr", "blk", "term")}
+        (st.tmp / "secret").write_text(secret + "\n")
+        for n, v in others.items():
+            (st.tmp / f"secret-{n}").write_text(v + "\n")
+        st.watch(secret, *others.values())
+        token = st.token(secrets.token_urlsafe(16))
+        h2 = st.serve(AsgiUpstream(st.ca.ca, NAMES, st.tmp, h2=True))
+        h1 = st.serve(AsgiUpstream(st.ca.ca, NAMES, st.tmp, h2=False))
+        yield Env(h2, h1, st.proxy(_rules(h2.port, h1.port), NAMES), token, secret, st.received)
 
 
 PROTOCOLS = [pytest.param(False, id="http1.1"), pytest.param(True, id="http2")]

@@ -20,7 +20,6 @@ import secrets
 import shutil
 import subprocess
 import sys
-import textwrap
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -29,7 +28,7 @@ from pathlib import Path
 import jsonschema
 import pytest
 from harness import ROOT, ProxyProcess, free_port
-from servers import TestCA
+from world import Stage, claim, credential, egress, rules
 
 pytestmark = pytest.mark.e2e
 
@@ -177,106 +176,76 @@ def world(tmp_path_factory: pytest.TempPathFactory) -> Iterator[World]:
     if why:
         print(f"SKIP transparent e2e: {why}")
         pytest.skip(why)
-    tmp = tmp_path_factory.mktemp("transparent")
-    secret = f"CANARYtransparent{secrets.token_hex(12)}"
-    (tmp / "secret").write_text(secret)
-    (tmp / "token").write_text("unused-in-transparent-mode")
-    ca = TestCA(tmp)
-    ca.ca.private_key_pem.write_to_path(str(tmp / "ca-key.pem"))
-    (tmp / "rules.yaml").write_text(
-        textwrap.dedent(f"""\
-        version: 1
-        pools:
-          p:
-            egress:
-              - host: api.test
-                ports: [443, 8443]
-              - host: api.test
-                ports: [80]
-                scheme: http
-              - host: other.test
-              - host: pkgs.test
-                ports: [9443]
-              - host: mcp.test
-                ports: [10443]
-              - host: opaque.test
-                intercept: false
-        claims:
-          - id: sandbox
-            pool: p
-            proxy_token: file:token
-            sources: [10.231.0.2/32]
-            credentials:
-              - name: api
-                value: file:secret
-                placeholder: {PH}
-                hosts: [api.test, pkgs.test, mcp.test]
-        """)
-    )
-    script = UPSTREAM_SCRIPT.format(
-        tests=str(ROOT / "tests"),
-        ca_cert=str(ca.ca_pem),
-        ca_key=str(tmp / "ca-key.pem"),
-        record=str(tmp / "upstream.jsonl"),
-        secret=secret,
-    )  # before make_net: nothing to tear down if this fails
-    record = tmp / "upstream.jsonl"
-    net = make_net()
-    upstream = subprocess.Popen(
-        [
-            "ip",
-            "netns",
-            "exec",
-            net.up,
-            sys.executable,
-            "-c",
-            script,
-        ],
-        stdin=subprocess.PIPE,
-        stdout=subprocess.PIPE,
-        text=True,
-    )
-    tport = free_port()
-    proxy = ProxyProcess(
-        tmp / "rules.yaml",
-        tmp,
-        upstream_ca=ca.ca_pem,
-        resolve={
-            "api.test": "10.232.0.2",
-            "other.test": "10.232.0.9",
-            "pkgs.test": "10.232.0.2",
-            "mcp.test": "10.232.0.2",
-            "opaque.test": "10.232.0.2",
-        },
-    )
-    services = subprocess.Popen(
-        [
-            "ip",
-            "netns",
-            "exec",
-            net.up,
-            sys.executable,
-            str(ROOT / "tests" / "e2e" / "_netns_services.py"),
-            "--ca-cert",
-            str(ca.ca_pem),
-            "--ca-key",
-            str(tmp / "ca-key.pem"),
-            "--secret-file",
-            str(tmp / "secret"),
-            "--record",
-            str(tmp / "services.json"),
-            "--tmp",
-            str(tmp),
-        ],
-        stdin=subprocess.PIPE,
-        stdout=subprocess.PIPE,
-        text=True,
-    )
-    # 0.0.0.0: the loop test below redirects the proxy's own outbound traffic back to it
-    proxy.args += ["--transparent", f"0.0.0.0:{tport}"]
-    try:
-        assert upstream.stdout is not None and upstream.stdout.readline().strip() == "ready"
-        assert services.stdout is not None and services.stdout.readline().strip() == "ready"
+    with Stage(tmp_path_factory.mktemp("transparent")) as st:
+        tmp = st.tmp
+        # not a registered canary: the upstreams' records of what they received hold it by design
+        secret = f"CANARYtransparent{secrets.token_hex(12)}"
+        (tmp / "secret").write_text(secret)
+        st.watch(secret)
+        st.token("unused-in-transparent-mode", newline=False)
+        st.ca.ca.private_key_pem.write_to_path(str(tmp / "ca-key.pem"))
+        text = rules(
+            [
+                egress("api.test", ports=[443, 8443]),
+                egress("api.test", 80, scheme="http"),
+                egress("other.test"),
+                egress("pkgs.test", 9443),
+                egress("mcp.test", 10443),
+                egress("opaque.test", intercept=False),
+            ],
+            claims=[
+                claim(
+                    "sandbox",
+                    [credential("api", PH, ["api.test", "pkgs.test", "mcp.test"], "file:secret")],
+                    sources=["10.231.0.2/32"],
+                )
+            ],
+        )
+        script = UPSTREAM_SCRIPT.format(
+            tests=str(ROOT / "tests"),
+            ca_cert=str(st.ca.ca_pem),
+            ca_key=str(tmp / "ca-key.pem"),
+            record=str(tmp / "upstream.jsonl"),
+            secret=secret,
+        )  # before make_net: nothing to tear down if this fails
+        record = tmp / "upstream.jsonl"
+        net = make_net()
+        st.defer(net.teardown)
+        upstream = st.process(["ip", "netns", "exec", net.up, sys.executable, "-c", script], timeout=20)
+        services = st.process(
+            [
+                "ip",
+                "netns",
+                "exec",
+                net.up,
+                sys.executable,
+                str(ROOT / "tests" / "e2e" / "_netns_services.py"),
+                "--ca-cert",
+                str(st.ca.ca_pem),
+                "--ca-key",
+                str(tmp / "ca-key.pem"),
+                "--secret-file",
+                str(tmp / "secret"),
+                "--record",
+                str(tmp / "services.json"),
+                "--tmp",
+                str(tmp),
+            ]
+        )
+        tport = free_port()
+        proxy = st.proxy(
+            text,
+            {
+                "api.test": "10.232.0.2",
+                "other.test": "10.232.0.9",
+                "pkgs.test": "10.232.0.2",
+                "mcp.test": "10.232.0.2",
+                "opaque.test": "10.232.0.2",
+            },
+            start=False,
+            # 0.0.0.0: the loop test below redirects the proxy's own outbound traffic back to it
+            args=["--transparent", f"0.0.0.0:{tport}"],
+        )
         # Everything the sandbox sends over TCP goes to surrogate; the proxy's own traffic leaves
         # through OUTPUT, which this rule does not touch, so it cannot loop.
         # the rule `surrogate transparent-rules --interface` prints, applied as printed
@@ -300,21 +269,6 @@ def world(tmp_path_factory: pytest.TempPathFactory) -> Iterator[World]:
         net.iptables(*rule.split()[4:])  # after "iptables -t nat -A"
         proxy.start()
         yield World(net, proxy, secret, record, upstream, tport, services, tmp)
-    finally:
-        proxy.stop()
-        if services.stdin and not services.stdin.closed:
-            services.stdin.close()
-        services.wait(timeout=30)
-        if services.stdout:
-            services.stdout.close()
-        if upstream.stdin and not upstream.stdin.closed:
-            upstream.stdin.close()
-        upstream.wait(timeout=20)
-        if upstream.stdout:
-            upstream.stdout.close()
-        net.teardown()
-    logs = proxy.audit_path.read_text() + proxy.stderr()
-    assert secret not in logs
 
 
 def upstream_saw(world: World) -> list[dict]:

@@ -3,19 +3,16 @@ messages flow both ways as they are sent (the upstream answers before the client
 
 from __future__ import annotations
 
-import asyncio
-import secrets
 import ssl
-import textwrap
-import threading
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from harness import ProxyProcess, free_port
+from harness import ProxyProcess
 from servers import TestCA
-from websockets.asyncio.server import ServerConnection, serve
+from websockets.asyncio.server import ServerConnection
 from websockets.sync.client import connect
+from world import Stage, WsServer, credential, egress, rules
 
 pytestmark = pytest.mark.e2e
 PH = "surr_WebSocketPlaceholder0001"
@@ -27,76 +24,31 @@ def rss_kib(proxy: ProxyProcess) -> int:
     return int(next(line for line in status.splitlines() if line.startswith("VmRSS:")).split()[1])
 
 
-class WsUpstream:
+class WsUpstream(WsServer):
     """A TLS WebSocket server on loopback that records the handshake's Authorization header."""
 
     def __init__(self, ca: TestCA) -> None:
-        self.port = free_port()
-        self.ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
-        ca.ca.issue_cert("api.test").configure_cert(self.ctx)
+        super().__init__(ca, ["api.test"])
         self.auth: list[str] = []
-        self.loop = asyncio.new_event_loop()
-        self.stop_event: asyncio.Event | None = None
-        self.ready = threading.Event()
-        self.thread = threading.Thread(target=self.loop.run_until_complete, args=(self._main(),), daemon=True)
 
-    async def _handler(self, ws: ServerConnection) -> None:
+    async def handler(self, ws: ServerConnection) -> None:
         self.auth.append(ws.request.headers.get("Authorization", "") if ws.request else "")
         async for message in ws:
             await ws.send(f"echo:{message}")
 
-    async def _main(self) -> None:
-        self.stop_event = asyncio.Event()
-        async with serve(self._handler, "127.0.0.1", self.port, ssl=self.ctx):
-            self.ready.set()
-            await self.stop_event.wait()
-
-    def __enter__(self) -> WsUpstream:
-        self.thread.start()
-        assert self.ready.wait(10)
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        assert self.stop_event is not None
-        self.loop.call_soon_threadsafe(self.stop_event.set)
-        self.thread.join(10)
-        self.loop.close()
-
 
 @pytest.fixture
 def world(tmp_path: Path) -> Iterator[tuple[ProxyProcess, WsUpstream, str]]:
-    ca = TestCA(tmp_path)
-    secret = f"CANARYws{secrets.token_hex(10)}"
-    (tmp_path / "secret").write_text(secret)
-    (tmp_path / "token").write_text("tok")
-    with WsUpstream(ca) as upstream:
-        (tmp_path / "rules.yaml").write_text(
-            textwrap.dedent(f"""\
-            version: 1
-            pools:
-              p:
-                egress:
-                  - host: api.test
-                    ports: [{upstream.port}]
-            claims:
-              - id: c
-                pool: p
-                proxy_token: file:token
-                credentials:
-                  - name: ws
-                    value: file:secret
-                    placeholder: {PH}
-                    hosts: [api.test]
-            """)
+    with Stage(tmp_path) as st:
+        secret = st.secret("ws", file="secret")
+        st.token("tok", newline=False)
+        upstream = st.enter(WsUpstream(st.ca))
+        text = rules(
+            [egress("api.test", upstream.port)],
+            claim_id="c",
+            credentials=[credential("ws", PH, ["api.test"], "file:secret")],
         )
-        proxy = ProxyProcess(
-            tmp_path / "rules.yaml", tmp_path, upstream_ca=ca.ca_pem, resolve={"api.test": "127.0.0.1"}
-        ).start()
-        try:
-            yield proxy, upstream, secret
-        finally:
-            proxy.stop()
-        assert secret not in proxy.audit_path.read_text() + proxy.stderr()
+        yield st.proxy(text, ["api.test"]), upstream, secret
 
 
 def test_websocket_handshake_gets_the_secret_and_messages_stream(

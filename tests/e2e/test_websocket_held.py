@@ -12,19 +12,17 @@ from __future__ import annotations
 
 import contextlib
 import ssl
-import textwrap
 import threading
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 
-import httpx
 import pytest
 from harness import ProxyProcess
-from servers import TestCA
 from test_websocket_limits import MIB, WsUpstream, rss_kib
 from websockets.exceptions import ConnectionClosed
 from websockets.sync.client import ClientConnection, connect
+from world import Stage, claim, egress, metric, rules
 
 pytestmark = pytest.mark.e2e
 
@@ -50,43 +48,18 @@ class World:
         )
 
     def metric(self, limit: str) -> float:
-        sock = self.proxy.state_dir / "control.sock"
-        with httpx.Client(transport=httpx.HTTPTransport(uds=str(sock)), base_url="http://control") as api:
-            text = api.get("/metrics").text
-        line = f'surrogate_limit_refusals_total{{limit="{limit}"}}'
-        return sum(float(x.rsplit(" ", 1)[1]) for x in text.splitlines() if x.startswith(line))
+        return metric(self.proxy, f'surrogate_limit_refusals_total{{limit="{limit}"}}')
 
 
 @pytest.fixture(scope="module")
 def world(tmp_path_factory: pytest.TempPathFactory) -> Iterator[World]:
-    tmp = tmp_path_factory.mktemp("wsheld")
-    ca = TestCA(tmp)
-    (tmp / "token").write_text("tok")
-    with WsUpstream(ca) as upstream:
-        (tmp / "rules.yaml").write_text(
-            textwrap.dedent(f"""\
-            version: 1
-            pools:
-              default:
-                egress:
-                  - host: ws.test
-                    ports: [{upstream.port}]
-            claims:
-              - id: d
-                pool: default
-                proxy_token: file:token
-                credentials: []
-            """)
-        )
+    with Stage(tmp_path_factory.mktemp("wsheld")) as st:
+        st.token("tok", newline=False)
+        upstream = st.enter(WsUpstream(st.ca))
+        text = rules([egress("ws.test", upstream.port)], pool="default", claims=[claim("d", pool="default")])
         # one process: the bound is per process, and its RSS is what is measured
-        pins = {"ws.test": "127.0.0.1"}
-        proxy = ProxyProcess(tmp / "rules.yaml", tmp, upstream_ca=ca.ca_pem, resolve=pins, workers=1)
-        proxy.args += ["--websocket-held-bytes", str(HELD)]
-        proxy.start()
-        try:
-            yield World(proxy, upstream)
-        finally:
-            proxy.stop()
+        proxy = st.proxy(text, ["ws.test"], workers=1, args=["--websocket-held-bytes", str(HELD)])
+        yield World(proxy, upstream)
 
 
 class _Stop(Exception):

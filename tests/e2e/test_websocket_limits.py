@@ -9,22 +9,19 @@ proxy 1:1 and forwarded nothing. Past the pool's ``limits.websocket_message_byte
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import ssl
-import textwrap
-import threading
 from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-import httpx
 import pytest
-from harness import ProxyProcess, free_port
+from harness import ProxyProcess
 from servers import TestCA
-from websockets.asyncio.server import ServerConnection, serve
+from websockets.asyncio.server import ServerConnection
 from websockets.exceptions import ConnectionClosed
 from websockets.sync.client import ClientConnection, connect
+from world import Stage, WsServer, claim, egress, metric, rules
 
 pytestmark = pytest.mark.e2e
 MIB = 1024 * 1024
@@ -37,22 +34,16 @@ def rss_kib(proxy: ProxyProcess) -> int:
     return int(next(line for line in status.splitlines() if line.startswith("VmRSS:")).split()[1])
 
 
-class WsUpstream:
+class WsUpstream(WsServer):
     """A TLS WebSocket server: ``/echo`` echoes each message; ``/flood`` sends one message of
     300 MiB that it never finishes (fragments without FIN). No size limit of its own."""
 
     def __init__(self, ca: TestCA) -> None:
-        self.port = free_port()
-        self.ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
-        ca.ca.issue_cert("ws.test").configure_cert(self.ctx)
+        super().__init__(ca, ["ws.test"], max_size=None)
         self.received: list[int] = []  # sizes of the messages it received
         self.close_codes: list[int | None] = []
-        self.loop = asyncio.new_event_loop()
-        self.stop_event: asyncio.Event | None = None
-        self.ready = threading.Event()
-        self.thread = threading.Thread(target=self.loop.run_until_complete, args=(self._main(),), daemon=True)
 
-    async def _handler(self, ws: ServerConnection) -> None:
+    async def handler(self, ws: ServerConnection) -> None:
         path = ws.request.path if ws.request else ""
         try:
             if path.startswith("/flood"):
@@ -69,23 +60,6 @@ class WsUpstream:
         block = b"\0" * (64 * 1024)
         for _ in range(300 * 16):  # 300 MiB, the end never reached
             yield block
-
-    async def _main(self) -> None:
-        self.stop_event = asyncio.Event()
-        async with serve(self._handler, "127.0.0.1", self.port, ssl=self.ctx, max_size=None):
-            self.ready.set()
-            await self.stop_event.wait()
-
-    def __enter__(self) -> WsUpstream:
-        self.thread.start()
-        assert self.ready.wait(10)
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        assert self.stop_event is not None
-        self.loop.call_soon_threadsafe(self.stop_event.set)
-        self.thread.join(10)
-        self.loop.close()
 
 
 @dataclass
@@ -105,49 +79,23 @@ class World:
         )
 
     def metric(self) -> float:
-        sock = self.proxy.state_dir / "control.sock"
-        with httpx.Client(transport=httpx.HTTPTransport(uds=str(sock)), base_url="http://control") as api:
-            text = api.get("/metrics").text
-        line = 'surrogate_limit_refusals_total{limit="websocket_message"}'
-        return sum(float(x.rsplit(" ", 1)[1]) for x in text.splitlines() if x.startswith(line))
+        return metric(self.proxy, 'surrogate_limit_refusals_total{limit="websocket_message"}')
 
 
 @pytest.fixture(scope="module")
 def world(tmp_path_factory: pytest.TempPathFactory) -> Iterator[World]:
-    tmp = tmp_path_factory.mktemp("wslimits")
-    ca = TestCA(tmp)
-    (tmp / "token").write_text("tok")
-    with WsUpstream(ca) as upstream:
-        (tmp / "rules.yaml").write_text(
-            textwrap.dedent(f"""\
-            version: 1
-            pools:
-              default:
-                egress:
-                  - host: ws.test
-                    ports: [{upstream.port}]
-              small:
-                egress:
-                  - host: ws.test
-                    ports: [{upstream.port}]
-                limits: {{websocket_message_bytes: {SMALL}}}
-            claims:
-              - id: d
-                pool: default
-                proxy_token: file:token
-                credentials: []
-              - id: s
-                pool: small
-                proxy_token: file:token
-                credentials: []
-            """)
+    with Stage(tmp_path_factory.mktemp("wslimits")) as st:
+        st.token("tok", newline=False)
+        upstream = st.enter(WsUpstream(st.ca))
+        ws = [egress("ws.test", upstream.port)]
+        text = rules(
+            pools={
+                "default": {"egress": ws},
+                "small": {"egress": ws, "limits": {"websocket_message_bytes": SMALL}},
+            },
+            claims=[claim("d", pool="default"), claim("s", pool="small")],
         )
-        proxy = ProxyProcess(tmp / "rules.yaml", tmp, upstream_ca=ca.ca_pem, resolve={"ws.test": "127.0.0.1"})
-        proxy.start()
-        try:
-            yield World(proxy, upstream)
-        finally:
-            proxy.stop()
+        yield World(st.proxy(text, ["ws.test"]), upstream)
 
 
 def _close_code(ws: ClientConnection) -> int | None:

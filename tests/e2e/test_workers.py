@@ -8,13 +8,13 @@ dies takes the proxy down with a clear message; a busy port is refused.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
 import ssl
 import subprocess
 import sys
-import textwrap
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -22,7 +22,7 @@ from pathlib import Path
 import httpx
 import pytest
 from harness import ROOT, ProxyProcess
-from servers import TestCA, Upstream
+from world import Stage, claim, control, egress, rules, wait_control
 
 pytestmark = pytest.mark.e2e
 
@@ -50,37 +50,19 @@ def alive(pid: int) -> bool:
 
 
 class World:
-    def __init__(self, tmp: Path) -> None:
-        self.tmp = tmp
-        self.ca = TestCA(tmp)
-        self.upstream = Upstream(self.ca, ["api.test", "other.test"], tmpdir=tmp).start()
-        (tmp / "token").write_text("workers-token\n")
-        self.rules = tmp / "rules.yaml"
+    def __init__(self, st: Stage) -> None:
+        self.tmp = st.tmp
+        self.upstream = st.upstream(["api.test", "other.test"])
+        st.token("workers-token")
+        self.rules = st.write("")
         self.write_rules(["api.test"])
-        self.proxy = ProxyProcess(
-            self.rules,
-            tmp,
-            upstream_ca=self.ca.ca_pem,
-            resolve={"api.test": "127.0.0.1", "other.test": "127.0.0.1"},
-            workers=WORKERS,
-        )
+        self.proxy = st.proxy(self.rules, ["api.test", "other.test"], workers=WORKERS, start=False)
 
     def write_rules(self, hosts: list[str]) -> None:
-        egress = "".join(f"      - host: {h}\n        ports: [{self.upstream.port}]\n" for h in hosts)
-        self.rules.write_text(
-            "version: 1\npools:\n  p:\n    egress:\n"
-            + egress
-            + textwrap.dedent("""\
-            claims:
-              - id: c
-                pool: p
-                proxy_token: file:token
-            """)
-        )
+        self.rules.write_text(rules([egress(h, self.upstream.port) for h in hosts], claims=[claim("c")]))
 
     def api(self) -> httpx.Client:
-        sock = self.proxy.state_dir / "control.sock"
-        return httpx.Client(transport=httpx.HTTPTransport(uds=str(sock)), base_url="http://control")
+        return control(self.proxy)
 
     def get(self, path: str, claim: str = "c", token: str = "workers-token", **headers: str) -> int:
         """One request on a new connection (a new CONNECT: the kernel picks a worker)."""
@@ -100,8 +82,8 @@ class World:
 
 @pytest.fixture(scope="module")
 def world(tmp_path_factory: pytest.TempPathFactory) -> Iterator[World]:
-    w = World(tmp_path_factory.mktemp("workers"))
-    try:
+    with Stage(tmp_path_factory.mktemp("workers")) as st:
+        w = World(st)
         w.proxy.start()
         deadline = time.monotonic() + 20
         assert w.proxy.proc is not None
@@ -109,12 +91,8 @@ def world(tmp_path_factory: pytest.TempPathFactory) -> Iterator[World]:
             time.monotonic() < deadline
         ):
             time.sleep(0.05)
-        while not (w.proxy.state_dir / "control.sock").exists() and time.monotonic() < deadline:
-            time.sleep(0.05)
+        wait_control(w.proxy, deadline - time.monotonic())
         yield w
-    finally:
-        w.proxy.stop()
-        w.upstream.stop()
 
 
 def test_the_workers_share_one_port_and_both_serve(world: World) -> None:
@@ -204,10 +182,7 @@ def test_a_reload_reaches_every_worker(world: World) -> None:
 
 def test_the_workers_never_connect_to_their_own_port(world: World) -> None:
     """Every worker knows the shared port as its own, even under a rule that allows everything."""
-    world.rules.write_text(
-        "version: 1\npools:\n  p:\n    egress:\n      - host: '*'\n        ports: []\n        scheme: http\n"
-        "claims:\n  - id: c\n    pool: p\n    proxy_token: file:token\n"
-    )
+    world.rules.write_text(rules([egress("*", ports=[], scheme="http")], claims=[claim("c")]))
     assert world.proxy.proc is not None
     os.kill(world.proxy.proc.pid, signal.SIGHUP)
     time.sleep(1.5)
@@ -220,57 +195,52 @@ def test_the_workers_never_connect_to_their_own_port(world: World) -> None:
 
 
 def test_a_busy_port_is_refused_before_any_worker_starts(world: World, tmp_path: Path) -> None:
-    other = ProxyProcess(world.rules, tmp_path, workers=WORKERS)
-    other.port = world.proxy.port
-    other.args[other.args.index("--listen") + 1] = f"127.0.0.1:{world.proxy.port}"
-    done = subprocess.run(other.args, capture_output=True, text=True, timeout=60, check=False)
+    with Stage(tmp_path) as st:  # its arguments only: it is run here, on the busy port
+        other = st.proxy(world.rules, upstream_ca=None, workers=WORKERS, start=False)
+        other.args[other.args.index("--listen") + 1] = f"127.0.0.1:{world.proxy.port}"
+        done = subprocess.run(other.args, capture_output=True, text=True, timeout=60, check=False)
     assert done.returncode == 1
     assert f"127.0.0.1:{world.proxy.port} is already in use" in done.stderr
     assert "Traceback" not in done.stderr
 
 
-def _start_small(tmp: Path) -> ProxyProcess:
-    (tmp / "token").write_text("t\n")
-    rules = tmp / "rules.yaml"
-    rules.write_text(
-        "version: 1\npools:\n  p:\n    egress:\n      - host: api.test\n"
-        "claims:\n  - id: c\n    pool: p\n    proxy_token: file:token\n"
-    )
-    proxy = ProxyProcess(rules, tmp, workers=WORKERS).start()
-    assert proxy.proc is not None
-    deadline = time.monotonic() + 20
-    while len(children(proxy.proc.pid)) < WORKERS and time.monotonic() < deadline:
-        time.sleep(0.05)
-    return proxy
+@contextlib.contextmanager
+def _small(tmp: Path) -> Iterator[ProxyProcess]:
+    """A started two-worker proxy with one rule and no upstream."""
+    with Stage(tmp) as st:
+        st.token("t")
+        proxy = st.proxy(rules([egress("api.test")], claims=[claim("c")]), upstream_ca=None, workers=WORKERS)
+        assert proxy.proc is not None
+        deadline = time.monotonic() + 20
+        while len(children(proxy.proc.pid)) < WORKERS and time.monotonic() < deadline:
+            time.sleep(0.05)
+        yield proxy
 
 
 def test_sigterm_to_the_supervisor_stops_every_worker(tmp_path: Path) -> None:
-    proxy = _start_small(tmp_path)
-    assert proxy.proc is not None
-    workers = children(proxy.proc.pid)
-    assert len(workers) == WORKERS
-    proxy.proc.send_signal(signal.SIGTERM)
-    assert proxy.proc.wait(timeout=20) == 0
-    assert not any(alive(pid) for pid in workers)
-    assert listeners(proxy.port) == 0
+    with _small(tmp_path) as proxy:
+        assert proxy.proc is not None
+        workers = children(proxy.proc.pid)
+        assert len(workers) == WORKERS
+        proxy.proc.send_signal(signal.SIGTERM)
+        assert proxy.proc.wait(timeout=20) == 0
+        assert not any(alive(pid) for pid in workers)
+        assert listeners(proxy.port) == 0
 
 
 def test_a_dead_worker_is_reported_and_stops_the_proxy(tmp_path: Path) -> None:
-    proxy = _start_small(tmp_path)
-    assert proxy.proc is not None
-    first, second = children(proxy.proc.pid)
-    try:
+    with _small(tmp_path) as proxy:
+        assert proxy.proc is not None
+        first, second = children(proxy.proc.pid)
         os.kill(second, signal.SIGKILL)
         assert proxy.proc.wait(timeout=20) == 1
-    finally:
-        proxy.stop()
     assert f"worker 1 (pid {second}) exited with status -9; stopping the other workers" in proxy.stderr()
     assert not alive(first)
 
 
 @pytest.mark.parametrize("value", ["0", "-1", "two"])
 def test_a_bad_worker_count_is_a_usage_error(tmp_path: Path, value: str) -> None:
-    (tmp_path / "rules.yaml").write_text("version: 1\npools: {}\n")
+    (tmp_path / "rules.yaml").write_text(rules(pools={}, claims=[]))
     done = subprocess.run(
         [sys.executable, "-m", "proxy", "run", "--rules", str(tmp_path / "rules.yaml"), "--workers", value],
         capture_output=True,
