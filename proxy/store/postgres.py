@@ -160,7 +160,7 @@ def parse_url(url: str) -> Target:
         if not password:
             raise ValueError(f"password_file {path} is empty")
     where = f"{params.get('host') or 'localhost'}:{params.get('port') or 5432}/{params.get('dbname') or ''}"
-    hide = tuple(v for k, v in params.items() if k not in _SHOWN and v)
+    hide = tuple(str(v) for k, v in params.items() if k not in _SHOWN and str(v))
     return Target(text, password, where, sync, seconds, hide)
 
 
