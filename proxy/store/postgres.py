@@ -56,7 +56,7 @@ from typing import Any, ClassVar
 from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
 import psycopg
-from psycopg import conninfo
+from psycopg import conninfo, pq
 from psycopg_pool import ConnectionPool, PoolTimeout
 
 from proxy.store import pgschema, rows
@@ -72,6 +72,13 @@ _CONNECT_TIMEOUT = 10.0
 _PARAM = re.compile(r":([A-Za-z_]\w*)")
 _OWN = ("password_file", "sync", "poll")  # surrogate's options in the URL, not libpq's
 _PRUNE_EVERY = 1000  # versions
+_QUOTED = re.compile(r'"[^"]*"')
+_SHOWN = ("host", "hostaddr", "port", "dbname", "user")  # named in errors; every other value is blanked
+# libpq's secret options: those it marks as password fields ("*": oauth_client_secret,
+# sslpassword, password), and the SCRAM keys, which authenticate as the password does
+_MARKED = frozenset(o.keyword.decode() for o in pq.Conninfo.get_defaults() if o.dispchar == b"*")
+_ALWAYS = {"password", "sslpassword", "oauth_client_secret", "scram_client_key", "scram_server_key"}
+SECRET_OPTIONS = _MARKED | _ALWAYS
 _TOMBSTONE_VERSIONS = 10_000  # a node further behind than this reads a whole snapshot
 # the column orders proxy.store.rows reads, spelled out: whole statements, never built
 _CHANGED_CLAIMS = """SELECT id, pool, sources, version, created_at, updated_at, interface FROM claims
@@ -92,6 +99,7 @@ class Target:
     where: str  # HOST:PORT/DB, for messages
     sync: str = "strict"  # "strict": read the version on each call; "notify": LISTEN/NOTIFY + poll
     poll: float = 1.0  # seconds between version polls in "notify" mode
+    hide: tuple[str, ...] = ()  # the URL's option values, never echoed in an error (libpq quotes them)
 
 
 def parse_url(url: str) -> Target:
@@ -99,14 +107,22 @@ def parse_url(url: str) -> Target:
     the query before libpq reads it: ``password_file=PATH``, ``sync=strict|notify`` and
     ``poll=SECONDS`` (``notify`` only; 0.05 to 60).
 
-    Raises ValueError, never echoing the URL (it may hold a password): a password in the URL,
-    another scheme, an option libpq does not know, an unreadable or empty ``password_file``.
+    Raises ValueError, never echoing the URL or a part of it (a password may have been pasted
+    anywhere in it): a password or another secret libpq reads (:data:`SECRET_OPTIONS`) in the
+    URL, another scheme, a fragment, an option libpq does not know, an unreadable or empty
+    ``password_file``.
     """
-    parts = urlsplit(url)
+    try:
+        parts = urlsplit(url)
+        userinfo_password = parts.password
+    except ValueError:  # urllib quotes the offending part
+        raise ValueError("the store URL is not a URL (postgresql://USER@HOST:PORT/DB)") from None
     if parts.scheme not in SCHEMES:
         raise ValueError("a store URL starts with postgresql://")
+    if parts.fragment or url.endswith("#"):
+        raise ValueError("the store URL has a #fragment, which libpq does not read")
     query = parse_qsl(parts.query, keep_blank_values=True)
-    if parts.password is not None or any(k == "password" for k, _ in query):
+    if userinfo_password is not None or any(k == "password" for k, _ in query):
         raise ValueError(
             "the store URL holds a password: it would be readable in the process list; use "
             "password_file=PATH in the URL, PGPASSFILE or ~/.pgpass, or PGPASSWORD"
@@ -115,20 +131,25 @@ def parse_url(url: str) -> Target:
     rest = [(k, v) for k, v in query if k not in _OWN]
     sync, poll = own.get("sync", "strict"), own.get("poll", "1")
     if sync not in ("strict", "notify"):
-        raise ValueError(f"sync={sync!r} in the store URL: expected strict or notify")
+        raise ValueError("sync= in the store URL: expected strict or notify")
     try:
         seconds = float(poll)
     except ValueError:
         seconds = -1.0
     if not 0.05 <= seconds <= 60:
-        raise ValueError(f"poll={poll!r} in the store URL: expected seconds from 0.05 to 60")
+        raise ValueError("poll= in the store URL: expected seconds from 0.05 to 60")
     text = urlunsplit(parts._replace(query=urlencode(rest)))
     try:
         params = conninfo.conninfo_to_dict(text)
     except psycopg.Error as e:
-        raise ValueError(f"the store URL is not a libpq URL: {_first_line(e)}") from None
+        raise ValueError(f"the store URL is not a libpq URL: {_first_line(e, quoted=True)}") from None
     if "password" in params:  # any spelling libpq reads as one
         raise ValueError("the store URL holds a password; use password_file=PATH, PGPASSFILE or PGPASSWORD")
+    if secret := sorted(SECRET_OPTIONS & params.keys()):
+        raise ValueError(
+            f"the store URL holds a secret ({', '.join(secret)}): it would be readable in the process "
+            "list; give it in a service file (service=) or libpq's environment variable"
+        )
     password = None
     if "password_file" in own:
         path = Path(own["password_file"])
@@ -139,11 +160,16 @@ def parse_url(url: str) -> Target:
         if not password:
             raise ValueError(f"password_file {path} is empty")
     where = f"{params.get('host') or 'localhost'}:{params.get('port') or 5432}/{params.get('dbname') or ''}"
-    return Target(text, password, where, sync, seconds)
+    hide = tuple(str(v) for k, v in params.items() if k not in _SHOWN and str(v))
+    return Target(text, password, where, sync, seconds, hide)
 
 
-def _first_line(e: BaseException) -> str:
-    return (str(e).strip().splitlines() or [type(e).__name__])[0]
+def _first_line(e: BaseException, hide: tuple[str, ...] = (), *, quoted: bool = False) -> str:
+    """The error's first line, with ``hide``'s values (and, ``quoted``, every quoted token) blanked."""
+    line = (str(e).strip().splitlines() or [type(e).__name__])[0]
+    for value in sorted(hide, key=len, reverse=True):
+        line = line.replace(value, "...")
+    return _QUOTED.sub('"..."', line) if quoted else line
 
 
 def _qmark(sql: str) -> bytes:
@@ -172,8 +198,9 @@ class PostgresStore(SQLStore):
     _errors: ClassVar[tuple[type[Exception], ...]] = (psycopg.Error,)
 
     def __init__(self, pool: ConnectionPool[psycopg.Connection[tuple[Any, ...]]], keyring: KeyRing,
-                 where: str, watcher: Watcher | None = None) -> None:  # fmt: skip
+                 where: str, watcher: Watcher | None = None, hide: tuple[str, ...] = ()) -> None:  # fmt: skip
         self._pool = pool
+        self._hide = hide  # the URL's option values: blanked in errors
         self._watcher = watcher
         self._keyring = keyring
         self.where = where
@@ -193,7 +220,7 @@ class PostgresStore(SQLStore):
             with psycopg.connect(text, **kwargs) as conn:
                 pgschema.migrate(conn, where)
         except psycopg.Error as e:
-            raise StoreError(f"cannot open store {where}: {_first_line(e)}") from None
+            raise StoreError(f"cannot open store {where}: {_first_line(e, target.hide)}") from None
         pool: ConnectionPool[psycopg.Connection[tuple[Any, ...]]] = ConnectionPool(
             text, kwargs=kwargs, min_size=1, max_size=max_size, open=False, configure=_configure,
             name="surrogate-store", timeout=_CONNECT_TIMEOUT,
@@ -202,12 +229,12 @@ class PostgresStore(SQLStore):
             pool.open(wait=True, timeout=_CONNECT_TIMEOUT)
         except (PoolTimeout, psycopg.Error) as e:
             pool.close()
-            raise StoreError(f"cannot open store {where}: {_first_line(e)}") from None
+            raise StoreError(f"cannot open store {where}: {_first_line(e, target.hide)}") from None
         watcher = None
         if target.sync == "notify":
             watch_kwargs = {**kwargs, "application_name": "surrogate-watch"}
             watcher = Watcher(lambda: psycopg.connect(text, **watch_kwargs), target.poll).start()
-        store = cls(pool, keyring, where, watcher)
+        store = cls(pool, keyring, where, watcher, target.hide)
         try:
             store._check_keys()
         except BaseException:
@@ -224,6 +251,10 @@ class PostgresStore(SQLStore):
                 f"{self._keyring.path} lacks: every node must use the same key file"
             )
 
+    def _stateless(self) -> StoreError:
+        """The one row of state, made with the schema, was deleted by hand."""
+        return StoreError(f"store {self.where} has no surrogate_state row: restore it")
+
     def close(self) -> None:
         if self._watcher is not None:
             self._watcher.stop()
@@ -238,7 +269,7 @@ class PostgresStore(SQLStore):
             with self._pool.connection() as conn:
                 yield conn
         except (PoolTimeout, psycopg.Error) as e:
-            raise StoreError(f"store {self.where}: {_first_line(e)}") from None
+            raise StoreError(f"store {self.where}: {_first_line(e, self._hide)}") from None
 
     @contextmanager
     def _write(self) -> Iterator[_Conn]:
@@ -248,7 +279,7 @@ class PostgresStore(SQLStore):
                     "UPDATE surrogate_state SET data_version = data_version + 1 RETURNING data_version"
                 ).fetchone()
                 if row is None:  # the one row of state, made with the schema, was deleted by hand
-                    raise StoreError(f"store {self.where} has no surrogate_state row: restore it")
+                    raise self._stateless()
                 self._keyring.refresh()
                 yield _Conn(conn)
                 if row[0] % _PRUNE_EVERY == 0:  # tombstones a reader this far behind no longer needs
@@ -283,7 +314,10 @@ class PostgresStore(SQLStore):
         whenever that copy is older than 2 × poll) read from the database."""
         if self._watcher is not None and (cached := self._watcher.current()) is not None:
             return cached
-        version = int(self._one("SELECT data_version FROM surrogate_state")[0])
+        row = self._one("SELECT data_version FROM surrogate_state")
+        if row is None:
+            raise self._stateless()
+        version = int(row[0])
         if self._watcher is not None:
             self._watcher.saw(version)
         return version
@@ -293,7 +327,10 @@ class PostgresStore(SQLStore):
         tombstones of that time are pruned (or the database is older than ``version``, as after
         a restore): the caller then reads a whole :meth:`snapshot`."""
         with self._snapshot() as db:
-            now, pruned = db.execute("SELECT data_version, pruned_through FROM surrogate_state").fetchone()
+            state = db.execute("SELECT data_version, pruned_through FROM surrogate_state").fetchone()
+            if state is None:
+                raise self._stateless()
+            now, pruned = state
             if not pruned <= version <= now:
                 return None
             claims = [rows.claim(r) for r in db.execute(_CHANGED_CLAIMS, (version,))]

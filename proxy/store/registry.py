@@ -13,6 +13,7 @@ Rules-file claims win on an id clash (the control API refuses such ids).
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import ipaddress
 import logging
@@ -97,6 +98,11 @@ def oauth_spec(doc: dict[str, Any]) -> OAuthSpec | None:
         return None
 
 
+def _shape(r: CredentialRecord) -> CredentialRecord:
+    """A row as far as the credential built from it goes: without the counters that move on use."""
+    return dataclasses.replace(r, last_used_at=None, requests_used=0)
+
+
 @functools.lru_cache(maxsize=4096)
 def _pattern(host: str) -> HostPattern:
     return HostPattern.parse(host)
@@ -112,7 +118,9 @@ class Registry:
         # under the same id (version 1 both times) is another claim
         self._versions: dict[str, tuple[int, float]] = {}
         self._by_source: list[tuple[Network, Claim]] = []
-        self._built: dict[tuple[str, str], tuple[int, Credential]] = {}
+        # per store credential: the row it was built from (without its use counters) and the
+        # credential; a row deleted and created again under its name (version 1 both times) differs
+        self._built: dict[tuple[str, str], tuple[CredentialRecord, Credential]] = {}
         self._spent: dict[tuple[str, str], int] = {}  # rules-file credentials: requests counted
         # the store's rows as of the last rebuild, for incremental re-reads
         self._claim_records: dict[str, ClaimRecord] = {}
@@ -216,7 +224,7 @@ class Registry:
             held = []
             for name in sorted(creds.get(cid, {})):
                 r = creds[cid][name]
-                built[cid, name] = (r.version, cred := self._credential(r, changes.oauth.get((cid, name))))
+                built[cid, name] = (_shape(r), cred := self._credential(r, changes.oauth.get((cid, name))))
                 held.append(cred)
             token = StoreToken(self.store, cid)
             sources = tuple(ipaddress.ip_network(s, strict=False) for s in record.sources)
@@ -230,12 +238,13 @@ class Registry:
         return gone
 
     def _credential(self, r: CredentialRecord, spec: dict[str, Any] | None) -> Credential:
-        """The core's credential for a store row; the one already built when its version and
-        OAuth spec are unchanged (so its decrypted value is kept)."""
+        """The core's credential for a store row; the one already built when its row (but for the
+        use counters) and OAuth spec are unchanged (so its decrypted value is kept). Not the
+        version alone: a credential deleted and created again is at version 1 again."""
         assert self.store is not None
         oauth = oauth_spec(spec) if spec is not None else None
         known = self._built.get((r.claim_id, r.name))
-        if known is not None and known[0] == r.version and known[1].oauth == oauth:
+        if known is not None and known[0] == _shape(r) and known[1].oauth == oauth:
             return known[1]
         return Credential(
             r.name,

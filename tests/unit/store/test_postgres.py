@@ -22,6 +22,7 @@ from proxy.store.postgres import PostgresStore, parse_url
 
 ROOT = Path(__file__).resolve().parents[3]
 PW = canary.make("urlpw")
+LOOP = "postgresql://u@127.0.0.1:1"  # nothing listens: a URL that gets to connecting fails there
 
 
 @pytest.mark.parametrize(
@@ -34,6 +35,38 @@ PW = canary.make("urlpw")
 def test_a_password_in_the_url_is_refused_without_echoing_it(url: str) -> None:
     with pytest.raises(ValueError, match="password") as raised:
         parse_url(url)
+    assert PW not in str(raised.value)
+
+
+@pytest.mark.parametrize(
+    "url",
+    [f"postgresql://u@db.example/s?sslpassword={PW}", f"postgresql://u@db.example/s?%73slpassword={PW}",
+     f"postgresql://u@db.example/s?oauth_client_secret={PW}", f"postgresql://u@db.example/s?scram_client_key={PW}",
+     f"postgresql://u@db.example/s?scram_server_key={PW}"],
+    ids=["sslpassword", "sslpassword-percent-encoded", "oauth-client-secret", "scram-client-key",
+         "scram-server-key"],
+)  # fmt: skip
+def test_every_secret_libpq_reads_is_refused_in_the_url_without_echoing_it(url: str) -> None:
+    """Not just ``password``: each option libpq marks secret (a password field, ``*``) and the
+    SCRAM keys (password-equivalent) would sit on argv as well."""
+    with pytest.raises(ValueError, match="holds a secret") as raised:
+        parse_url(url)
+    assert PW not in str(raised.value)
+
+
+@pytest.mark.parametrize(
+    "url",
+    [f"{LOOP}/s%zz{PW}", f"postgresql://u@[{PW}]/s", f"{LOOP}/s?sync={PW}", f"{LOOP}/s?sync=notify&poll={PW}",
+     f"{LOOP}/s#{PW}", f"{LOOP}/s?sslmode={PW}", f"{LOOP}/s?target_session_attrs={PW}"],
+    ids=["bad-percent-encoding", "bad-ipv6-host", "sync-value", "poll-value", "fragment", "option-value",
+         "other-option-value"],
+)  # fmt: skip
+def test_a_bad_url_is_refused_without_echoing_what_it_holds(url: str, tmp_path: Path) -> None:
+    """A password pasted into the wrong part of the URL is not printed back by the refusal, from
+    parsing (surrogate's or libpq's) or from connecting (libpq quotes a bad option's value). A URL
+    fragment, which libpq does not know, is refused rather than read into the database name."""
+    with pytest.raises((ValueError, StoreError)) as raised:
+        PostgresStore.open(url, KeyRing.load_or_create(tmp_path / "k"))
     assert PW not in str(raised.value)
 
 

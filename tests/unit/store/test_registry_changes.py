@@ -55,6 +55,12 @@ WRITES: list[tuple[str, Callable[[PostgresStore], object]]] = [
     ("delete-credential", lambda s: s.delete_credential("c1", "k7")),
     ("delete-claim", lambda s: s.delete_claim("c1")),
     ("recreate-claim", lambda s: (s.delete_claim("c2"), s.create_claim("c2", "p"))),
+    # deleted and created again under the same name: version 1 again, but another credential
+    ("recreate-credential", lambda s: (s.delete_credential("c1", "k1"),
+                                       s.put_credential("c1", "k1", value=b"other", hosts=["new.test"]))),
+    ("recreate-claim-and-credential", lambda s: (
+        s.delete_claim("c1"), s.create_claim("c1", "p"),
+        s.put_credential("c1", "k1", value=b"x", hosts=["new.test"]))),
     ("rotate-keys", lambda s: s.rotate_keys()),
 ]  # fmt: skip
 
@@ -127,3 +133,43 @@ def test_a_version_1_database_is_migrated_and_keeps_its_rows(pg_cluster: Cluster
         assert changes is not None and [c.id for c in changes.claims] == ["new"]
     with psycopg.connect(pg_cluster.url_params(db), autocommit=True) as conn:
         assert conn.execute("SELECT schema_version FROM surrogate_state").fetchone() == (2,)
+
+
+def test_a_credential_created_again_is_rebuilt_from_a_whole_snapshot_too(tmp_path: Path) -> None:
+    """The SQLite store (whole snapshots): deleted and created again, a credential is at version 1
+    again, yet the registry must not keep the old one's hosts, placeholder or decrypted value."""
+    from proxy.store.sqlite import open_state_store
+
+    with open_state_store(tmp_path / "state") as store:
+        store.create_claim("c1", "p")
+        store.put_credential("c1", "k", value=b"old", hosts=["old.test"])
+        registry = Registry(Policy("test", {}, {}), store)
+        registry.refresh()
+        before = _view(registry)
+        store.delete_credential("c1", "k")
+        store.put_credential("c1", "k", value=b"new", hosts=["new.test"])
+        registry.refresh()
+        fresh = Registry(Policy("test", {}, {}), store)
+        fresh.refresh()
+        assert _view(registry) == _view(fresh) != before
+
+
+def test_a_database_without_its_state_row_is_a_store_error_and_the_index_is_kept(
+    pg_cluster: Cluster, store: PostgresStore
+) -> None:
+    """A database that lies (its one row of state deleted by hand): every read that needs the
+    row says so as a StoreError, which the registry survives on its last index; no TypeError
+    escapes into the request path."""
+    from proxy.store.base import StoreError
+
+    store.create_claim("c1", "p")
+    registry = Registry(Policy("test", {}, {}), store)
+    registry.refresh()
+    seen = store.data_version()
+    store.create_claim("c2", "p")
+    with store._connection() as conn:
+        conn.execute("DELETE FROM surrogate_state")
+    for read in (store.data_version, lambda: store.changes_since(seen)):
+        with pytest.raises(StoreError, match="surrogate_state"):
+            read()
+    assert registry.refresh() == set() and sorted(registry._store_claims) == ["c1"]
