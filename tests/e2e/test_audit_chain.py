@@ -226,9 +226,7 @@ def test_no_placeholder_reaches_the_audit_ocsf_or_spans_through_a_method_or_head
     """Hostile review: the audit hides placeholder-shaped strings in ``host``, ``message`` and
     ``forged``; a sandbox also chooses the method (any token) and the header names, which the
     event quotes as ``method`` and in surfaces ("header NAME")."""
-    w = World(tmp_path)
     ocsf_path = tmp_path / "audit.ocsf.jsonl"
-    w.proxy.args += ["--otlp-endpoint", collector.url, "--audit-ocsf-file", str(ocsf_path)]
     end = "Host: api.test\r\nConnection: close\r\n\r\n"
     heads = [
         f"{PLACEHOLDER} /ok/m HTTP/1.1\r\n{end}",
@@ -238,14 +236,13 @@ def test_no_placeholder_reaches_the_audit_ocsf_or_spans_through_a_method_or_head
         f"GET /ok/h HTTP/1.1\r\nX-{PLACEHOLDER}: {PLACEHOLDER}\r\n{end}",
         f"GET /denied HTTP/1.1\r\nX-{PLACEHOLDER}: {PLACEHOLDER}\r\n{end}",
     ]
-    try:
+    with Stage(tmp_path) as st:
+        w = World(st, args=["--otlp-endpoint", collector.url, "--audit-ocsf-file", str(ocsf_path)])
         w.proxy.start()
         for head in heads:
             w.raw(head.encode())
         w.wait_lines(len(heads))
-    finally:
         w.proxy.stop()  # flushes the batched spans
-        w.upstream.stop()
     audit_text = b"".join(f.read_bytes() for f in w.files())
     assert audit_text.count(b"\n") >= len(heads), audit_text
     for name, data in {
