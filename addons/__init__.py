@@ -17,6 +17,8 @@ Each addon handles one concern and talks to the others only through ``flow.metad
    hooks      — a hook route's request is answered by an operator command (no upstream); it runs
                 after policy (only allowed requests) and before substitute (it sees placeholders,
                 never secrets), and before stream (its body is read whole, bounded)
+   mint       — credentials of kind oauth_client: a fresh access token from the token endpoint
+                (single flight), before substitute injects it (token_mint_failed when none)
 3. substitute — placeholders → secrets, injections, violations
    scrub (messages) — WebSocket messages from the upstream, scrubbed before stream lets them go
 4. stream     — forward every body read as it arrives (SSE), count bytes
@@ -52,6 +54,7 @@ from addons.hygiene import Hygiene
 from addons.identify import Identify
 from addons.limits import Limiter
 from addons.metrics import Metrics
+from addons.mint import Mint
 from addons.oauth import OAuthCapture
 from addons.policy import Policy
 from addons.resolve import Resolve
@@ -94,6 +97,7 @@ def chain(state: State) -> list[Any]:
         Fence(),
         Forgery(),
         Hooks(state),
+        Mint(state),
         Substitute(state),
         ScrubMessages(state),
         Stream(),

@@ -62,6 +62,7 @@ VIOLATION_SURFACE = "surrogate.violation_surface"
 BYTES = "surrogate.bytes"
 FORGED = "surrogate.forged"
 HOOK = "surrogate.hook"
+MINTED = "surrogate.minted"  # addons/mint.py: {credential name: "minted" | "cached"}
 PATH = "surrogate.path"
 ANSWERED = "surrogate.answered"  # errorpage: the status of the answer written for mitmproxy's refusal
 

@@ -71,6 +71,7 @@ class Reason(StrEnum):
     HOOK_NODE_LIMIT = "hook_node_limit"
     WRONG_INTERFACE = "wrong_interface"
     NOT_HTTP = "not_http"
+    TOKEN_MINT_FAILED = "token_mint_failed"  # oauth_client: no access token (proxy.core.mint)
 
 
 @dataclass(frozen=True, slots=True)
