@@ -177,11 +177,12 @@ class Resolve:
 
 
 async def checked(
-state: State, name: str, port: int, prefer: str | None = None, allow: tuple[Network, ...] = ()
+    state: State, name: str, port: int, prefer: str | None = None, allow: tuple[Network, ...] = ()
 ) -> tuple[str | None, str]:
     """(checked IP, "") or (None, why not), for a connection to ``name``:``port``; also the
-    token requests of addons/mint.py, so they take the same path as any upstream request. ``prefer``: the address to use when it is one of
-    the name's addresses (transparent mode: where the sandbox connected); ``allow``: special
+    token requests of addons/mint.py, so they take the same path as any upstream request.
+    ``prefer``: the address to use when it is one of the name's addresses (transparent mode:
+    where the sandbox connected); ``allow``: special
     networks the pool may reach."""
     pinned = state.pins.get(name)
     if pinned is not None:

@@ -29,14 +29,18 @@ import contextlib
 import json
 import re
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import Protocol
 from urllib.parse import quote, urlencode, urlsplit
 
 from proxy.core.errors import SecretUnavailable, SurrogateError
 from proxy.core.secrets import Secret
 
-if TYPE_CHECKING:
-    from proxy.core.policy import SecretSource
+
+class SecretSource(Protocol):
+    """Where a value is read (proxy.core.policy.SecretSource; repeated here: no import circle)."""
+
+    def current(self) -> tuple[Secret, int]: ...
+
 
 GRANTS = ("client_credentials", "refresh_token", "jwt_bearer")
 CLIENT_AUTHS = ("secret_basic", "secret_post", "private_key_jwt", "none")

@@ -147,7 +147,9 @@ def build_credential(
     surfaces = _surfaces(km, loc, marks)
     headers, parts = _slots(km, surfaces, loc, marks)
     source = value_source(km.value, base_dir, loc + ("value",), marks, read)
-    minted = kinds.minting(km, hosts, source, base_dir, loc, marks, read)
+    minted = kinds.minting(
+        km, hosts, source, lambda spec, at: value_source(spec, base_dir, at, marks, read), loc, marks, read
+    )
     if source is None or len(marks.problems) != before:
         return None
     if minted is not None:  # the value injected is the minted token; the value minted with stays apart

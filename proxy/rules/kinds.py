@@ -9,7 +9,7 @@ secret is bound.
 
 from __future__ import annotations
 
-from pathlib import Path
+from collections.abc import Callable
 
 from proxy.core import mint
 from proxy.core.hosts import HostPattern
@@ -27,7 +27,7 @@ def minting(
     km: CredentialModel,
     hosts: list[HostPattern],
     source: ValueSource | None,
-    base_dir: Path,
+    read_source: Callable[[str, Loc], ValueSource | None],
     loc: Loc,
     marks: Marks,
     read: bool,
@@ -77,14 +77,14 @@ def minting(
                 loc + ("mint", "refresh_token"), "grant refresh_token needs refresh_token (env: or file:)"
             )
         else:
-            from proxy.rules.claims import value_source
-
-            refresh = value_source(m.refresh_token, base_dir, loc + ("mint", "refresh_token"), marks, read)
+            refresh = read_source(m.refresh_token, loc + ("mint", "refresh_token"))
     elif m.refresh_token is not None:
         marks.add(loc + ("mint", "refresh_token"), "refresh_token is only for grant refresh_token")
-    if spec.signs_jwt and source is not None and read:
-        if (why := _key_problem(source.current()[0], spec.algorithm)) is not None:
-            marks.add(loc + ("value",), why)
+    problem = (
+        _key_problem(source.current()[0], spec.algorithm) if spec.signs_jwt and source and read else None
+    )
+    if problem is not None:
+        marks.add(loc + ("value",), problem)
     if source is None or len(marks.problems) != before:
         return None
     return mint.Minting(spec, source, refresh)

@@ -16,7 +16,8 @@ from proxy.core.limits import DEFAULT_WEBSOCKET_MESSAGE as DEFAULT_WS_MESSAGE
 from proxy.core.policy import DEFAULT_SURFACES, Misplaced
 
 TOKEN = re.compile(r"^[!#$%&'*+.^_`|~0-9A-Za-z-]+$")  # RFC 9110 §5.6.2 token
-SECRET_FIELDS = ("value", "proxy_token", "refresh_token")  # value sources: a wrong type is said without the value
+# value sources: a wrong type is said without the value
+SECRET_FIELDS = ("value", "proxy_token", "refresh_token")
 
 
 class _Model(BaseModel):

@@ -43,7 +43,9 @@ class World:
     async def get(self, host: str, n: int = 1, path: str = "/api") -> list[httpx.Response]:
         url = f"https://{host}:{self.auth[host].port}{path}"
         async with httpx.AsyncClient(
-            proxy=self.proxy.url("c1", self.token), verify=ssl.create_default_context(cafile=str(self.proxy.ca_pem)), timeout=30
+            proxy=self.proxy.url("c1", self.token),
+            verify=ssl.create_default_context(cafile=str(self.proxy.ca_pem)),
+            timeout=30,
         ) as client:
             out = await asyncio.gather(*(client.get(url) for _ in range(n)))
         for r in out:
@@ -78,7 +80,8 @@ def world(tmp_path_factory: pytest.TempPathFactory) -> Iterator[World]:
         st.watch(leak)
         auth["fail.test"].fail = (400, {"error": "invalid_client", "error_description": leak})
         creds = [
-            credential("cc", PH["cc.test"], ["cc.test"], kind="oauth_client", mint=_mint("cc.test", auth["cc.test"].port)),
+            credential("cc", PH["cc.test"], ["cc.test"], kind="oauth_client",
+                       mint=_mint("cc.test", auth["cc.test"].port)),
             credential("exp", PH["exp.test"], ["exp.test"], kind="oauth_client",
                        mint=_mint("exp.test", auth["exp.test"].port, client_auth="secret_post")),
             credential("rt", PH["rt.test"], ["rt.test"], kind="oauth_client",
