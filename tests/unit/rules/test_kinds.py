@@ -51,7 +51,7 @@ BAD = [
     ("host-not-covered", {"mint": {**MINT, "token_url": "https://other.test/token"}}, "mint.token_url",
      "not one of the credential's hosts"),
     ("http-url", {"mint": {**MINT, "token_url": "http://auth.test/token"}}, "mint.token_url", "https:"),
-    ("userinfo", {"mint": {**MINT, "token_url": "https://u:p@auth.test/token"}}, "mint.token_url", "userinfo"),
+    ("userinfo", {"mint": {**MINT, "token_url": "https://u:p@auth.test/t"}}, "mint.token_url", "userinfo"),
     ("grant", {"mint": {**MINT, "grant": "password"}}, "mint.grant", "unknown grant"),
     ("client-auth", {"mint": {**MINT, "client_auth": "mtls"}}, "mint.client_auth", "unknown client_auth"),
     ("refresh-missing", {"mint": {**MINT, "grant": "refresh_token"}}, "mint.refresh_token", "needs"),
