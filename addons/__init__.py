@@ -20,6 +20,8 @@ Each addon handles one concern and talks to the others only through ``flow.metad
    mint       — credentials of kind oauth_client: a fresh access token from the token endpoint
                 (single flight), before substitute injects it (token_mint_failed when none)
 3. substitute — placeholders → secrets, injections, violations
+   sign       — credentials of kind hmac: the request signed (its body read whole, bounded),
+                after substitute (it replaces substitute's body stream on such a request)
    scrub (messages) — WebSocket messages from the upstream, scrubbed before stream lets them go
 4. stream     — forward every body read as it arrives (SSE), count bytes
    framing    — what mitmproxy's HTTP/1 writers cannot frame (trailers, a chunked 304): fixed
@@ -59,6 +61,7 @@ from addons.oauth import OAuthCapture
 from addons.policy import Policy
 from addons.resolve import Resolve
 from addons.scrub import Scrub, ScrubMessages
+from addons.sign import Sign
 from addons.stream import Stream
 from addons.substitute import Substitute
 from addons.tunnel import NextLayer
@@ -99,6 +102,7 @@ def chain(state: State) -> list[Any]:
         Hooks(state),
         Mint(state),
         Substitute(state),
+        Sign(state),
         ScrubMessages(state),
         Stream(),
         Framing(),

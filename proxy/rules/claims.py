@@ -150,6 +150,7 @@ def build_credential(
     minted = kinds.minting(
         km, hosts, source, lambda spec, at: value_source(spec, base_dir, at, marks, read), loc, marks, read
     )
+    signs = kinds.signing(km, loc, marks)
     if source is None or len(marks.problems) != before:
         return None
     if minted is not None:  # the value injected is the minted token; the value minted with stays apart
@@ -167,6 +168,7 @@ def build_credential(
         basic_parts=parts,
         kind=km.kind,
         mint=minted,
+        sign=signs,
     )
 
 

@@ -1,4 +1,5 @@
-"""Credential kinds beyond a static value (issue 15): ``oauth_client`` (proxy.core.mint).
+"""Credential kinds beyond a static value (issue 15): ``oauth_client`` (proxy.core.mint) and
+``hmac`` (proxy.core.hmacsign).
 
 :func:`minting` checks a credential's ``kind`` and ``mint`` fields and builds its
 :class:`proxy.core.mint.Minting`; problems are recorded at their field. The token endpoint's host
@@ -11,15 +12,15 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from proxy.core import mint
+from proxy.core import hmacsign, mint
 from proxy.core.hosts import HostPattern
 from proxy.core.policy import Injection
 from proxy.core.secrets import Secret
 from proxy.rules.marks import Loc, Marks
-from proxy.rules.models import CredentialModel
+from proxy.rules.models import TOKEN, CredentialModel, SignModel
 from proxy.rules.sources import ValueSource
 
-KINDS = ("static", "oauth_client")
+KINDS = ("static", "oauth_client", "hmac")
 DEFAULT_INJECT = Injection("Authorization", "Bearer {value}")
 
 
@@ -36,7 +37,7 @@ def minting(
     if km.kind not in KINDS:
         marks.add(loc + ("kind",), f"unknown kind {km.kind!r}; expected one of: {', '.join(KINDS)}")
         return None
-    if km.kind == "static":
+    if km.kind != "oauth_client":
         if km.mint is not None:
             marks.add(loc + ("mint",), "mint is for kind oauth_client; add kind: oauth_client")
         return None
@@ -99,3 +100,37 @@ def _key_problem(value: Secret, algorithm: str) -> str | None:
     except (ValueError, TypeError):
         return f"value must be a PEM private key (unencrypted) for {algorithm} JWT assertions"
     return None
+
+
+def signing(km: CredentialModel, loc: Loc, marks: Marks) -> hmacsign.SignSpec | None:
+    """The credential's HMAC signing (kind ``hmac``), or None (another kind, or a problem)."""
+    if km.kind != "hmac":
+        if km.sign is not None:
+            marks.add(loc + ("sign",), "sign is for kind hmac; add kind: hmac")
+        return None
+    if km.inject is not None:
+        marks.add(loc + ("inject",), "kind hmac sets its own headers (sign.header); remove inject")
+    s = km.sign
+    if s is None:
+        s = SignModel()
+    spec = hmacsign.SignSpec(
+        s.algorithm,
+        tuple(s.parts),
+        s.separator,
+        s.encoding,
+        s.header,
+        s.format,
+        s.timestamp_header,
+        s.max_body,
+    )
+    for name, why in hmacsign.problems(spec):
+        marks.add(loc + ("sign", name), why)
+    for name in ("header", "timestamp_header"):
+        value = getattr(spec, name)
+        if (
+            not TOKEN.match(value)
+            or value.lower() in ("host", "content-length")
+            or value.lower().startswith("proxy-")
+        ):
+            marks.add(loc + ("sign", name), f"{value!r} is not a header surrogate may set")
+    return spec

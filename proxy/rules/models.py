@@ -80,6 +80,19 @@ class MintModel(_Model):
     margin: float = 30.0
 
 
+class SignModel(_Model):
+    """``sign`` of a credential of kind ``hmac`` (proxy.core.hmacsign)."""
+
+    algorithm: str = "hmac-sha256"
+    parts: list[str] = Field(default_factory=lambda: ["timestamp", "method", "path", "query", "body"])
+    separator: str = ""
+    encoding: str = "hex"
+    header: str = "X-Signature"
+    format: str = "{signature}"
+    timestamp_header: str = "X-Timestamp"
+    max_body: int = 1024 * 1024
+
+
 class CredentialModel(_Model):
     name: str
     value: str
@@ -93,6 +106,7 @@ class CredentialModel(_Model):
     on_misplaced: str = Misplaced.CARRY.value
     kind: str = "static"  # "static" (the value is sent) or "oauth_client" (a token is minted)
     mint: MintModel | None = None
+    sign: SignModel | None = None  # kind hmac
 
 
 class ClaimModel(_Model):

@@ -40,6 +40,7 @@ class AuthServer:
         self.grants: list[str] = []
         self.issued: dict[str, float] = {}  # valid tokens -> expiry
         self.handed: list[str] = []  # every token and refresh token handed out
+        self.paths: list[str] = []  # every request target received
         self.api_auth: list[str] = []  # Authorization each /api request carried
         self.lock = threading.Lock()
         ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
@@ -146,6 +147,7 @@ def _handler(server: AuthServer) -> type[BaseHTTPRequestHandler]:
             self.wfile.write(data)
 
         def do_POST(self) -> None:
+            server.paths.append(self.path)
             body = self._body()
             if self.path == "/token":
                 form = dict(parse_qsl(body.decode()))
@@ -157,6 +159,7 @@ def _handler(server: AuthServer) -> type[BaseHTTPRequestHandler]:
                 self._send(404, {})
 
         def do_GET(self) -> None:
+            server.paths.append(self.path)
             if self.path.startswith("/hmac"):
                 ok = server.hmac_ok("GET", self.path, self.headers, b"")
                 self._send(200 if ok else 401, {"ok": ok})
