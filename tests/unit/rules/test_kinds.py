@@ -63,6 +63,10 @@ BAD = [
     ("no-mint", {}, "mint", "needs mint"),
     ("mint-on-static", {"kind": "static", "mint": MINT}, "mint", "kind oauth_client"),
     ("unknown-kind", {"kind": "magic"}, "kind", "unknown kind"),
+    ("hmac-algorithm", {"kind": "hmac", "sign": {"algorithm": "md5"}}, "sign.algorithm", "unknown"),
+    ("hmac-header", {"kind": "hmac", "sign": {"header": "Host"}}, "sign.header", "may set"),
+    ("hmac-inject", {"kind": "hmac", "inject": {"set_header": "X-A"}}, "inject", "remove inject"),
+    ("sign-on-static", {"kind": "static", "sign": {}}, "sign", "kind hmac"),
 ]  # fmt: skip
 
 
@@ -70,9 +74,19 @@ BAD = [
 def test_a_bad_oauth_client_credential_is_refused_at_load(
     tmp_path: Path, extra: dict[str, Any], where: str, says: str
 ) -> None:
-    extra = {"kind": "oauth_client", **extra}
+    extra = {"kind": "oauth_client", **extra} if "kind" not in extra else extra
     with pytest.raises(RulesError) as info:
         load_rules(_file(tmp_path, **extra))
     found = [(str(p.path) if hasattr(p, "path") else "", str(p)) for p in info.value.problems]
     assert any(where in text and says in text for _, text in found), found
     assert all("client-secret-value" not in text for _, text in found)
+
+
+def test_an_hmac_credential_loads_with_the_documented_example_defaults(tmp_path: Path) -> None:
+    (c,) = load_rules(_file(tmp_path, kind="hmac")).claims["c1"].credentials
+    assert c.sign is not None and c.inject is None
+    assert (c.sign.algorithm, c.sign.header, c.sign.timestamp_header) == (
+        "hmac-sha256",
+        "X-Signature",
+        "X-Timestamp",
+    )
