@@ -72,7 +72,7 @@ class Mint:
                 why = f"credential {c.name!r}: no access token (internal_error); nothing was sent"
                 facts.refuse(flow, deny(Reason.TOKEN_MINT_FAILED, why, status=502))
                 return
-            flow.metadata.setdefault(facts.MINTED, {})[c.name] = how
+            flow.metadata.setdefault(facts.APPLIED, {})[c.name] = f"token_{how}"
 
     def response(self, flow: http.HTTPFlow) -> None:
         if flow.response is None or flow.response.status_code != 401:

@@ -98,3 +98,4 @@ class Sign:
             req.headers[spec.timestamp_header] = str(now)
             req.headers[spec.header] = hmacsign.signature(spec, secret, message)
             used[c.name] = version
+            flow.metadata.setdefault(facts.APPLIED, {})[c.name] = "hmac_signed"

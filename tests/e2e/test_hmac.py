@@ -89,6 +89,11 @@ def test_through_the_proxy_the_signature_is_accepted(
         r = world.keep(c.request(method, world.url(path), content=body, headers={"X-Signature": PH}))
     assert r.status_code == 200, r.text
     assert r.json()["ok"] is True
+    lines = world.proxy.audit_path.read_text().splitlines()
+    events = [
+        json.loads(x) for x in lines if x.strip() and json.loads(x).get("path", "").startswith(path[:10])
+    ]
+    assert {"name": "sig", "version": 1, "applied": "hmac_signed"} in events[-1]["credentials"]
 
 
 def test_a_body_past_max_body_is_refused_before_it_is_sent(world: World) -> None:

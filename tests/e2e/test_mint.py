@@ -105,6 +105,13 @@ def test_fifty_concurrent_requests_cause_one_token_request(world: World) -> None
     assert world.auth["cc.test"].token_requests == 1
     assert world.auth["cc.test"].grants == ["client_credentials"]
     assert len(set(world.auth["cc.test"].api_auth)) == 1  # all 50 carried the one token
+    applied = [c.get("applied") for e in _audit(world) for c in e.get("credentials", []) if c["name"] == "cc"]
+    assert sorted(applied) == ["token_cached"] * 49 + ["token_minted"]
+
+
+def _audit(world: World) -> list[dict[str, object]]:
+    lines = world.proxy.audit_path.read_text().splitlines()
+    return [e for e in map(json.loads, filter(str.strip, lines)) if e.get("event") == "request"]
 
 
 def test_an_expiring_token_is_refreshed_once(world: World) -> None:
