@@ -14,11 +14,12 @@ from proxy.core.secrets import Secret
 
 KEY = Secret("k3y")
 BODY = b'{"size":"0.01"}'
+DIGEST = hashlib.sha256(BODY).hexdigest().encode()
 
 PARTS = [
-    ("default", hmacsign.DEFAULT_PARTS, "", b'1700000000POST/v1/orders?a=1&b=2{"size":"0.01"}'),
+    ("default", hmacsign.DEFAULT_PARTS, "", b"1700000000POST/v1/orders?a=1&b=2" + BODY),
     ("no-query", ("method", "path", "query"), "", b"POST/v1/orders?a=1&b=2"),
-    ("digest", ("timestamp", "body_sha256"), "\n", b"1700000000\n" + hashlib.sha256(BODY).hexdigest().encode()),
+    ("digest", ("timestamp", "body_sha256"), "\n", b"1700000000\n" + DIGEST),
     ("path-only", ("path",), "", b"/v1/orders"),
 ]  # fmt: skip
 

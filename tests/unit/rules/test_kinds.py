@@ -90,3 +90,16 @@ def test_an_hmac_credential_loads_with_the_documented_example_defaults(tmp_path:
         "X-Signature",
         "X-Timestamp",
     )
+
+
+def test_rules_explain_says_what_each_kind_does(tmp_path: Path) -> None:
+    from proxy.cli.explain import explain
+
+    policy = load_rules(_file(tmp_path, kind="oauth_client", mint=MINT))
+    notes = " ".join(explain(policy, "c1", "GET", "https://api.test/x").notes)
+    assert "kind oauth_client" in notes and "https://auth.test/oauth/token" in notes
+    assert "client-secret-value" not in notes
+    (tmp_path / "x").mkdir()
+    policy = load_rules(_file(tmp_path / "x", kind="hmac"))
+    notes = " ".join(explain(policy, "c1", "POST", "https://api.test/x").notes)
+    assert "kind hmac" in notes and "X-Signature" in notes
