@@ -29,7 +29,7 @@ from world import Stage, credential, egress, rules
 
 pytestmark = pytest.mark.e2e
 
-NAMES = ["cc.test", "exp.test", "rt.test", "jwt.test", "fail.test"]
+NAMES = ["cc.test", "exp.test", "rt.test", "jwt.test", "fail.test", "pkj.test"]
 PH = {n: f"surr_Mint{n.split('.')[0].capitalize()}Placeholder0000001" for n in NAMES}
 
 
@@ -68,11 +68,16 @@ def world(tmp_path_factory: pytest.TempPathFactory) -> Iterator[World]:
         (st.tmp / "secret-jwt").write_text(pem.strip().replace("\n", "\\n") + "\n")
         auth: dict[str, AuthServer] = {}
         for name in NAMES:
-            secret = st.secret(name.split(".")[0]) if name != "jwt.test" else ""
+            secret = st.secret(name.split(".")[0]) if name not in ("jwt.test", "pkj.test") else ""
             server = AuthServer(st.ca, [name], f"client-{name}", secret)
             auth[name] = st.serve(server)
-        auth["jwt.test"].public_key = key.public_key()
-        auth["jwt.test"].audience = f"https://jwt.test:{auth['jwt.test'].port}/token"
+        for name in ("jwt.test", "pkj.test"):
+            auth[name].public_key = key.public_key()
+            auth[name].audience = f"https://{name}:{auth[name].port}/token"
+        (st.tmp / "secret-pkj").write_text((st.tmp / "secret-jwt").read_text())
+        # not pinned: "localhost" resolves to loopback, which the pool does not allow
+        local = st.serve(AuthServer(st.ca, ["localhost"], "client-localhost", st.secret("local")))
+        auth["localhost"] = local
         auth["exp.test"].expires_in = 33  # margin 30: fresh for 3 seconds
         refresh = st.secret("rtrefresh")
         auth["rt.test"].refresh = refresh
@@ -91,8 +96,12 @@ def world(tmp_path_factory: pytest.TempPathFactory) -> Iterator[World]:
                        mint=_mint("jwt.test", auth["jwt.test"].port, grant="jwt_bearer")),
             credential("fail", PH["fail.test"], ["fail.test"], kind="oauth_client",
                        mint=_mint("fail.test", auth["fail.test"].port)),
+            credential("pkj", PH["pkj.test"], ["pkj.test"], kind="oauth_client",
+                       mint=_mint("pkj.test", auth["pkj.test"].port, client_auth="private_key_jwt")),
+            credential("local", "surr_MintLocalhostPlaceholder001", ["localhost"], kind="oauth_client",
+                       mint=_mint("localhost", local.port)),
         ]  # fmt: skip
-        text = rules([egress(n, auth[n].port) for n in NAMES], credentials=creds)
+        text = rules([egress(n, auth[n].port) for n in [*NAMES, "localhost"]], credentials=creds)
         w = World(st.proxy(text, NAMES), token, auth, st.received)
         yield w
         for server in auth.values():
@@ -151,3 +160,17 @@ def test_a_failing_token_endpoint_gives_the_reason_and_never_its_body(world: Wor
     assert "invalid_client" in r.headers["proxy-status"] or "token_mint_failed" in r.headers["proxy-status"]
     audit = [json.loads(x) for x in world.proxy.audit_path.read_text().splitlines() if x.strip()]
     assert any(e.get("reason") == "token_mint_failed" for e in audit)
+
+
+def test_client_credentials_with_a_private_key_jwt_client_assertion(world: World) -> None:
+    assert asyncio.run(world.get("pkj.test", 3))[0].status_code == 200
+    assert world.auth["pkj.test"].token_requests == 1
+    assert world.auth["pkj.test"].grants == ["client_credentials"]
+
+
+def test_the_token_request_takes_the_address_checks_of_any_upstream_request(world: World) -> None:
+    """The token endpoint's name resolves to loopback (not pinned, not in allow_cidrs): refused
+    before any token request, like a request of the sandbox to that address would be."""
+    (r,) = asyncio.run(world.get("localhost"))
+    assert r.status_code == 503 and r.json()["error"] == "token_mint_failed"
+    assert world.auth["localhost"].token_requests == 0
