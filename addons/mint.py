@@ -45,9 +45,7 @@ RETRY_AFTER = 2.0  # seconds a failed mint is answered from memory (concurrent w
 class Mint:
     def __init__(self, state: State) -> None:
         self.state = state
-        self._locks: dict[int, asyncio.Lock] = {}
         self._tls: ssl.SSLContext | None = None
-        self._failed: dict[int, tuple[float, mint.MintError]] = {}
 
     async def requestheaders(self, flow: http.HTTPFlow) -> None:
         if flow.response or flow.error or facts.HOOK in flow.metadata:
@@ -89,20 +87,23 @@ class Mint:
         assert m is not None
         if mint.fresh(m.slot.token, time.time(), m.spec.margin):
             return "cached"
-        lock = self._locks.setdefault(id(m), asyncio.Lock())
+        if m.slot.guard is None:
+            m.slot.guard = asyncio.Lock()
+        lock = m.slot.guard
+        assert isinstance(lock, asyncio.Lock)
         async with lock:  # single flight: the waiters find the token the first one minted
             now = time.time()
             if mint.fresh(m.slot.token, now, m.spec.margin):
                 return "cached"
-            failed = self._failed.get(id(m))
+            failed = m.slot.failed
             if failed is not None and now < failed[0] + RETRY_AFTER:
                 raise failed[1]  # the waiters share the one failure: no storm on the endpoint
             try:
                 token = await self.fetch(c, pool)
             except mint.MintError as e:
-                self._failed[id(m)] = (time.time(), e)
+                m.slot.failed = (time.time(), e)
                 raise
-            self._failed.pop(id(m), None)
+            m.slot.failed = None
             m.slot.store(token)
             facts.log.info("credential %r: token minted (version %d)", c.name, m.slot.generation)
             return "minted"

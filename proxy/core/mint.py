@@ -126,6 +126,10 @@ class TokenSlot:
     # tokens, and the values minted with (proxy.store.live reads :meth:`previous`)
     old: list[Secret] = field(default_factory=list, repr=False)
     also: tuple[SecretSource, ...] = field(default=(), repr=False)
+    # the minter's own state, kept here so it lives exactly as long as the credential (a reload
+    # builds new slots): its single-flight lock, and the last failure (time, MintError)
+    guard: object = field(default=None, repr=False)
+    failed: tuple[float, MintError] | None = field(default=None, repr=False)
 
     def previous(self, since: float) -> list[Secret]:
         """Live values besides the current token (``since`` is unused: tokens kept are few)."""
