@@ -17,6 +17,9 @@ Each addon handles one concern and talks to the others only through ``flow.metad
    hooks      — a hook route's request is answered by an operator command (no upstream); it runs
                 after policy (only allowed requests) and before substitute (it sees placeholders,
                 never secrets), and before stream (its body is read whole, bounded)
+   sigv4      — a request signed with an aws_sigv4 credential's placeholder keys: verified as
+                the placeholder's, re-signed with the real key (head, and aws-chunked chunks);
+                after hooks (a hook sees placeholders only)
 3. substitute — placeholders → secrets, injections, violations
    scrub (messages) — WebSocket messages from the upstream, scrubbed before stream lets them go
 4. stream     — forward every body read as it arrives (SSE), count bytes
@@ -56,6 +59,7 @@ from addons.oauth import OAuthCapture
 from addons.policy import Policy
 from addons.resolve import Resolve
 from addons.scrub import Scrub, ScrubMessages
+from addons.sigv4 import SigV4
 from addons.stream import Stream
 from addons.substitute import Substitute
 from addons.tunnel import NextLayer
@@ -94,6 +98,7 @@ def chain(state: State) -> list[Any]:
         Fence(),
         Forgery(),
         Hooks(state),
+        SigV4(),
         Substitute(state),
         ScrubMessages(state),
         Stream(),

@@ -28,6 +28,7 @@ INTERFACE_NAME = re.compile(r"^[A-Za-z0-9_.@-]{1,15}$")
 if TYPE_CHECKING:
     from proxy.core.hooks import HookRoute
     from proxy.core.oauth import OAuthSpec
+    from proxy.core.sigv4 import SigV4Spec
 
 Network = ipaddress.IPv4Network | ipaddress.IPv6Network
 
@@ -149,6 +150,7 @@ class Credential:
     # parts of Basic credentials the basic surface swaps in
     headers: frozenset[str] = DEFAULT_HEADERS
     basic_parts: frozenset[BasicPart] = DEFAULT_BASIC_PARTS
+    sigv4: SigV4Spec | None = None  # kind aws_sigv4: re-signed, never swapped (proxy.core.sigv4)
 
     def enables(self, surface: Surface) -> bool:
         """True when a placeholder found on ``surface`` may be swapped (toward a bound host)."""

@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import hashlib
 import hmac
+import json
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from urllib.parse import quote
@@ -87,6 +88,52 @@ class Resigned:
     seed: str = field(repr=False)  # the real signature: the seed of a chunk chain
     placeholder_seed: str = field(repr=False)  # the sandbox's one, which its chunks chain on
     signed: Signed = field(repr=False)
+
+
+@dataclass(frozen=True, slots=True)
+class SigV4Spec:
+    """An ``aws_sigv4`` credential's placeholders (its access key id placeholder is the
+    credential's ``placeholder``) and what it may sign for."""
+
+    placeholder_secret: str = field(repr=False)
+    placeholder_token: str | None = field(repr=False)
+    allowed: Allowed
+
+    def placeholder_keys(self, access_key_id: str) -> Keys:
+        return Keys(access_key_id, self.placeholder_secret, self.placeholder_token)
+
+
+def real_keys(value: str) -> Keys:
+    """The real keys from a credential's sealed value: JSON ``{"access_key_id",
+    "secret_access_key", "session_token"?}``. Raises SigV4Error (``sigv4_malformed``) naming
+    the field, never a value."""
+    try:
+        doc = json.loads(value)
+    except ValueError:
+        raise SigV4Error("sigv4_malformed", "the aws_sigv4 value is not JSON") from None
+    names = {"access_key_id", "secret_access_key", "session_token"}
+    if not isinstance(doc, dict) or not {"access_key_id", "secret_access_key"} <= set(doc) <= names:
+        raise SigV4Error("sigv4_malformed", "the aws_sigv4 value needs access_key_id and secret_access_key")
+    token = doc.get("session_token")
+    if not all(isinstance(doc[k], str) and doc[k] for k in ("access_key_id", "secret_access_key")) or not (
+        token is None or isinstance(token, str)
+    ):
+        raise SigV4Error("sigv4_malformed", "the aws_sigv4 value's fields must be non-empty strings")
+    return Keys(doc["access_key_id"], doc["secret_access_key"], token)
+
+
+def sigv4_pairs(value: str, placeholder: str, spec: SigV4Spec) -> list[tuple[bytes, bytes]]:
+    """(real, placeholder) pairs the scrubber replaces in responses: the access key id, the
+    secret key and the session token (its placeholder, or the key id's when it has none)."""
+    try:
+        real = real_keys(value)
+    except SigV4Error:
+        return []
+    out = [(real.access_key_id.encode(), placeholder.encode())]
+    out.append((real.secret_access_key.encode(), spec.placeholder_secret.encode()))
+    if real.session_token:
+        out.append((real.session_token.encode(), (spec.placeholder_token or placeholder).encode()))
+    return out
 
 
 def _header(fields: Fields, name: bytes) -> str | None:

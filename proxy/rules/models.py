@@ -64,8 +64,17 @@ class InjectModel(_Model):
     format: str = "Bearer {value}"
 
 
+class AwsSigV4Model(_Model):
+    secret_placeholder: str
+    session_token_placeholder: str | None = None
+    regions: list[str] = Field(min_length=1)
+    services: list[str] = Field(min_length=1)
+
+
 class CredentialModel(_Model):
     name: str
+    kind: Literal["secret", "aws_sigv4"] = "secret"
+    aws_sigv4: AwsSigV4Model | None = None  # kind aws_sigv4: value is JSON (proxy.core.sigv4.real_keys)
     value: str
     placeholder: str
     hosts: list[str] = Field(min_length=1)
