@@ -120,7 +120,7 @@ class Substitute:
             req.headers.fields = tuple(outcome.fields)
         if outcome.target is not None:
             req.data.path = outcome.target
-        flow.metadata[facts.USED] = dict(outcome.used)
+        flow.metadata.setdefault(facts.USED, {}).update(outcome.used)  # addons/sigv4.py may have signed
         if outcome.used:
             self.state.registry.record_use(claim, list(outcome.used), now)
         # a body that addons/sigv4.py signs (hashed whole, or re-signed chunk by chunk) is not
