@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import os
+import ssl
 import subprocess
 from collections.abc import Iterator
 from pathlib import Path
@@ -15,6 +16,7 @@ from typing import Any
 import boto3
 import botocore.exceptions
 import canary
+import httpx
 import pytest
 from botocore.config import Config
 from sigv4_upstream import SigV4Upstream
@@ -194,3 +196,66 @@ def test_audit_names_kind_and_signature(world: World) -> None:
     last = json.loads(world.proxy.audit_path.read_text().strip().splitlines()[-1])
     assert last["path"] == "/b/small.txt" and last["status"] == 200
     assert last["credentials"][0]["kind"] == "aws_sigv4" and last["credentials"][0]["signature"] == "sigv4"
+
+
+def _chunked_put(
+    world: World, key: str, data: bytes, chunk: int, tamper: int | None = None
+) -> httpx.Response:
+    """A client that signs S3's aws-chunked upload with the PLACEHOLDER keys (botocore sends only
+    the unsigned-trailer form): the seed by botocore's S3SigV4Auth, each chunk on the chain by
+    the AWS document's string to sign. ``tamper``: the chunk whose data changes after signing."""
+    from botocore.auth import S3SigV4Auth
+    from botocore.awsrequest import AWSRequest
+    from botocore.credentials import Credentials
+
+    from proxy.core import sigv4
+    from proxy.core.sigv4chunks import chunk_string
+
+    pieces = [data[i : i + chunk] for i in range(0, len(data), chunk)] + [b""]
+    framed = sum(len(b"%x;chunk-signature=" % len(p)) + 64 + 4 + len(p) for p in pieces)
+    url = f"https://s3.test:{world.up.port}/b/{key}"
+    headers = {
+        "Content-Encoding": "aws-chunked", "Content-Length": str(framed),
+        "X-Amz-Content-SHA256": sigv4.STREAMING, "X-Amz-Decoded-Content-Length": str(len(data)),
+    }  # fmt: skip
+    req = AWSRequest(method="PUT", url=url, headers=headers)
+
+    class Streaming(S3SigV4Auth):
+        def payload(self, request: AWSRequest) -> str:
+            return sigv4.STREAMING  # botocore would write UNSIGNED-PAYLOAD over https
+
+    Streaming(Credentials(AKID, SECRET_PH, TOKEN_PH), "s3", "us-east-1").add_auth(req)
+    assert req.headers["X-Amz-Content-SHA256"] == sigv4.STREAMING
+    amz_date = req.context["timestamp"]
+    scope = f"{amz_date[:8]}/us-east-1/s3/aws4_request"
+    key_ = sigv4.signing_key(SECRET_PH, amz_date[:8], "us-east-1", "s3")
+    prev = req.headers["Authorization"].rsplit("Signature=", 1)[1]
+
+    def body() -> Iterator[bytes]:
+        nonlocal prev
+        for i, p in enumerate(pieces):
+            prev = sigv4.sign(key_, chunk_string(amz_date, scope, prev, p))
+            sent = p if tamper != i else b"X" + p[1:]
+            yield b"%x;chunk-signature=%s\r\n%s\r\n" % (len(p), prev.encode(), sent)
+
+    ctx = ssl.create_default_context(cafile=str(world.proxy.ca_pem))
+    with httpx.Client(proxy=world.proxy_url, verify=ctx, timeout=60) as client:
+        return client.put(url, headers=dict(req.headers.items()), content=body())
+
+
+def test_signed_aws_chunked_upload_resigned_chunk_by_chunk(world: World) -> None:
+    data = os.urandom(3 * 1024 * 1024 + 17)
+    r = _chunked_put(world, "chunked.bin", data, 64 * 1024)
+    assert r.status_code == 200, _keep(world, r.content)
+    assert world.up.objects["/b/chunked.bin"] == data
+
+
+def test_signed_aws_chunked_tampered_chunk_never_completes(world: World) -> None:
+    """A chunk changed after signing: surrogate closes the connection before it leaves."""
+    before = len(world.up.accepted)
+    with pytest.raises(httpx.HTTPError):
+        r = _chunked_put(world, "tampered.bin", os.urandom(300 * 1024), 64 * 1024, tamper=2)
+        _keep(world, r.content)
+        assert r.status_code >= 400
+        raise httpx.HTTPError("refused")
+    assert "/b/tampered.bin" not in world.up.objects and len(world.up.accepted) == before
