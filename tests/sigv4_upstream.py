@@ -125,7 +125,8 @@ class SigV4Upstream:
                     return None
                 parts = upstream.parts.pop(upload)
                 upstream.objects[key] = b"".join(parts[n] for n in sorted(parts))
-                xml = f'<CompleteMultipartUploadResult><Key>{key}</Key><ETag>"x"</ETag></CompleteMultipartUploadResult>'
+                xml = f'<CompleteMultipartUploadResult><Key>{key}</Key><ETag>"x"</ETag>'
+                xml += "</CompleteMultipartUploadResult>"
                 return self._answer(200, xml.encode())
 
             do_GET = do_PUT = do_POST = _handle  # noqa: N815
@@ -204,7 +205,8 @@ class SigV4Upstream:
         signer = S3SigV4Auth(self.creds, service, region)
         req.context["timestamp"] = params["X-Amz-Date"]
         creq = "\n".join([
-            method, target, signer.canonical_query_string(req), f"host:{headers['host']}\n", "host", "UNSIGNED-PAYLOAD",
+            method, target, signer.canonical_query_string(req), f"host:{headers['host']}\n", "host",
+            "UNSIGNED-PAYLOAD",
         ])  # fmt: skip
         sts = "\n".join(["AWS4-HMAC-SHA256", params["X-Amz-Date"], f"{date}/{region}/{service}/aws4_request",
                          hashlib.sha256(creq.encode()).hexdigest()])  # fmt: skip

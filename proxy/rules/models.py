@@ -73,8 +73,6 @@ class AwsSigV4Model(_Model):
 
 class CredentialModel(_Model):
     name: str
-    kind: Literal["secret", "aws_sigv4"] = "secret"
-    aws_sigv4: AwsSigV4Model | None = None  # kind aws_sigv4: value is JSON (proxy.core.sigv4.real_keys)
     value: str
     placeholder: str
     hosts: list[str] = Field(min_length=1)
@@ -84,6 +82,8 @@ class CredentialModel(_Model):
     headers: list[str] | None = None  # header slots (proxy.core.slots); None: DEFAULT_HEADERS
     basic_parts: list[str] | None = None  # Basic slots (proxy.core.slots); None: the password
     on_misplaced: str = Misplaced.CARRY.value
+    kind: Literal["secret", "aws_sigv4"] = "secret"
+    aws_sigv4: AwsSigV4Model | None = None  # kind aws_sigv4: value is JSON (proxy.core.sigv4.real_keys)
 
 
 class ClaimModel(_Model):
