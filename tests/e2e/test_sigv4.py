@@ -163,6 +163,7 @@ def test_aws_cli_s3_cp_large_file(world: World, tmp_path: Path) -> None:
 
 
 def test_without_the_proxy_the_upstream_refuses(world: World) -> None:
+    world.client("s3").put_object(Bucket="b", Key="small.txt", Body=b"hello sigv4")
     s3 = world.client("s3", via_proxy=False)
     with pytest.raises(botocore.exceptions.ClientError) as e:
         s3.get_object(Bucket="b", Key="small.txt")
@@ -192,6 +193,7 @@ def test_region_outside_allowed_refused(world: World) -> None:
 
 
 def test_audit_names_kind_and_signature(world: World) -> None:
+    world.client("s3").put_object(Bucket="b", Key="small.txt", Body=b"hello sigv4")
     world.client("s3").get_object(Bucket="b", Key="small.txt")["Body"].read()
     last = json.loads(world.proxy.audit_path.read_text().strip().splitlines()[-1])
     assert last["path"] == "/b/small.txt" and last["status"] == 200
