@@ -1,6 +1,7 @@
 """SigV4 re-signing cost, in process (the core only, no proxy): CPU per re-signed request vs a
 plain header swap (proxy.core.substitute on a Bearer placeholder), and aws-chunked streaming
-MB/s with chunk re-signing (a plain stream does no per-byte work; one SHA-256 pass shown for scale). Prints one line per figure.
+MB/s with chunk re-signing (a plain stream does no per-byte work; one SHA-256 pass shown for
+scale). Prints one line per figure.
 
     PYTHONPATH=. python bench/sigv4.py
 """
@@ -92,5 +93,6 @@ if __name__ == "__main__":
     print(f"plain header swap (substitute_request), CPU per request: {swap_us():.1f} us")
     resigned, plain = chunked_mbps()
     print(
-        f"aws-chunked 64 KiB chunks: re-signed {resigned:.0f} MB/s, one SHA-256 pass {plain:.0f} MB/s; a plain stream does no per-byte work"
+        f"aws-chunked 64 KiB chunks: re-signed {resigned:.0f} MB/s, one SHA-256 pass {plain:.0f} MB/s; "
+        "a plain stream does no per-byte work"
     )

@@ -261,3 +261,13 @@ def test_signed_aws_chunked_tampered_chunk_never_completes(world: World) -> None
         assert r.status_code >= 400
         raise httpx.HTTPError("refused")
     assert "/b/tampered.bin" not in world.up.objects and len(world.up.accepted) == before
+
+
+def test_sigv2_presigned_url_with_the_placeholder_refused(world: World) -> None:
+    """boto3's default presigned URL (SigV2) names the placeholder key id unsigned by SigV4."""
+    url = world.client("s3").generate_presigned_url("get_object", Params={"Bucket": "b", "Key": "x"})
+    out = subprocess.run(
+        ["curl", "-sS", "--proxy", world.proxy_url, "--cacert", str(world.proxy.ca_pem), url],
+        capture_output=True, timeout=60, check=True,
+    )  # fmt: skip
+    assert b"sigv4_unsigned" in _keep(world, out.stdout)
