@@ -56,7 +56,7 @@ def test_aws_sigv4_loads_with_no_swap_surface(tmp_path: Path) -> None:
 
 BAD = [
     ("no-block", GOOD.split("  aws_sigv4:")[0], "needs an aws_sigv4 block"),
-    ("block-without-kind", GOOD.replace("  kind: aws_sigv4\n", ""), "only for a credential of kind aws_sigv4"),
+    ("block-without-kind", GOOD.replace("  kind: aws_sigv4\n", ""), "only for a credential of kind"),
     ("secret-not-placeholder", GOOD.replace("surr_AwsSecretPlaceholder0001", "plain"), "secret_placeholder"),
     ("secret-same-as-key-id", GOOD.replace("surr_AwsSecretPlaceholder0001", "surr_AwsKeyIdPlaceholder0001"),
      "secret_placeholder"),
