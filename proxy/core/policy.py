@@ -166,6 +166,15 @@ class Credential:
         """True when a placeholder in this part of Basic credentials may be swapped."""
         return self.enables(Surface.BASIC) and part in self.basic_parts
 
+    def placeholders(self) -> tuple[str, ...]:
+        """Every placeholder the sandbox holds for it: an aws_sigv4 credential's secret key and
+        session token placeholders too, so that they are this claim's (never forged) and a
+        violation toward an unbound host wherever they appear."""
+        if self.sigv4 is None:
+            return (self.placeholder,)
+        more = (self.sigv4.placeholder_secret, self.sigv4.placeholder_token)
+        return (self.placeholder, *(p for p in more if p is not None))
+
     def expired(self, now: float) -> bool:
         return self.expires_at is not None and now >= self.expires_at
 
@@ -212,7 +221,7 @@ class Claim:
             token,
             credentials,
             tuple(c for c in credentials if c.inject is not None),
-            {c.placeholder.encode(): c for c in credentials},
+            {p.encode(): c for c in credentials for p in c.placeholders()},
             origin,
             sources,
             tuple(c for c in credentials if Surface.BODY in c.surfaces),

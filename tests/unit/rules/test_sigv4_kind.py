@@ -72,3 +72,18 @@ def test_mistakes_are_errors_at_their_field(tmp_path: Path, name: str, creds: st
     with pytest.raises(RulesError) as e:
         load_rules(_rules(tmp_path, creds))
     assert says in str(e.value)
+
+
+def test_every_placeholder_of_the_kind_is_the_claims(tmp_path: Path) -> None:
+    """Generated (checksummed) secret and token placeholders are this claim's: never forged."""
+    from proxy.core import placeholders
+    from proxy.core.forgery import find_forged
+
+    secret, token = placeholders.generate(), placeholders.generate()
+    text = GOOD.replace("surr_AwsSecretPlaceholder0001", secret).replace(
+        "surr_AwsTokenPlaceholder00001", token
+    )
+    claim = load_rules(_rules(tmp_path, text)).claims["c"]
+    assert {secret.encode(), token.encode(), b"surr_AwsKeyIdPlaceholder0001"} <= set(claim.by_placeholder)
+    fields = [(b"X-Amz-Security-Token", token.encode()), (b"X-Leak", secret.encode())]
+    assert not find_forged(fields, b"/", claim.by_placeholder)
