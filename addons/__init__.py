@@ -19,6 +19,9 @@ Each addon handles one concern and talks to the others only through ``flow.metad
                 never secrets), and before stream (its body is read whole, bounded)
    mint       — credentials of kind oauth_client: a fresh access token from the token endpoint
                 (single flight), before substitute injects it (token_mint_failed when none)
+   sigv4      — a request signed with an aws_sigv4 credential's placeholder keys: verified as
+                the placeholder's, re-signed with the real key (head, and aws-chunked chunks);
+                after hooks (a hook sees placeholders only)
 3. substitute — placeholders → secrets, injections, violations
    sign       — credentials of kind hmac: the request signed (its body read whole, bounded),
                 after substitute (it replaces substitute's body stream on such a request)
@@ -62,6 +65,7 @@ from addons.policy import Policy
 from addons.resolve import Resolve
 from addons.scrub import Scrub, ScrubMessages
 from addons.sign import Sign
+from addons.sigv4 import SigV4
 from addons.stream import Stream
 from addons.substitute import Substitute
 from addons.tunnel import NextLayer
@@ -101,6 +105,7 @@ def chain(state: State) -> list[Any]:
         Forgery(),
         Hooks(state),
         Mint(state),
+        SigV4(),
         Substitute(state),
         Sign(state),
         ScrubMessages(state),

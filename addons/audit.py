@@ -73,7 +73,10 @@ def _event(flow: http.HTTPFlow, kind: str) -> dict[str, Any]:
         a.RULE: decision.rule.label() if decision and decision.rule else None,
         a.MESSAGE: None if decision is None or decision.allowed else decision.message,
         a.WOULD_DENY: decision.would_deny.value if decision and decision.would_deny else None,
-        a.CREDENTIALS: _credentials(used, flow.metadata.get(facts.APPLIED, {})),
+        a.CREDENTIALS: [
+            {**c, **_signed(flow, c["name"])}
+            for c in _credentials(used, flow.metadata.get(facts.APPLIED, {}))
+        ],
         a.CARRIED: flow.metadata.get(facts.CARRIED, []),
         a.FORGED: flow.metadata.get(facts.FORGED, []),
         a.CARRIED_ON: [{"name": n, "surface": s} for n, s in flow.metadata.get(facts.CARRIED_ON, [])],
@@ -192,3 +195,9 @@ class Audit:
                 logging.getLogger("surrogate").error(
                     "audit event for %s failed: %s", client.id, type(e).__name__
                 )
+
+
+def _signed(flow: http.HTTPFlow, name: str) -> dict[str, str]:
+    """The kind and the signature applied, for a credential addons/sigv4.py re-signed with."""
+    signed = flow.metadata.get("surrogate.sigv4_signed", {})
+    return {"kind": "aws_sigv4", "signature": signed[name]} if name in signed else {}

@@ -265,6 +265,14 @@ def _connect(
             **base, host=host, verdict=connect, connect=connect, tunnel="opaque", notes=tuple(notes)
         )
     base["event"] = "request"
+    for c in claim.credentials:  # kind aws_sigv4: signed, not swapped (addons/sigv4.py)
+        if c.sigv4 is not None and c.bound_to(host):
+            a = c.sigv4.allowed
+            notes.append(
+                f"credential {c.name} (kind aws_sigv4): a request signed with its placeholder keys is "
+                "verified and re-signed with the real key, for regions "
+                f"{', '.join(sorted(a.regions))} and services {', '.join(sorted(a.services))}"
+            )
     return Explanation(**base, host=host, verdict=connect, connect=connect, tunnel="intercepted")
 
 

@@ -72,6 +72,13 @@ class Reason(StrEnum):
     WRONG_INTERFACE = "wrong_interface"
     NOT_HTTP = "not_http"
     TOKEN_MINT_FAILED = "token_mint_failed"  # noqa: S105 (a reason code, not a password); oauth_client: no access token (proxy.core.mint)
+    # SigV4 re-signing (proxy.core.sigv4)
+    SIGV4_BAD_SIGNATURE = "sigv4_bad_signature"
+    SIGV4_SCOPE_REFUSED = "sigv4_scope_refused"
+    SIGV4_UNSIGNED = "sigv4_unsigned"
+    SIGV4_WRONG_KEY = "sigv4_wrong_key"
+    SIGV4_MALFORMED = "sigv4_malformed"
+    SIGV4_BAD_CHUNK = "sigv4_bad_chunk"
 
 
 @dataclass(frozen=True, slots=True)
@@ -103,7 +110,12 @@ def deny(reason: Reason, message: str, status: int = 403, rule: EgressRule | Non
 
 
 _VIOLATIONS = frozenset(
-    {Reason.PLACEHOLDER_VIOLATION, Reason.CLEARTEXT_CREDENTIAL, Reason.FORGED_PLACEHOLDER}
+    {
+        Reason.PLACEHOLDER_VIOLATION,
+        Reason.CLEARTEXT_CREDENTIAL,
+        Reason.FORGED_PLACEHOLDER,
+        Reason.SIGV4_WRONG_KEY,
+    }
 )
 
 

@@ -112,6 +112,12 @@ ROWS: dict[Reason, Row | None] = {
     Reason.UNSCANNABLE_RESPONSE: Row("http_response_content_coding", Grpc.INTERNAL),  # audit only
     Reason.NOT_HTTP: Row("http_protocol_error", Grpc.INTERNAL),  # audit only
     Reason.TOKEN_MINT_FAILED: Row("proxy_internal_error", Grpc.UNAVAILABLE),  # no access token minted
+    Reason.SIGV4_BAD_SIGNATURE: Row("http_request_denied", Grpc.UNAUTHENTICATED),  # not the placeholder's
+    Reason.SIGV4_SCOPE_REFUSED: _DENIED,
+    Reason.SIGV4_UNSIGNED: _DENIED,
+    Reason.SIGV4_WRONG_KEY: _DENIED,
+    Reason.SIGV4_MALFORMED: _UNREADABLE,
+    Reason.SIGV4_BAD_CHUNK: Row("http_request_error", Grpc.UNAUTHENTICATED),  # audit only: connection closed
 }
 
 # An upstream failure, by what mitmproxy 12.3's message says (lower-cased substrings, first match

@@ -20,7 +20,7 @@ from proxy.rules.marks import Loc, Marks
 from proxy.rules.models import TOKEN, CredentialModel, SignModel
 from proxy.rules.sources import ValueSource
 
-KINDS = ("static", "oauth_client", "hmac")
+KINDS = ("static", "oauth_client", "hmac", "aws_sigv4")
 DEFAULT_INJECT = Injection("Authorization", "Bearer {value}")
 
 

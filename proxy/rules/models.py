@@ -93,6 +93,13 @@ class SignModel(_Model):
     max_body: int = 1024 * 1024
 
 
+class AwsSigV4Model(_Model):
+    secret_placeholder: str
+    session_token_placeholder: str | None = None
+    regions: list[str] = Field(min_length=1)
+    services: list[str] = Field(min_length=1)
+
+
 class CredentialModel(_Model):
     name: str
     value: str
@@ -104,9 +111,10 @@ class CredentialModel(_Model):
     headers: list[str] | None = None  # header slots (proxy.core.slots); None: DEFAULT_HEADERS
     basic_parts: list[str] | None = None  # Basic slots (proxy.core.slots); None: the password
     on_misplaced: str = Misplaced.CARRY.value
-    kind: str = "static"  # "static" (the value is sent) or "oauth_client" (a token is minted)
+    kind: str = "static"  # static (the value is sent), oauth_client, hmac, aws_sigv4 (proxy.rules.kinds)
     mint: MintModel | None = None
     sign: SignModel | None = None  # kind hmac
+    aws_sigv4: AwsSigV4Model | None = None  # kind aws_sigv4: value is JSON (proxy.core.sigv4.real_keys)
 
 
 class ClaimModel(_Model):
