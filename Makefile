@@ -7,6 +7,9 @@ STATE     := .state
 LISTEN    ?= 127.0.0.1:8080
 RULES     ?= rules/example.yaml
 PYTEST_ARGS ?=
+# pytest-xdist workers: the e2e tests mostly wait on subprocesses (tests/conftest.py: the canary
+# scan covers every worker; the network-namespace tests run in one worker, in turn)
+PYTEST_WORKERS ?= 2
 
 .PHONY: run test venv demo-setup bench clean
 
@@ -32,7 +35,7 @@ run: demo-setup
 test: venv
 	$(PY) -m ruff check proxy addons certs tests bench
 	$(PY) -m mypy
-	$(PY) -m pytest $(PYTEST_ARGS)
+	$(PY) -m pytest -n $(PYTEST_WORKERS) --dist loadgroup $(PYTEST_ARGS)
 
 # Issue 7's benchmark (~5 min; BENCH_ARGS=--quick for a ~1 min smoke run). It needs nginx and hey
 # from apt: installed here when missing, which needs root.

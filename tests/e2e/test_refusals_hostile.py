@@ -24,7 +24,7 @@ import canary
 import h11
 import http_sf
 import pytest
-from harness import Env, ProxyProcess, free_port
+from harness import Env, ProxyProcess, dead_port
 from servers import TestCA
 from world import Stage, claim, credential, egress, rules
 
@@ -224,7 +224,7 @@ def liar(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LiarWorld]:
         token = st.token(secrets.token_hex(8), newline=False)
         server = Liar(st.ca, secret)
         st.defer(server.stop)
-        dead = free_port()  # nothing listens there: connection refused
+        dead = dead_port()  # bound, never listening: connection refused
         text = rules(
             [egress("liar.test", server.port), egress("dead.test", dead)],
             claims=[claim("agent", [credential("api", PH, ["liar.test", "dead.test"], "file:secret")])],
