@@ -22,6 +22,7 @@ import canary
 import pytest
 from pg import pg_cluster  # noqa: F401  (the session's private PostgreSQL: tests/pg.py)
 
+pytest_plugins = ["pytester"]  # tests/test_canary.py runs an inner session under xdist
 _worker_scans: dict[str, dict[str, Any] | None] = {}  # the controller's: worker id -> its scan
 
 

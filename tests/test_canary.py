@@ -98,3 +98,35 @@ def test_identical_files_are_each_reported(tmp_path: Path) -> None:
     (tmp_path / "clean").write_text("token=none")
     hits = scan_tree(tmp_path, [VALUE])
     assert sorted(h.split(": ")[0].rsplit("/", 1)[1] for h in hits) == ["one", "three", "two"]
+
+
+_INNER = '''
+import canary
+
+def test_writes(tmp_path):
+    (tmp_path / "out.log").write_text("token=" + canary.make("inner{leak}"))
+
+def test_other(tmp_path):
+    (tmp_path / "clean.log").write_text("nothing")
+'''
+
+
+def test_the_scan_covers_every_xdist_worker_and_fails_the_session(pytester: pytest.Pytester) -> None:
+    """Under ``-n 2`` the canaries and the files are the workers'; a worker's exit status is
+    ignored by xdist's controller. A file a worker's test wrote with a canary fails the session
+    and is named (the clean case is every ``make test`` run: the controller prints each worker's
+    line)."""
+    leak = True
+    here = Path(__file__).parent
+    for name in ("conftest.py", "canary.py", "pg.py"):
+        (pytester.path / name).write_text((here / name).read_text())
+    body = _INNER.replace("{leak}", "") if leak else _INNER.replace('canary.make("inner{leak}")', '"none"')
+    body = "import canary\ncanary.make('unused')\n" + body  # every worker has a canary to scan for
+    pytester.makepyfile(test_inner=body)
+    result = pytester.runpytest_subprocess("-n", "2", "-p", "no:cacheprovider", "-q")
+    out = result.stdout.str()
+    assert "[gw" in out and "canary secrets" in out, out
+    if leak:
+        assert result.ret == pytest.ExitCode.TESTS_FAILED and "LEAK" in out and "out.log" in out, out
+    else:
+        assert result.ret == pytest.ExitCode.OK and "LEAK" not in out, out
