@@ -9,8 +9,9 @@ Under pytest-xdist (``make test`` runs ``-n 2``) the canaries live in the worker
 each worker scans its own basetemp (``<basetemp>/popen-gwN``, where every file its tests wrote
 is) and sends what it found to the controller in ``workeroutput``; the controller prints every
 worker's line and fails the session on a hit, or when a worker ended without sending its scan
-(crashed: fail closed). Tests that make network namespaces run in one worker, one at a time
-(``xdist_group("netns")``): their sysctls, bridges and fixed address ranges are not shared.
+(crashed: fail closed). A module's tests run in one worker, in order; the modules that make
+network namespaces share one group (``xdist_group("netns")``): their sysctls, bridges and fixed
+address ranges are not shared.
 """
 
 from __future__ import annotations
@@ -26,17 +27,19 @@ pytest_plugins = ["pytester"]  # tests/test_canary.py runs an inner session unde
 _worker_scans: dict[str, dict[str, Any] | None] = {}  # the controller's: worker id -> its scan
 
 
-def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """Every test of a module that makes network namespaces (its source says ``netns``: those of
-    tests/e2e/_netns.py and test_transparent.py's own, in the root namespace) joins the ``netns``
-    xdist group."""
-    netns: dict[str, bool] = {}
-    for item in items:
-        path = str(item.path)
-        if path not in netns:
-            netns[path] = path.endswith(".py") and "netns" in Path(path).read_text(errors="replace")
-        if netns[path]:
-            item.add_marker(pytest.mark.xdist_group("netns"))
+_netns_module: dict[str, bool] = {}
+
+
+def pytest_itemcollected(item: pytest.Item) -> None:
+    """Each module's tests run in one xdist worker, in order (a module's ``test_zz_*`` tests read
+    what its module-scoped proxy counted); every module that makes network namespaces (its source
+    says ``netns``: tests/e2e/_netns.py's and test_transparent.py's own, in the root namespace)
+    joins the one ``netns`` group, so those run in one worker, in turn. (Marked as each item is
+    collected: xdist reads the marks in its own ``pytest_collection_modifyitems``.)"""
+    path = str(item.path)
+    if path not in _netns_module:
+        _netns_module[path] = path.endswith(".py") and "netns" in Path(path).read_text(errors="replace")
+    item.add_marker(pytest.mark.xdist_group("netns" if _netns_module[path] else path))
 
 
 def _scan(session: pytest.Session) -> dict[str, Any] | None:
