@@ -18,6 +18,9 @@ Each addon handles one concern and talks to the others only through ``flow.metad
                 after policy (only allowed requests) and before substitute (it sees placeholders,
                 never secrets), and before stream (its body is read whole, bounded)
 3. substitute — placeholders → secrets, injections, violations
+   refresh    — a request to a declared OAuth token endpoint holds the store's lease of that
+                refresh (one node at a time); one that waited for another's is answered from
+                the tokens it captured (no second call); after substitute, before stream
    scrub (messages) — WebSocket messages from the upstream, scrubbed before stream lets them go
 4. stream     — forward every body read as it arrives (SSE), count bytes
    framing    — what mitmproxy's HTTP/1 writers cannot frame (trailers, a chunked 304): fixed
@@ -54,6 +57,7 @@ from addons.limits import Limiter
 from addons.metrics import Metrics
 from addons.oauth import OAuthCapture
 from addons.policy import Policy
+from addons.refresh import RefreshLease
 from addons.resolve import Resolve
 from addons.scrub import Scrub, ScrubMessages
 from addons.stream import Stream
@@ -95,6 +99,7 @@ def chain(state: State) -> list[Any]:
         Forgery(),
         Hooks(state),
         Substitute(state),
+        RefreshLease(state),
         ScrubMessages(state),
         Stream(),
         Framing(),

@@ -13,6 +13,7 @@ import ssl
 import subprocess
 import sys
 import threading
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -119,3 +120,59 @@ def test_max_requests_is_spent_exactly_n_times_by_concurrent_clients_on_both_nod
         dict((k.lower(), v) for k, v in r.headers)["authorization"] == f"Bearer {value}" for r in carried
     )
     assert sorted(statuses) == [200] * budget + [403] * (2 * per_node - budget)
+
+
+def test_concurrent_oauth_refreshes_on_both_nodes_call_the_token_endpoint_once(two_nodes: TwoNodes) -> None:
+    """Six refreshes at once, three through each node, with the refresh token's placeholder: the
+    token endpoint (slow, 0.5 s) is called once, with the real refresh token; the five that
+    waited get the same placeholders from the proxy (addons/refresh.py) and no real token; the
+    next refresh, later, goes to the endpoint with the rotated refresh token."""
+    refresh, access = canary.make("fleetrefresh"), canary.make("fleetaccess")
+    up = two_nodes.upstream
+    up.oauth_refresh = refresh
+
+    def slow(issued: dict[str, str], _presented: str) -> tuple[int, object]:
+        time.sleep(0.5)  # the others arrive while this refresh runs
+        return 200, {"access_token": issued["access_token"], "refresh_token": issued["refresh_token"],
+                     "token_type": "Bearer", "expires_in": 3600}  # fmt: skip
+
+    up.oauth_reply = slow
+    with two_nodes.api() as api:
+        token = api.post("/v1/claims", json={"id": "oa", "pool": "p"}).json()["proxy_token"]
+        r = api.put("/v1/claims/oa/credentials/access", json={"hosts": ["api.test"], "value": access})
+        assert r.status_code == 201, r.text
+        spec = {"token_endpoint": {"host": "api.test", "path": "/oauth/token"}, "access_token": "access"}
+        declared = {"hosts": ["api.test"], "value": refresh, "surfaces": ["body"], "oauth": spec}
+        r2 = api.put("/v1/claims/oa/credentials/refresh", json=declared)
+        assert r2.status_code == 201, r2.text
+    ph_access, ph_refresh = r.json()["placeholder"], r2.json()["placeholder"]
+    answers: list[httpx.Response] = []
+    lock = threading.Lock()
+    barrier = threading.Barrier(6)
+
+    def refresh_once(node: int) -> None:
+        with two_nodes.client(node, "oa", token) as client:
+            client.get(two_nodes.target("/warm"))
+            barrier.wait()
+            got = client.post(two_nodes.target("/oauth/token"),
+                              data={"grant_type": "refresh_token", "refresh_token": ph_refresh})  # fmt: skip
+            with lock:
+                answers.append(got)
+
+    workers = [threading.Thread(target=refresh_once, args=(i % 2,)) for i in range(6)]
+    for w in workers:
+        w.start()
+    for w in workers:
+        w.join()
+    assert up.oauth_seen == [refresh], "the token endpoint is called once, with the real refresh token"
+    assert [a.status_code for a in answers] == [200] * 6, [a.text for a in answers]
+    issued = up.oauth_issued[0]
+    for a in answers:
+        doc = a.json()
+        assert doc["access_token"] == ph_access and doc["refresh_token"] == ph_refresh
+        assert doc["token_type"] == "Bearer" and 3500 <= doc["expires_in"] <= 3600
+        assert not any(v in a.text for v in (refresh, access, *issued.values()))
+    with two_nodes.client(1, "oa", token) as client:  # later: a refresh of its own, rotated token
+        later = client.post(two_nodes.target("/oauth/token"),
+                            data={"grant_type": "refresh_token", "refresh_token": ph_refresh})  # fmt: skip
+    assert later.status_code == 200 and up.oauth_seen == [refresh, issued["refresh_token"]]
