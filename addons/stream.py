@@ -44,6 +44,9 @@ class Stream:
     def requestheaders(self, flow: http.HTTPFlow) -> None:
         if flow.response or flow.error or facts.HOOK in flow.metadata:  # a hook reads its body whole
             return
+        if flow.metadata.get(facts.WHOLE_BODY):  # a signed body is read whole, bounded (addons/sign.py)
+            flow.metadata.setdefault(facts.BYTES, [0, 0])
+            return
         counts = flow.metadata.setdefault(facts.BYTES, [0, 0])
         inner = flow.request.stream
         flow.request.stream = _counting(counts, inner) if callable(inner) else _counter(counts, 0)

@@ -71,6 +71,7 @@ class Reason(StrEnum):
     HOOK_NODE_LIMIT = "hook_node_limit"
     WRONG_INTERFACE = "wrong_interface"
     NOT_HTTP = "not_http"
+    TOKEN_MINT_FAILED = "token_mint_failed"  # noqa: S105 (a reason code, not a password); oauth_client: no access token (proxy.core.mint)
 
 
 @dataclass(frozen=True, slots=True)

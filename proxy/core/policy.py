@@ -26,7 +26,9 @@ from proxy.core.slots import DEFAULT_BASIC_PARTS, DEFAULT_HEADERS, BasicPart
 INTERFACE_NAME = re.compile(r"^[A-Za-z0-9_.@-]{1,15}$")
 
 if TYPE_CHECKING:
+    from proxy.core.hmacsign import SignSpec
     from proxy.core.hooks import HookRoute
+    from proxy.core.mint import Minting
     from proxy.core.oauth import OAuthSpec
 
 Network = ipaddress.IPv4Network | ipaddress.IPv6Network
@@ -149,6 +151,10 @@ class Credential:
     # parts of Basic credentials the basic surface swaps in
     headers: frozenset[str] = DEFAULT_HEADERS
     basic_parts: frozenset[BasicPart] = DEFAULT_BASIC_PARTS
+    # credential kinds beyond a static value (issue 15): "oauth_client" mints its value
+    kind: str = "static"
+    mint: Minting | None = field(default=None, repr=False)  # oauth_client (proxy.core.mint)
+    sign: SignSpec | None = None  # hmac (proxy.core.hmacsign)
 
     def enables(self, surface: Surface) -> bool:
         """True when a placeholder found on ``surface`` may be swapped (toward a bound host)."""

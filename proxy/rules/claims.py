@@ -26,6 +26,7 @@ from proxy.core.policy import (
     Surface,
 )
 from proxy.core.slots import BasicPart
+from proxy.rules import kinds
 from proxy.rules.marks import Loc, Marks
 from proxy.rules.models import TOKEN, ClaimModel, CredentialModel
 from proxy.rules.risks import credential_host_risk, opaque_shadow
@@ -146,19 +147,28 @@ def build_credential(
     surfaces = _surfaces(km, loc, marks)
     headers, parts = _slots(km, surfaces, loc, marks)
     source = value_source(km.value, base_dir, loc + ("value",), marks, read)
+    minted = kinds.minting(
+        km, hosts, source, lambda spec, at: value_source(spec, base_dir, at, marks, read), loc, marks, read
+    )
+    signs = kinds.signing(km, loc, marks)
     if source is None or len(marks.problems) != before:
         return None
+    if minted is not None:  # the value injected is the minted token; the value minted with stays apart
+        inject = inject or kinds.DEFAULT_INJECT
     return Credential(
         km.name,
         km.placeholder,
         tuple(hosts),
-        source,
+        minted.slot if minted is not None else source,
         inject,
         surfaces=surfaces,
         on_misplaced=Misplaced(km.on_misplaced),
         max_requests=km.max_requests,
         headers=headers,
         basic_parts=parts,
+        kind=km.kind,
+        mint=minted,
+        sign=signs,
     )
 
 

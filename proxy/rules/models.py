@@ -16,7 +16,8 @@ from proxy.core.limits import DEFAULT_WEBSOCKET_MESSAGE as DEFAULT_WS_MESSAGE
 from proxy.core.policy import DEFAULT_SURFACES, Misplaced
 
 TOKEN = re.compile(r"^[!#$%&'*+.^_`|~0-9A-Za-z-]+$")  # RFC 9110 §5.6.2 token
-SECRET_FIELDS = ("value", "proxy_token")  # value sources: a wrong type is said without the value
+# value sources: a wrong type is said without the value
+SECRET_FIELDS = ("value", "proxy_token", "refresh_token")
 
 
 class _Model(BaseModel):
@@ -64,6 +65,34 @@ class InjectModel(_Model):
     format: str = "Bearer {value}"
 
 
+class MintModel(_Model):
+    """``mint`` of a credential of kind ``oauth_client`` (proxy.core.mint)."""
+
+    token_url: str
+    client_id: str
+    grant: str = "client_credentials"
+    client_auth: str | None = None  # default: secret_basic, or private_key_jwt when a JWT is signed
+    scopes: list[str] = Field(default_factory=list)
+    audience: str | None = None
+    subject: str | None = None
+    algorithm: str = "RS256"
+    refresh_token: str | None = None  # a value source (env:/file:): grant refresh_token
+    margin: float = 30.0
+
+
+class SignModel(_Model):
+    """``sign`` of a credential of kind ``hmac`` (proxy.core.hmacsign)."""
+
+    algorithm: str = "hmac-sha256"
+    parts: list[str] = Field(default_factory=lambda: ["timestamp", "method", "path", "query", "body"])
+    separator: str = ""
+    encoding: str = "hex"
+    header: str = "X-Signature"
+    format: str = "{signature}"
+    timestamp_header: str = "X-Timestamp"
+    max_body: int = 1024 * 1024
+
+
 class CredentialModel(_Model):
     name: str
     value: str
@@ -75,6 +104,9 @@ class CredentialModel(_Model):
     headers: list[str] | None = None  # header slots (proxy.core.slots); None: DEFAULT_HEADERS
     basic_parts: list[str] | None = None  # Basic slots (proxy.core.slots); None: the password
     on_misplaced: str = Misplaced.CARRY.value
+    kind: str = "static"  # "static" (the value is sent) or "oauth_client" (a token is minted)
+    mint: MintModel | None = None
+    sign: SignModel | None = None  # kind hmac
 
 
 class ClaimModel(_Model):
