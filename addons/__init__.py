@@ -25,6 +25,9 @@ Each addon handles one concern and talks to the others only through ``flow.metad
 3. substitute — placeholders → secrets, injections, violations
    sign       — credentials of kind hmac: the request signed (its body read whole, bounded),
                 after substitute (it replaces substitute's body stream on such a request)
+   refresh    — a request to a declared OAuth token endpoint holds the store's lease of that
+                refresh (one node at a time); one that waited for another's is answered from
+                the tokens it captured (no second call); after substitute, before stream
    scrub (messages) — WebSocket messages from the upstream, scrubbed before stream lets them go
 4. stream     — forward every body read as it arrives (SSE), count bytes
    framing    — what mitmproxy's HTTP/1 writers cannot frame (trailers, a chunked 304): fixed
@@ -62,6 +65,7 @@ from addons.metrics import Metrics
 from addons.mint import Mint
 from addons.oauth import OAuthCapture
 from addons.policy import Policy
+from addons.refresh import RefreshLease
 from addons.resolve import Resolve
 from addons.scrub import Scrub, ScrubMessages
 from addons.sign import Sign
@@ -108,6 +112,7 @@ def chain(state: State) -> list[Any]:
         SigV4(),
         Substitute(state),
         Sign(state),
+        RefreshLease(state),
         ScrubMessages(state),
         Stream(),
         Framing(),
