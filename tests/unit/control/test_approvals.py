@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import secrets
 import time
-from dataclasses import replace
 from collections.abc import Iterator
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
