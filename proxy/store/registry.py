@@ -15,7 +15,8 @@ index was last known current; :meth:`Registry.stale` is ``never_synced`` / ``sta
 the identify addon refuses store claims' requests while it is not None. While the store fails,
 it is read at most once a second, and a value or proxy token is answered from what this node
 already read (a value decrypted since the last change, a token that matched before) rather
-than by waiting for the database.
+than by waiting for the database; previous values not yet read are not scrubbed meanwhile,
+budgets count as spent (fail closed) and last-use times are not recorded.
 """
 
 from __future__ import annotations
@@ -84,6 +85,8 @@ class StoreValue:
         """Previous values kept by the store, superseded at or after ``since``, newest first
         (decrypted once per version of this credential; unreadable ones are skipped)."""
         if self._history is None:
+            if self.freshness is not None and self.freshness.failing:
+                return []  # not waited for while the store fails (the current value is still scrubbed)
             try:
                 rows = self.store.previous_secrets(self.claim_id, self.name)
             except SurrogateError as e:
@@ -95,8 +98,8 @@ class StoreValue:
 
 @dataclass(frozen=True, slots=True)
 class StoreToken:
-    """A store claim's proxy token check. One is built per generation of the claim (a rotation
-    builds another), so a token that matched is remembered (its hash, as the store keeps it)
+    """A store claim's proxy token check. One is kept per generation of the claim (a rotation
+    bumps the claim's version: another is built), so a token that matched is remembered (its hash, as the store keeps it)
     and answered from memory while the store fails."""
 
     store: CredentialStore = field(repr=False)
@@ -271,6 +274,9 @@ class Registry:
                 built[cid, name] = (_shape(r), cred := self._credential(r, changes.oauth.get((cid, name))))
                 held.append(cred)
             token = StoreToken(self.store, cid, self.freshness)
+            known = self._store_claims.get(cid)  # the same generation keeps the tokens it matched
+            if known is not None and self._versions.get(cid) == (record.version, record.created_at):
+                token = known.proxy_token if isinstance(known.proxy_token, StoreToken) else token
             sources = tuple(ipaddress.ip_network(s, strict=False) for s in record.sources)
             fresh[cid] = Claim.build(cid, record.pool, token, tuple(held), "store", sources, record.interface)
             versions[cid] = (record.version, record.created_at)
@@ -338,6 +344,8 @@ class Registry:
                 self._spent[claim.id, c.name] = self._spent.get((claim.id, c.name), 0) + 1
             return None
         for c in metered:
+            if self.freshness.failing:  # not waited for: a use the store cannot count is refused
+                return c.name
             try:
                 if not self.store.spend(claim.id, c.name):
                     return c.name
@@ -348,6 +356,8 @@ class Registry:
 
     def _spend_rules(self, claim: Claim, metered: list[Credential]) -> str | None:
         assert self.store is not None
+        if self.freshness.failing:  # not waited for: a use the store cannot count is refused
+            return metered[0].name
         try:
             return self.store.spend_rules_budgets(claim.id, [(c.name, c.max_requests or 0) for c in metered])
         except SurrogateError as e:
@@ -356,8 +366,8 @@ class Registry:
 
     def record_use(self, claim: Claim, names: list[str], now: float) -> None:
         """Note the last-used time of store credentials (rate-limited by the store)."""
-        if self.store is None or claim.origin != "store":
-            return
+        if self.store is None or claim.origin != "store" or self.freshness.failing:
+            return  # a hint: not worth a wait for a store that fails
         for name in names:
             try:
                 self.store.touch_used(claim.id, name, now)
