@@ -318,5 +318,6 @@ def test_a_revocation_closes_the_claims_open_tunnels_on_every_node(fleet: Fleet)
                 assert t.closed_within(5), f"{what}: the tunnel on node {node.workdir.name} stayed open"
     for t in kept:
         assert t.get("/r/other/2", bystander_ph)[0] == 200
+    for t in [*kept, *(t for ts in tunnels.values() for t in ts)]:
         t.close()
 
