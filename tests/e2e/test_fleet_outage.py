@@ -352,6 +352,7 @@ def test_acknowledged_writes_survive_kill_9_at_a_random_moment_mid_write(
     rules_path.write_text(rules([egress("api.test", 443)], claims=[]))
     rng = random.Random(14)
     acked: dict[str, str] = {}
+    tried: dict[str, set[str]] = {}  # per name: values sent after its last acknowledged one
     values = [canary.make(f"k9{process}{n}") for n in range(5)]
     for round_ in range(3):
         state = tmp_path / f"state{round_}"
@@ -374,20 +375,26 @@ def test_acknowledged_writes_survive_kill_9_at_a_random_moment_mid_write(
                 killer.start()
                 for n in range(10_000):
                     name, value = f"k{n % 5}", f"{values[n % 5]}-{round_}-{n}"
+                    tried.setdefault(name, set()).add(value)
                     try:
                         r = api.put(
                             f"/v1/claims/c/credentials/{name}", json={"hosts": ["api.test"], "value": value}
                         )
                     except httpx.TransportError:
                         break  # killed: this write was never acknowledged
-                    assert r.status_code in (200, 201), r.text
-                    acked[name] = value
+                    if r.status_code not in (200, 201):
+                        # the supervisor was killed under its worker (a 500 naming a broken pipe):
+                        # not acknowledged; only ever after the kill
+                        assert not killer.is_alive(), r.text
+                        break
+                    acked[name], tried[name] = value, set()
                 killer.join()
         finally:
             stop(proc, signal.SIGKILL)
     assert acked
     with PostgresStore.open(url, KeyRing.load_or_create(key)) as store:
-        assert {name: store.secret("c", name)[0].decode() for name in acked} == acked
+        for name, value in acked.items():  # the acknowledged value, or a later one sent before the kill
+            assert store.secret("c", name)[0].decode() in {value} | tried.get(name, set()), name
         claims, creds = store.snapshot()
         assert [c.id for c in claims] == ["c"] and {r.claim_id for r in creds} == {"c"}
         for r in creds:  # every stored row decrypts: no half-written value
