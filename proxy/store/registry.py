@@ -99,8 +99,8 @@ class StoreValue:
 @dataclass(frozen=True, slots=True)
 class StoreToken:
     """A store claim's proxy token check. One is kept per generation of the claim (a rotation
-    bumps the claim's version: another is built), so a token that matched is remembered (its hash, as the store keeps it)
-    and answered from memory while the store fails."""
+    bumps the claim's version: another is built), so a token that matched is remembered (its
+    hash, as the store keeps it) and answered from memory while the store fails."""
 
     store: CredentialStore = field(repr=False)
     claim_id: str
