@@ -17,7 +17,17 @@ Each addon handles one concern and talks to the others only through ``flow.metad
    hooks      — a hook route's request is answered by an operator command (no upstream); it runs
                 after policy (only allowed requests) and before substitute (it sees placeholders,
                 never secrets), and before stream (its body is read whole, bounded)
+   mint       — credentials of kind oauth_client: a fresh access token from the token endpoint
+                (single flight), before substitute injects it (token_mint_failed when none)
+   sigv4      — a request signed with an aws_sigv4 credential's placeholder keys: verified as
+                the placeholder's, re-signed with the real key (head, and aws-chunked chunks);
+                after hooks (a hook sees placeholders only)
 3. substitute — placeholders → secrets, injections, violations
+   sign       — credentials of kind hmac: the request signed (its body read whole, bounded),
+                after substitute (it replaces substitute's body stream on such a request)
+   refresh    — a request to a declared OAuth token endpoint holds the store's lease of that
+                refresh (one node at a time); one that waited for another's is answered from
+                the tokens it captured (no second call); after substitute, before stream
    scrub (messages) — WebSocket messages from the upstream, scrubbed before stream lets them go
 4. stream     — forward every body read as it arrives (SSE), count bytes
    framing    — what mitmproxy's HTTP/1 writers cannot frame (trailers, a chunked 304): fixed
@@ -52,10 +62,14 @@ from addons.hygiene import Hygiene
 from addons.identify import Identify
 from addons.limits import Limiter
 from addons.metrics import Metrics
+from addons.mint import Mint
 from addons.oauth import OAuthCapture
 from addons.policy import Policy
+from addons.refresh import RefreshLease
 from addons.resolve import Resolve
 from addons.scrub import Scrub, ScrubMessages
+from addons.sign import Sign
+from addons.sigv4 import SigV4
 from addons.stream import Stream
 from addons.substitute import Substitute
 from addons.tunnel import NextLayer
@@ -94,7 +108,11 @@ def chain(state: State) -> list[Any]:
         Fence(),
         Forgery(),
         Hooks(state),
+        Mint(state),
+        SigV4(),
         Substitute(state),
+        Sign(state),
+        RefreshLease(state),
         ScrubMessages(state),
         Stream(),
         Framing(),

@@ -65,6 +65,15 @@ _BY_STAGE: dict[str, dict[Reason, str]] = {
         Reason.CREDENTIAL_BUDGET_SPENT: "the credential's max_requests were used up (counted in the store)",
         Reason.CREDENTIAL_UNAVAILABLE: "the credential's value source could not be read then",
     },
+    "signing and minting": {
+        Reason.TOKEN_MINT_FAILED: "the oauth_client credential's token endpoint gave no access token",
+        Reason.SIGV4_BAD_SIGNATURE: "the SigV4 signature was not made with the placeholder secret key",
+        Reason.SIGV4_SCOPE_REFUSED: "the SigV4 region or service is outside the credential's allowed set",
+        Reason.SIGV4_UNSIGNED: "the request to an aws_sigv4 host carried no SigV4 signature",
+        Reason.SIGV4_WRONG_KEY: "the SigV4 access key id was not the claim's placeholder for that host",
+        Reason.SIGV4_MALFORMED: "the SigV4 signature or its body could not be read (or was too large)",
+        Reason.SIGV4_BAD_CHUNK: "an aws-chunked chunk's signature did not chain on the placeholder's",
+    },
     "connecting": {
         Reason.UNRESOLVABLE: "the destination name did not resolve",
         Reason.SPECIAL_ADDRESS: "the name resolved to a special-purpose address not in allow_cidrs",
@@ -83,7 +92,7 @@ _BY_STAGE: dict[str, dict[Reason, str]] = {
 }
 STAGES = {r: (stage, said) for stage, rows in _BY_STAGE.items() for r, said in rows.items()}
 # Reached only once the egress rules allowed the request: the replay must allow it too.
-_AFTER_STAGES = ("substitution", "connecting", "response", "hook route")
+_AFTER_STAGES = ("substitution", "signing and minting", "connecting", "response", "hook route")
 _AFTER_EGRESS = {r.value for r, (stage, _) in STAGES.items() if stage in _AFTER_STAGES}
 _AFTER_EGRESS |= {Reason.HOOK_POOL_LIMIT.value, Reason.HOOK_NODE_LIMIT.value}  # a hook route matched
 _EGRESS = {r.value for r in EGRESS}

@@ -113,6 +113,13 @@ ROWS: dict[Reason, Row | None] = {
     Reason.NOT_HTTP: Row("http_protocol_error", Grpc.INTERNAL),  # audit only
     Reason.STORE_STALE: Row("proxy_internal_error", Grpc.UNAVAILABLE),
     Reason.STORE_NEVER_SYNCED: Row("proxy_internal_error", Grpc.UNAVAILABLE),
+    Reason.TOKEN_MINT_FAILED: Row("proxy_internal_error", Grpc.UNAVAILABLE),  # no access token minted
+    Reason.SIGV4_BAD_SIGNATURE: Row("http_request_denied", Grpc.UNAUTHENTICATED),  # not the placeholder's
+    Reason.SIGV4_SCOPE_REFUSED: _DENIED,
+    Reason.SIGV4_UNSIGNED: _DENIED,
+    Reason.SIGV4_WRONG_KEY: _DENIED,
+    Reason.SIGV4_MALFORMED: _UNREADABLE,
+    Reason.SIGV4_BAD_CHUNK: Row("http_request_error", Grpc.UNAUTHENTICATED),  # audit only: connection closed
 }
 
 # An upstream failure, by what mitmproxy 12.3's message says (lower-cased substrings, first match

@@ -18,6 +18,7 @@ or TypeError before anything is written.
 from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
+from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from typing import Any, Protocol, Self
 
@@ -237,6 +238,13 @@ class CredentialStore(Protocol):
 
     def snapshot(self) -> tuple[list[ClaimRecord], list[CredentialRecord]]:
         """Every claim and credential, read in one transaction (a consistent view)."""
+        ...
+
+    def lease(self, key: str, ttl: float, wait: float = 0.0) -> AbstractContextManager[bool]:
+        """Hold the lease ``key`` (one holder at a time across every process and node of the
+        store) for a ``with`` block: True when held, False when another holder kept it past
+        ``wait`` seconds; a holder that dies loses it ``ttl`` seconds after taking it
+        (:mod:`proxy.store.leases`). ValueError for a bad argument, StoreError when unreachable."""
         ...
 
     def rotate_keys(self, new_key: bool = True) -> int:

@@ -69,6 +69,12 @@ SCHEMA = (
       PRIMARY KEY (claim_id, name))""",
     "INSERT INTO surrogate_state VALUES (1, 1, 0)",
 )
+# Tables created when absent on every open, whatever the schema version (no migration number):
+# leases (proxy.store.leases), one holder at a time of a named job, by the database's clock.
+SIDE_TABLES = (
+    """CREATE TABLE IF NOT EXISTS leases (key text COLLATE "C" PRIMARY KEY, holder text NOT NULL,
+      expires_at double precision NOT NULL)""",
+)
 # MIGRATIONS[n] takes a database from schema version n to n + 1 (a new database runs them all).
 MIGRATIONS: dict[int, tuple[str, ...]] = {
     1: (  # incremental re-reads (PostgresStore.changes_since): each row says at which version it
@@ -124,3 +130,5 @@ def migrate(conn: psycopg.Connection[tuple[Any, ...]], where: str) -> None:
             for statement in MIGRATIONS[step]:
                 conn.execute(statement.encode())
         conn.execute("UPDATE surrogate_state SET schema_version = %s", (SCHEMA_VERSION,))
+        for statement in SIDE_TABLES:
+            conn.execute(statement.encode())

@@ -72,6 +72,7 @@ from psycopg_pool import ConnectionPool, PoolTimeout
 from proxy.store import pgschema, rows
 from proxy.store.base import Changes, Cursor, StoreError
 from proxy.store.keyring import KeyRing
+from proxy.store.leases import take_statement
 from proxy.store.pgwatch import CHANNEL, Watcher
 from proxy.store.queries import SQLStore
 
@@ -215,6 +216,10 @@ class PostgresStore(SQLStore):
     """The credential store on a PostgreSQL database shared by a fleet; thread-safe (a pool)."""
 
     _errors: ClassVar[tuple[type[Exception], ...]] = (psycopg.Error,)
+    # the database's clock, one for every node (no "::" cast: _qmark would read it as a parameter)
+    _LEASE_TAKE: ClassVar[str] = take_statement(
+        "CAST(extract(epoch FROM clock_timestamp()) AS double precision)"
+    )
 
     def __init__(self, pool: ConnectionPool[psycopg.Connection[tuple[Any, ...]]], keyring: KeyRing,
                  where: str, watcher: Watcher | None = None, hide: tuple[str, ...] = ()) -> None:  # fmt: skip

@@ -40,6 +40,7 @@ from proxy.store.base import (
     StoreError,
 )
 from proxy.store.keyring import DecryptError, KeyRing
+from proxy.store.leases import Leases
 from proxy.store.rotation import KeyRotation
 
 _HISTORY_OF = """SELECT key_id, value, version, superseded_at FROM credential_history
@@ -72,7 +73,7 @@ class _Spent(Exception):
         self.name = name
 
 
-class SQLStore(KeyRotation, ABC):
+class SQLStore(KeyRotation, Leases, ABC):
     """The credential store's operations over a backend's transactions."""
 
     _keyring: KeyRing

@@ -69,7 +69,11 @@ OAUTH = """CREATE TABLE IF NOT EXISTS credential_oauth (
 RULES_BUDGETS = """CREATE TABLE IF NOT EXISTS rules_budgets (
       claim_id TEXT NOT NULL, name TEXT NOT NULL, requests_used INTEGER NOT NULL,
       PRIMARY KEY (claim_id, name)) STRICT"""
-SIDE_TABLES = {"credential_history": HISTORY, "credential_oauth": OAUTH, "rules_budgets": RULES_BUDGETS}
+# Leases (proxy.store.leases): one holder at a time of a named job; created when absent on open.
+LEASES = """CREATE TABLE IF NOT EXISTS leases (
+      key TEXT PRIMARY KEY, holder TEXT NOT NULL, expires_at REAL NOT NULL) STRICT"""
+SIDE_TABLES = {"credential_history": HISTORY, "credential_oauth": OAUTH, "rules_budgets": RULES_BUDGETS,
+               "leases": LEASES}  # fmt: skip
 
 
 def _user_version(db: sqlite3.Connection) -> int:

@@ -1,0 +1,136 @@
+"""refresh: one OAuth refresh of a credential at a time, on every node of the store together.
+
+A request of a store claim to the token endpoint a credential declares (:mod:`proxy.core.oauth`;
+host and canonical path, as :mod:`addons.oauth` matches it) first takes the store's lease
+``oauth-refresh:<digest of claim id and credential name>`` (:mod:`proxy.store.leases`: across
+every worker and, on PostgreSQL, every node). Decided:
+
+- **The holder** goes on to the endpoint; :mod:`addons.oauth` captures the tokens into the store
+  as today, and the lease is given back when the response is done (or the flow fails).
+- **A request that finds the lease held waits** for it (at most :data:`WAIT` seconds). Once it
+  holds it, it re-reads the versions of the credentials the endpoint writes (the refresh token
+  and those receiving ``access_token`` / ``id_token``): when one moved since the request came
+  in, a refresh finished meanwhile, so the endpoint is **not** called again (it would spend the
+  refresh token just rotated, or return a second set of tokens). The request is answered by the
+  proxy: ``200``, ``Cache-Control: no-store``, a JSON token response (RFC 6749 §5.1) of the
+  placeholders of the receiving credentials (``access_token``, ``refresh_token``, ``id_token``
+  where a credential receives it), ``token_type: Bearer`` and ``expires_in`` from the access
+  token credential's expiry when it has one: exactly the shape of the holder's own answer, since
+  placeholders do not change with a capture. When nothing moved (the holder's refresh failed),
+  it calls the endpoint itself, as holder.
+- A lease not had within :data:`WAIT` (a holder still running), or a store that cannot be read,
+  refuses with ``503 credential_unavailable`` before anything is sent: fail closed. A holder
+  that dies loses the lease :data:`TTL` seconds after taking it (below :data:`WAIT`, so its
+  waiters take over); a refresh that runs past :data:`TTL` is no longer exclusive.
+
+Rules-file claims cannot declare a capture (:mod:`proxy.core.oauth`): nothing to do for them.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import json
+import time
+from contextlib import AbstractContextManager
+from typing import Any
+
+from mitmproxy import http
+
+from addons import facts
+from proxy.core.decide import Action, Decision, Reason, deny
+from proxy.core.policy import Claim, Credential
+from proxy.engine.state import State
+from proxy.store.base import CredentialStore
+
+TTL = 30.0  # seconds a holder keeps the lease at most (a token endpoint answers in far less)
+WAIT = 35.0  # seconds a request waits for another's refresh: past TTL, so a dead holder's waiters go on
+LEASE = "surrogate.refresh.lease"  # flow.metadata: the held lease, given back when the flow ends
+
+
+def lease_key(claim_id: str, name: str) -> str:
+    """The lease of one credential's refresh (a digest: ids and names of any length fit)."""
+    return "oauth-refresh:" + hashlib.sha256(f"{claim_id}\0{name}".encode()).hexdigest()
+
+
+def _versions(store: CredentialStore, claim_id: str, names: list[str]) -> tuple[int | None, ...]:
+    return tuple(None if (r := store.get_credential(claim_id, n)) is None else r.version for n in names)
+
+
+class RefreshLease:
+    def __init__(self, state: State) -> None:
+        self.state = state
+
+    async def requestheaders(self, flow: http.HTTPFlow) -> None:
+        claim, host = flow.metadata.get(facts.CLAIM), flow.metadata.get(facts.HOST)
+        decision = flow.metadata.get(facts.DECISION)
+        if flow.response or flow.error or claim is None or host is None or claim.origin != "store":
+            return
+        if decision is not None and not decision.allowed:
+            return
+        path = flow.metadata.get(facts.PATH) or flow.request.path
+        cred = next((c for c in claim.oauth if c.oauth and c.oauth.matches(host, path)), None)
+        store = self.state.registry.store
+        if cred is None or cred.oauth is None or store is None:
+            return
+        names = [cred.name] + [
+            n for f, n in cred.oauth.targets(cred.name).items() if n and f != "refresh_token"
+        ]
+        try:
+            await self._hold(flow, store, claim, cred, names)
+        except Exception as e:  # the store unreachable, or anything else: refuse, never call twice
+            facts.log.warning("refresh lease for claim %s failed with %s", claim.id, type(e).__name__)
+            await self._give_back(flow)
+            why = f"cannot coordinate the refresh of credential {cred.name!r}: the store cannot be read"
+            facts.refuse(flow, deny(Reason.CREDENTIAL_UNAVAILABLE, why, status=503))
+
+    async def _hold(self, flow: http.HTTPFlow, store: CredentialStore, claim: Claim, cred: Credential,
+                    names: list[str]) -> None:  # fmt: skip
+        seen = await asyncio.to_thread(_versions, store, claim.id, names)
+        lease: AbstractContextManager[bool] = store.lease(lease_key(claim.id, cred.name), TTL, WAIT)
+        held = await asyncio.to_thread(lease.__enter__)
+        if not held:
+            facts.refuse(flow, deny(Reason.CREDENTIAL_UNAVAILABLE, f"another refresh of credential "
+                                    f"{cred.name!r} is still running", status=503))  # fmt: skip
+            return
+        flow.metadata[LEASE] = lease
+        now = await asyncio.to_thread(_versions, store, claim.id, names)
+        if now != seen:  # a refresh finished while this one waited: answer from its tokens
+            await self._give_back(flow)
+            await self._answer(flow, store, claim, cred)
+
+    async def _answer(
+        self, flow: http.HTTPFlow, store: CredentialStore, claim: Claim, cred: Credential
+    ) -> None:
+        assert cred.oauth is not None
+        by_name = {c.name: c for c in claim.credentials}
+        body: dict[str, Any] = {"token_type": "Bearer"}
+        for field, target in cred.oauth.targets(cred.name).items():
+            if target is not None and target in by_name:
+                body[field] = by_name[target].placeholder
+        if cred.oauth.access_token:
+            access = await asyncio.to_thread(store.get_credential, claim.id, cred.oauth.access_token)
+            if access is not None and access.expires_at is not None:
+                body["expires_in"] = max(0, int(access.expires_at - time.time()))
+        flow.request.stream = False  # mitmproxy cannot answer a flow that streams its request
+        flow.metadata.pop(facts.USED, None)  # nothing was sent
+        headers = {"content-type": "application/json", "cache-control": "no-store",
+                   facts.REQUEST_ID_HEADER: flow.metadata.get(facts.REQUEST_ID, flow.id)}  # fmt: skip
+        flow.response = http.Response.make(200, json.dumps(body).encode(), headers)
+        allowed = flow.metadata.get(facts.DECISION)
+        flow.metadata[facts.DECISION] = Decision(
+            Action.ALLOW, Reason.ALLOWED, f"answered from the tokens a concurrent refresh of credential "
+            f"{cred.name!r} captured", allowed.rule if allowed else None, 200,
+        )  # fmt: skip
+
+    @staticmethod
+    async def _give_back(flow: http.HTTPFlow) -> None:
+        lease = flow.metadata.pop(LEASE, None)
+        if lease is not None:
+            await asyncio.to_thread(lease.__exit__, None, None, None)
+
+    async def response(self, flow: http.HTTPFlow) -> None:
+        await self._give_back(flow)
+
+    async def error(self, flow: http.HTTPFlow) -> None:
+        await self._give_back(flow)
