@@ -206,7 +206,7 @@ async def serve(config: RunConfig, on_ready: Callable[[], None] | None = None, l
     _log_to_stderr(log_prefix)
     registry = config.state.registry
     store = registry.store
-    readiness = Readiness(store, config.node, listening=False) if store is not None else None
+    readiness = None if store is None else Readiness(store, config.node, listening=False, registry=registry)
 
     def listening() -> None:  # the proxy's listeners are up (mitmproxy's `running` hook)
         if readiness is not None:
