@@ -22,6 +22,15 @@ every worker and, on PostgreSQL, every node). Decided:
   refuses with ``503 credential_unavailable`` before anything is sent: fail closed. A holder
   that dies loses the lease :data:`TTL` seconds after taking it (below :data:`WAIT`, so its
   waiters take over); a refresh that runs past :data:`TTL` is no longer exclusive.
+- **The holder's request must be complete before its lease can expire** (r-fleet): the lease is
+  taken at the request's headers and the body streams after, at the client's pace, so a client
+  that sends its body slowly (a slow-loris) used to hold the lease past :data:`TTL`, a waiter
+  then took it and called the endpoint, and the late body completed a second refresh with the
+  same refresh token (one a rotating provider treats as reuse: RFC 6819 §5.2.2.3). Now a body
+  byte that arrives later than :data:`SEND_BY` seconds after the lease was taken aborts the
+  client and upstream connections (an incomplete request upstream, never processed) and the
+  flow is audited ``credential_unavailable``; a body read whole (signed) is checked in
+  ``request``, before anything is sent. What bounds the hold is then the endpoint's answer time.
 
 Rules-file claims cannot declare a capture (:mod:`proxy.core.oauth`): nothing to do for them.
 """
@@ -38,6 +47,7 @@ from typing import Any
 from mitmproxy import http
 
 from addons import facts
+from addons.substitute import _close as abort_flow
 from proxy.core.decide import Action, Decision, Reason, deny
 from proxy.core.policy import Claim, Credential
 from proxy.engine.state import State
@@ -45,7 +55,17 @@ from proxy.store.base import CredentialStore
 
 TTL = 30.0  # seconds a holder keeps the lease at most (a token endpoint answers in far less)
 WAIT = 35.0  # seconds a request waits for another's refresh: past TTL, so a dead holder's waiters go on
+SEND_BY = TTL - 5.0  # seconds after taking the lease by which the holder's request is all sent
 LEASE = "surrogate.refresh.lease"  # flow.metadata: the held lease, given back when the flow ends
+
+
+DEADLINE = "surrogate.refresh.send_by"  # flow.metadata: monotonic time the request must be sent by
+
+
+def _late(flow: http.HTTPFlow, cred: Credential) -> None:
+    why = (f"the refresh of credential {cred.name!r} was not sent within {SEND_BY:g} s of taking "
+           "its lease (a slow request body): aborted, so the refresh stays one at a time")  # fmt: skip
+    flow.metadata[facts.DECISION] = deny(Reason.CREDENTIAL_UNAVAILABLE, why, status=503)
 
 
 def lease_key(claim_id: str, name: str) -> str:
@@ -98,6 +118,35 @@ class RefreshLease:
         if now != seen:  # a refresh finished while this one waited: answer from its tokens
             await self._give_back(flow)
             await self._answer(flow, store, claim, cred)
+            return
+        self._send_by(flow, cred, time.monotonic() + SEND_BY)
+
+    @staticmethod
+    def _send_by(flow: http.HTTPFlow, cred: Credential, deadline: float) -> None:
+        """Abort the flow when a byte of its body comes past ``deadline`` (the lease may be gone)."""
+        flow.metadata[DEADLINE] = (deadline, cred)
+        if flow.metadata.get(facts.WHOLE_BODY) or "surrogate.sigv4_hold" in flow.metadata:
+            return  # read whole, then checked in `request` before it is sent
+        inner = flow.request.stream
+
+        def bounded(chunk: bytes) -> Any:
+            if time.monotonic() > deadline:
+                _late(flow, cred)
+                abort_flow(flow)
+                return b""
+            return inner(chunk) if callable(inner) else chunk
+
+        flow.request.stream = bounded
+
+    def request(self, flow: http.HTTPFlow) -> None:
+        held = flow.metadata.get(DEADLINE)
+        if held is None or flow.response or flow.error or callable(flow.request.stream):
+            return
+        deadline, cred = held
+        if time.monotonic() > deadline:
+            flow.metadata.pop(facts.USED, None)  # nothing was sent
+            _late(flow, cred)
+            facts.refuse(flow, flow.metadata[facts.DECISION])
 
     async def _answer(
         self, flow: http.HTTPFlow, store: CredentialStore, claim: Claim, cred: Credential

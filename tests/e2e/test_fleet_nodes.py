@@ -176,3 +176,59 @@ def test_concurrent_oauth_refreshes_on_both_nodes_call_the_token_endpoint_once(t
         later = client.post(two_nodes.target("/oauth/token"),
                             data={"grant_type": "refresh_token", "refresh_token": ph_refresh})  # fmt: skip
     assert later.status_code == 200 and up.oauth_seen == [refresh, issued["refresh_token"]]
+
+
+def test_a_slow_refresh_body_cannot_hold_the_lease_past_its_ttl_into_a_second_refresh(
+    two_nodes: TwoNodes,
+) -> None:
+    """r-fleet: a hostile sandbox sends its refresh body one piece every few seconds through node
+    A (the lease is taken at the headers), while a second refresh waits on node B. The lease
+    expires (addons/refresh.py TTL), B takes it and calls the endpoint; A's body must never
+    complete a second call with the same refresh token: A is aborted at SEND_BY, the endpoint
+    sees exactly one refresh."""
+    from addons.refresh import SEND_BY, TTL
+
+    refresh, access = canary.make("slowrefresh"), canary.make("slowaccess")
+    up = two_nodes.upstream
+    up.oauth_refresh = refresh
+    with two_nodes.api() as api:
+        token = api.post("/v1/claims", json={"id": "sl", "pool": "p"}).json()["proxy_token"]
+        r = api.put("/v1/claims/sl/credentials/access", json={"hosts": ["api.test"], "value": access})
+        assert r.status_code == 201, r.text
+        spec = {"token_endpoint": {"host": "api.test", "path": "/oauth/token"}, "access_token": "access"}
+        declared = {"hosts": ["api.test"], "value": refresh, "surfaces": ["body"], "oauth": spec}
+        r2 = api.put("/v1/claims/sl/credentials/refresh", json=declared)
+        assert r2.status_code == 201, r2.text
+    ph_refresh = r2.json()["placeholder"]
+    body = f"grant_type=refresh_token&refresh_token={ph_refresh}".encode()
+    pieces = [body[:10]] + [body[i : i + 8] for i in range(10, len(body), 8)]
+    nap = (TTL + 6) / (len(pieces) - 1)  # the last piece lands past the lease's ttl
+    assert nap < 25  # under the upstream's read timeout: only the proxy may cut it
+    slow_result: list[object] = []
+
+    def slow_loris() -> None:
+        def trickle() -> Iterator[bytes]:
+            yield pieces[0]
+            for p in pieces[1:]:
+                time.sleep(nap)
+                yield p
+
+        with two_nodes.client(0, "sl", token) as client:
+            try:
+                got = client.post(two_nodes.target("/oauth/token"), content=trickle(), timeout=TTL + 30,
+                                  headers={"content-type": "application/x-www-form-urlencoded"})  # fmt: skip
+                slow_result.append(got.status_code)
+            except httpx.HTTPError as e:
+                slow_result.append(type(e).__name__)
+
+    slow = threading.Thread(target=slow_loris)
+    slow.start()
+    time.sleep(2)  # A holds the lease now
+    with two_nodes.client(1, "sl", token) as client:
+        waiter = client.post(two_nodes.target("/oauth/token"), timeout=TTL + 30,
+                             data={"grant_type": "refresh_token", "refresh_token": ph_refresh})  # fmt: skip
+    slow.join()
+    assert waiter.status_code == 200, waiter.text
+    assert up.oauth_seen == [refresh], f"one refresh, not {len(up.oauth_seen)}; slow: {slow_result}"
+    assert slow_result and slow_result[0] != 200, slow_result
+    assert SEND_BY < TTL
