@@ -32,6 +32,12 @@ every worker and, on PostgreSQL, every node). Decided:
   flow is audited ``credential_unavailable``; a body read whole (signed) is checked in
   ``request``, before anything is sent. What bounds the hold is then the endpoint's answer time.
 
+- **Only a POST is answered from another's refresh** (r-fleet): the token endpoint takes POST
+  only (RFC 6749 §3.2). Any method to the endpoint path still takes the lease (a provider that
+  accepts another stays one at a time), but a GET (or any non-POST) that waited through a
+  refresh is refused ``503 credential_unavailable`` (retry), never given a made-up token
+  response, and never sent with the values substituted into its head before the wait.
+
 Rules-file claims cannot declare a capture (:mod:`proxy.core.oauth`): nothing to do for them.
 """
 
@@ -117,6 +123,12 @@ class RefreshLease:
         now = await asyncio.to_thread(_versions, store, claim.id, names)
         if now != seen:  # a refresh finished while this one waited: answer from its tokens
             await self._give_back(flow)
+            if flow.request.method.upper() != "POST":  # not a token request (RFC 6749 §3.2)
+                method = flow.request.method[:16]
+                why = (f"a refresh of credential {cred.name!r} finished while this {method} waited; "
+                       "only a POST is answered with its tokens: retry")  # fmt: skip
+                facts.refuse(flow, deny(Reason.CREDENTIAL_UNAVAILABLE, why, status=503))
+                return
             await self._answer(flow, store, claim, cred)
             return
         self._send_by(flow, cred, time.monotonic() + SEND_BY)

@@ -232,3 +232,48 @@ def test_a_slow_refresh_body_cannot_hold_the_lease_past_its_ttl_into_a_second_re
     assert up.oauth_seen == [refresh], f"one refresh, not {len(up.oauth_seen)}; slow: {slow_result}"
     assert slow_result and slow_result[0] != 200, slow_result
     assert SEND_BY < TTL
+
+
+def test_a_get_to_the_token_endpoint_is_never_answered_with_a_concurrent_refreshs_tokens(
+    two_nodes: TwoNodes,
+) -> None:
+    """r-fleet: while a refresh runs on node A (slow endpoint), a GET to the token endpoint path
+    on node B waits for the lease; once the refresh finished it must not get a proxy-made token
+    response (RFC 6749 §3.2: the endpoint takes POST only): it is refused 503, nothing sent."""
+    refresh, access = canary.make("getrefresh"), canary.make("getaccess")
+    up = two_nodes.upstream
+    up.oauth_refresh = refresh
+
+    def slow(issued: dict[str, str], _presented: str) -> tuple[int, object]:
+        time.sleep(1.5)  # the GET arrives while this refresh runs
+        return 200, {"access_token": issued["access_token"], "refresh_token": issued["refresh_token"],
+                     "token_type": "Bearer", "expires_in": 3600}  # fmt: skip
+
+    up.oauth_reply = slow
+    with two_nodes.api() as api:
+        token = api.post("/v1/claims", json={"id": "gt", "pool": "p"}).json()["proxy_token"]
+        r = api.put("/v1/claims/gt/credentials/access", json={"hosts": ["api.test"], "value": access})
+        assert r.status_code == 201, r.text
+        spec = {"token_endpoint": {"host": "api.test", "path": "/oauth/token"}, "access_token": "access"}
+        declared = {"hosts": ["api.test"], "value": refresh, "surfaces": ["body"], "oauth": spec}
+        r2 = api.put("/v1/claims/gt/credentials/refresh", json=declared)
+        assert r2.status_code == 201, r2.text
+    ph_access, ph_refresh = r.json()["placeholder"], r2.json()["placeholder"]
+    posted: list[httpx.Response] = []
+
+    def post() -> None:
+        with two_nodes.client(0, "gt", token) as client:
+            form = {"grant_type": "refresh_token", "refresh_token": ph_refresh}
+            posted.append(client.post(two_nodes.target("/oauth/token"), data=form))
+
+    with two_nodes.client(1, "gt", token) as client:
+        client.get(two_nodes.target("/warm"))
+        holder = threading.Thread(target=post)
+        holder.start()
+        time.sleep(0.7)
+        got = client.get(two_nodes.target("/oauth/token?x=1"))
+        holder.join()
+    assert posted and posted[0].status_code == 200
+    assert up.oauth_seen == [refresh]
+    assert got.status_code == 503, (got.status_code, got.text)
+    assert ph_access not in got.text and "credential_unavailable" in got.text
