@@ -22,6 +22,11 @@ every worker and, on PostgreSQL, every node). Decided:
   refuses with ``503 credential_unavailable`` before anything is sent: fail closed. A holder
   that dies loses the lease :data:`TTL` seconds after taking it (below :data:`WAIT`, so its
   waiters take over); a refresh that runs past :data:`TTL` is no longer exclusive.
+- **A waiter waits on the event loop** (r-fleet), a thread taken only for each one-statement
+  try: the blocking ``store.lease(..., wait=WAIT)`` in ``asyncio.to_thread`` pinned a thread of
+  the loop's shared default pool (``min(32, cpus + 4)`` threads) for the whole wait, so one
+  claim's few waiting refreshes queued every other claim's refresh (and its holder's own
+  give-back) behind them for up to :data:`WAIT` seconds.
 - **The holder's request must be complete before its lease can expire** (r-fleet): the lease is
   taken at the request's headers and the body streams after, at the client's pace, so a client
   that sends its body slowly (a slow-loris) used to hold the lease past :data:`TTL`, a waiter
@@ -61,6 +66,7 @@ from proxy.store.base import CredentialStore
 
 TTL = 30.0  # seconds a holder keeps the lease at most (a token endpoint answers in far less)
 WAIT = 35.0  # seconds a request waits for another's refresh: past TTL, so a dead holder's waiters go on
+_FIRST_NAP, _LAST_NAP = 0.01, 0.2  # a waiter's naps between tries, as proxy.store.leases waits
 SEND_BY = TTL - 5.0  # seconds after taking the lease by which the holder's request is all sent
 LEASE = "surrogate.refresh.lease"  # flow.metadata: the held lease, given back when the flow ends
 
@@ -72,6 +78,22 @@ def _late(flow: http.HTTPFlow, cred: Credential) -> None:
     why = (f"the refresh of credential {cred.name!r} was not sent within {SEND_BY:g} s of taking "
            "its lease (a slow request body): aborted, so the refresh stays one at a time")  # fmt: skip
     flow.metadata[facts.DECISION] = deny(Reason.CREDENTIAL_UNAVAILABLE, why, status=503)
+
+
+async def _take(store: CredentialStore, key: str) -> AbstractContextManager[bool] | None:
+    """The held lease ``key``, or None when another kept it for :data:`WAIT` seconds. Waits on
+    the event loop, a thread only per try: a waiter never pins a thread of the shared pool."""
+    deadline, nap = time.monotonic() + WAIT, _FIRST_NAP
+    while True:
+        lease: AbstractContextManager[bool] = store.lease(key, TTL, 0.0)
+        if await asyncio.to_thread(lease.__enter__):
+            return lease
+        await asyncio.to_thread(lease.__exit__, None, None, None)  # held nothing: closes the try
+        left = deadline - time.monotonic()
+        if left <= 0:
+            return None
+        await asyncio.sleep(min(nap, left))
+        nap = min(nap * 2, _LAST_NAP)
 
 
 def lease_key(claim_id: str, name: str) -> str:
@@ -113,9 +135,8 @@ class RefreshLease:
     async def _hold(self, flow: http.HTTPFlow, store: CredentialStore, claim: Claim, cred: Credential,
                     names: list[str]) -> None:  # fmt: skip
         seen = await asyncio.to_thread(_versions, store, claim.id, names)
-        lease: AbstractContextManager[bool] = store.lease(lease_key(claim.id, cred.name), TTL, WAIT)
-        held = await asyncio.to_thread(lease.__enter__)
-        if not held:
+        lease = await _take(store, lease_key(claim.id, cred.name))
+        if lease is None:
             facts.refuse(flow, deny(Reason.CREDENTIAL_UNAVAILABLE, f"another refresh of credential "
                                     f"{cred.name!r} is still running", status=503))  # fmt: skip
             return

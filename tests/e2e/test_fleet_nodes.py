@@ -277,3 +277,61 @@ def test_a_get_to_the_token_endpoint_is_never_answered_with_a_concurrent_refresh
     assert up.oauth_seen == [refresh]
     assert got.status_code == 503, (got.status_code, got.text)
     assert ph_access not in got.text and "credential_unavailable" in got.text
+
+
+def _oauth_claim(api: httpx.Client, claim: str, refresh: str, access: str) -> tuple[str, str]:
+    token = api.post("/v1/claims", json={"id": claim, "pool": "p"}).json()["proxy_token"]
+    r = api.put(f"/v1/claims/{claim}/credentials/access", json={"hosts": ["api.test"], "value": access})
+    assert r.status_code == 201, r.text
+    spec = {"token_endpoint": {"host": "api.test", "path": "/oauth/token"}, "access_token": "access"}
+    declared = {"hosts": ["api.test"], "value": refresh, "surfaces": ["body"], "oauth": spec}
+    r2 = api.put(f"/v1/claims/{claim}/credentials/refresh", json=declared)
+    assert r2.status_code == 201, r2.text
+    return token, r2.json()["placeholder"]
+
+
+def test_one_claims_waiting_refreshes_cannot_starve_another_claims_refresh(two_nodes: TwoNodes) -> None:
+    """r-fleet: claim X holds its refresh lease (a slow endpoint, 8 s) and piles up more waiting
+    refreshes on the same node than the event loop's default thread pool has threads; claim Y's
+    refresh on that node must still go through at once (its lease is its own), not queue behind
+    X's waiters for their whole wait."""
+    x_refresh, y_refresh = canary.make("starvex"), canary.make("starvey")
+    up = two_nodes.upstream
+    up.oauth_refresh = x_refresh  # X's first refresh token; Y's is known below
+
+    def reply(issued: dict[str, str], presented: str) -> tuple[int, object]:
+        if presented == x_refresh:
+            time.sleep(8)
+        return 200, {"access_token": issued["access_token"], "refresh_token": issued["refresh_token"],
+                     "token_type": "Bearer", "expires_in": 3600}  # fmt: skip
+
+    up.oauth_reply = reply
+    with two_nodes.api() as api:
+        x_token, x_ph = _oauth_claim(api, "sx", x_refresh, canary.make("starvexa"))
+        y_token, y_ph = _oauth_claim(api, "sy", y_refresh, canary.make("starveya"))
+    up.oauth_issued.append({"refresh_token": y_refresh})  # the fake endpoint also accepts Y's
+    done: dict[str, float] = {}
+    lock = threading.Lock()
+
+    def x_refreshes(i: int) -> None:
+        with two_nodes.client(0, "sx", x_token) as client:
+            got = client.post(two_nodes.target("/oauth/token"), timeout=60,
+                              data={"grant_type": "refresh_token", "refresh_token": x_ph})  # fmt: skip
+        with lock:
+            done.setdefault("x", time.monotonic())
+            assert got.status_code == 200, got.text
+
+    xs = [threading.Thread(target=x_refreshes, args=(i,)) for i in range(10)]
+    for t in xs:
+        t.start()
+        time.sleep(0.05)
+    time.sleep(1.5)  # X's holder is at the endpoint, its waiters wait
+    with two_nodes.client(0, "sy", y_token) as client:
+        y = client.post(two_nodes.target("/oauth/token"), timeout=60,
+                        data={"grant_type": "refresh_token", "refresh_token": y_ph})  # fmt: skip
+    y_done = time.monotonic()
+    for t in xs:
+        t.join()
+    assert y.status_code == 200, y.text
+    assert y_refresh in up.oauth_seen and up.oauth_seen.count(x_refresh) == 1
+    assert y_done < done["x"], "claim Y's refresh waited behind claim X's"
