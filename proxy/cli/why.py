@@ -38,6 +38,8 @@ _BY_STAGE: dict[str, dict[Reason, str]] = {
         Reason.PROXY_AUTH_REQUIRED: "the proxy credential was missing or wrong",
         Reason.UNKNOWN_SOURCE: "the source address belongs to no claim (transparent mode)",
         Reason.WRONG_INTERFACE: "the connection arrived on another interface than its claim's",
+        Reason.STORE_STALE: "the node's copy of the fleet store was past its staleness bound",
+        Reason.STORE_NEVER_SYNCED: "the node had not yet read the fleet store since it started",
     },
     "request checks": {
         Reason.AUTHORITY_MISMATCH: "the CONNECT host, SNI, Host header or target authority disagreed",

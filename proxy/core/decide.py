@@ -71,6 +71,8 @@ class Reason(StrEnum):
     HOOK_NODE_LIMIT = "hook_node_limit"
     WRONG_INTERFACE = "wrong_interface"
     NOT_HTTP = "not_http"
+    STORE_STALE = "store_stale"  # the fleet store's copy is past its staleness bound (issue 14)
+    STORE_NEVER_SYNCED = "store_never_synced"  # the fleet store was never read since the start
     TOKEN_MINT_FAILED = "token_mint_failed"  # noqa: S105 (a reason code, not a password); oauth_client: no access token (proxy.core.mint)
     # SigV4 re-signing (proxy.core.sigv4)
     SIGV4_BAD_SIGNATURE = "sigv4_bad_signature"
@@ -104,6 +106,8 @@ def deny(reason: Reason, message: str, status: int = 403, rule: EgressRule | Non
         Reason.UNRESOLVABLE,
         Reason.HOOK_TIMEOUT,
         Reason.HOOK_FAILED,
+        Reason.STORE_STALE,
+        Reason.STORE_NEVER_SYNCED,
     ):
         action = Action.ERROR
     return Decision(action, reason, message, rule, status)
