@@ -88,8 +88,10 @@ class Ask:
     def asks(self, method: str, path: str) -> bool:
         """Does a request (its method as sent, its target) need an approval under this rule?
         Its path is matched as a catch (:meth:`proxy.core.paths.RequestPath.reaches`): any
-        reading under a prefix asks, an ambiguous path asks (when in doubt, an operator looks)."""
-        if self.methods and method not in self.methods:
+        reading under a prefix asks, an ambiguous path asks (when in doubt, an operator looks).
+        Methods compare case-insensitively here, though methods are case-sensitive (RFC 9110
+        §9.1): an upstream that upper-cases ``post`` must not get a POST nobody approved."""
+        if self.methods and method.upper() not in self.methods:
             return False
         where = canonical_path(path)
         return any(where.reaches(p) for p in self.paths)
