@@ -181,3 +181,20 @@ def test_a_reload_that_now_refuses_refuses_the_held_request(held: Held) -> None:
         assert event["approval"] == {"id": asked["id"], "verdict": "approve", "scope": "once"}
     finally:
         held.proxy.rules.write_text(_rules(held.upstream.port))
+
+
+def test_a_client_that_goes_away_withdraws_its_approval(held: Held) -> None:
+    before = held.upstream.connections
+    proc = held.post("/echo/gone")
+    asked = held.pending()
+    proc.kill()
+    held.done(proc)
+    deadline = time.monotonic() + 10
+    with control(held.proxy) as api:
+        while time.monotonic() < deadline:
+            state = {a["id"]: a["state"] for a in api.get("/approvals", params={"state": "all"}).json()}
+            if state[asked["id"]] != "pending":
+                break
+            time.sleep(0.1)
+    assert state[asked["id"]] == "withdrawn"
+    assert held.upstream.connections == before and held.seen("/echo/gone") == 0
