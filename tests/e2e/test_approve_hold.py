@@ -168,8 +168,7 @@ def test_a_reload_that_now_refuses_refuses_the_held_request(held: Held) -> None:
     before = held.upstream.connections
     proc = held.post("/echo/reloaded")
     asked = held.pending()
-    held.proxy.rules.write_text(_rules(held.upstream.port, echo_methods=["GET"]))
-    held.proxy.wait_event(event="reload", outcome="applied", timeout=10)
+    _reload(held, _rules(held.upstream.port, echo_methods=["GET"]))
     try:
         held.decide(asked["id"], "approve", "once")
         code, body = held.done(proc)
@@ -180,7 +179,22 @@ def test_a_reload_that_now_refuses_refuses_the_held_request(held: Held) -> None:
         assert event["reason"] == "path_not_allowed"
         assert event["approval"] == {"id": asked["id"], "verdict": "approve", "scope": "once"}
     finally:
-        held.proxy.rules.write_text(_rules(held.upstream.port))
+        _reload(held, _rules(held.upstream.port))
+
+
+def _reload(held: Held, text: str) -> None:
+    """Write the rules file and wait for the proxy's next applied reload."""
+
+    def applied() -> int:
+        events = held.proxy.audit_events()
+        return sum(1 for e in events if e["event"] == "reload" and e.get("outcome") == "applied")
+
+    seen = applied()
+    held.proxy.rules.write_text(text)
+    deadline = time.monotonic() + 10
+    while applied() == seen:
+        assert time.monotonic() < deadline, "the reload was not applied"
+        time.sleep(0.05)
 
 
 def test_a_client_that_goes_away_withdraws_its_approval(held: Held) -> None:
