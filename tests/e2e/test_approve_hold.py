@@ -43,12 +43,12 @@ class Held:
     token: str
     secret: str
 
-    def post(self, path: str) -> subprocess.Popen[bytes]:
+    def post(self, path: str, method: str = "POST") -> subprocess.Popen[bytes]:
         """curl -X POST through the proxy, in the background (it waits while held)."""
         return subprocess.Popen(
             [
                 "curl", "-sS", "--max-time", "30", "-x", self.proxy.url("c1", self.token),
-                "--cacert", str(self.proxy.ca_pem), "-w", "\n%{http_code}", "-X", "POST",
+                "--cacert", str(self.proxy.ca_pem), "-w", "\n%{http_code}", "-X", method,
                 "-H", f"Authorization: Bearer {PH}", "--data-binary", f'{{"key": "{PH}"}}',
                 f"https://api.test:{self.upstream.port}{path}",
             ],
@@ -130,6 +130,17 @@ def test_a_denied_request_is_refused_and_opens_no_upstream_connection(held: Held
     event = held.proxy.wait_event(event="request", path="/echo/denied")
     assert event["reason"] == "approval_denied"
     assert event["approval"] == {"id": asked["id"], "verdict": "deny", "scope": None}
+
+
+@pytest.mark.parametrize("method", ["post", "Post"])
+def test_a_post_spelled_otherwise_is_asked_too(held: Held, method: str) -> None:
+    before = held.upstream.connections
+    proc = held.post("/echo/spelled", method)
+    asked = held.pending()
+    assert asked["method"] == method
+    held.decide(asked["id"], "deny")
+    assert held.done(proc)[0] == 403
+    assert held.upstream.connections == before and held.seen("/echo/spelled") == 0
 
 
 def test_nobody_deciding_times_out(held: Held) -> None:
