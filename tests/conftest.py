@@ -10,8 +10,8 @@ each worker scans its own basetemp (``<basetemp>/popen-gwN``, where every file i
 is) and sends what it found to the controller in ``workeroutput``; the controller prints every
 worker's line and fails the session on a hit, or when a worker ended without sending its scan
 (crashed: fail closed). A module's tests run in one worker, in order; the modules that make
-network namespaces share one group (``xdist_group("netns")``): their sysctls, bridges and fixed
-address ranges are not shared.
+network namespaces run in one worker (``pytest_xdist_make_scheduler``): their sysctls, bridges and
+fixed address ranges are not shared.
 """
 
 from __future__ import annotations
@@ -30,16 +30,29 @@ _worker_scans: dict[str, dict[str, Any] | None] = {}  # the controller's: worker
 _netns_module: dict[str, bool] = {}
 
 
-def pytest_itemcollected(item: pytest.Item) -> None:
-    """Each module's tests run in one xdist worker, in order (a module's ``test_zz_*`` tests read
-    what its module-scoped proxy counted); every module that makes network namespaces (its source
-    says ``netns``: tests/e2e/_netns.py's and test_transparent.py's own, in the root namespace)
-    joins the one ``netns`` group, so those run in one worker, in turn. (Marked as each item is
-    collected: xdist reads the marks in its own ``pytest_collection_modifyitems``.)"""
-    path = str(item.path)
-    if path not in _netns_module:
-        _netns_module[path] = path.endswith(".py") and "netns" in Path(path).read_text(errors="replace")
-    item.add_marker(pytest.mark.xdist_group("netns" if _netns_module[path] else path))
+def _scope(rootpath: Path, nodeid: str) -> str:
+    """The unit an xdist worker takes whole: the test's module, or ``netns`` for every module that
+    makes network namespaces (its source says ``netns``: tests/e2e/_netns.py's and
+    test_transparent.py's own, in the root namespace), so those run in one worker, in turn."""
+    module = nodeid.split("::", 1)[0]
+    if module not in _netns_module:
+        path = rootpath / module
+        _netns_module[module] = path.suffix == ".py" and "netns" in path.read_text(errors="replace")
+    return "netns" if _netns_module[module] else module
+
+
+def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
+    """Each module's tests run in one worker, in order (a module's ``test_zz_*`` tests read what
+    its module-scoped proxy counted), and the namespace modules in one worker. A scheduler rather
+    than ``xdist_group`` marks: with pytest 9.2 and xdist 3.8 ``--dist loadgroup`` split a marked
+    module across workers here (tried on a two-module example), while a scope scheduler does not."""
+    from xdist.scheduler import LoadScopeScheduling
+
+    class ModuleScheduling(LoadScopeScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            return _scope(config.rootpath, nodeid)
+
+    return ModuleScheduling(config, log)
 
 
 def _scan(session: pytest.Session) -> dict[str, Any] | None:

@@ -27,6 +27,7 @@ from typing import Any, ClassVar, Self
 from proxy.core import placeholders
 from proxy.core.policy import INTERFACE_NAME
 from proxy.store import rows
+from proxy.store.approvals import ApprovalQueries
 from proxy.store.base import (
     HISTORY_SECONDS,
     HISTORY_VERSIONS,
@@ -73,7 +74,7 @@ class _Spent(Exception):
         self.name = name
 
 
-class SQLStore(KeyRotation, Leases, ABC):
+class SQLStore(ApprovalQueries, KeyRotation, Leases, ABC):
     """The credential store's operations over a backend's transactions."""
 
     _keyring: KeyRing
