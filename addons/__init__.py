@@ -13,6 +13,9 @@ Each addon handles one concern and talks to the others only through ``flow.metad
    fence      — transparent mode: a looped connection (one of the proxy's own upstream
                 connections, redirected back) and a claim's connection from the wrong interface
                 are refused; after policy, so that it can undo a pass-through policy chose
+   approve    — a request an ask rule (``approve:``) covers, with no grant, is held until an
+                operator decides (issue 16); in requestheaders, before substitute, sign, stream and
+                any upstream connection (lazy), so nothing has left and no secret is swapped in
    forgery    — a placeholder with surrogate's checksum that this claim does not hold: refused
    hooks      — a hook route's request is answered by an operator command (no upstream); it runs
                 after policy (only allowed requests) and before substitute (it sees placeholders,
@@ -53,6 +56,7 @@ from mitmproxy import tls
 from mitmproxy.addons import errorcheck, proxyserver, tlsconfig
 
 from addons import tlsbuffers
+from addons.approve import Approve
 from addons.audit import Audit
 from addons.fence import Fence
 from addons.forgery import Forgery
@@ -99,13 +103,15 @@ class TlsConfig(tlsconfig.TlsConfig):
 
 def chain(state: State) -> list[Any]:
     """The full, ordered addon list for a proxy serving ``state``."""
+    policy = Policy(state)
     return [
         Identify(state),
         Limiter(state),
         WebSocketLimit(state),
         Hygiene(),
-        Policy(state),
+        policy,
         Fence(),
+        Approve(state, policy),
         Forgery(),
         Hooks(state),
         Mint(state),

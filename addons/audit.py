@@ -49,7 +49,7 @@ def _event(flow: http.HTTPFlow, kind: str) -> dict[str, Any]:
     used = ending.used(flow)  # only credentials whose secret left
     end = (flow.response.timestamp_end if flow.response else None) or time.time()
     peer = flow.client_conn.peername
-    return {
+    event = {
         a.REQUEST_ID: flow.metadata.get(facts.REQUEST_ID, flow.id),
         a.CLAIM: claim.id if claim else None,
         a.POOL: claim.pool if claim else None,
@@ -85,6 +85,9 @@ def _event(flow: http.HTTPFlow, kind: str) -> dict[str, Any]:
         a.BYTES_IN: counts[1],
         a.DURATION_MS: round((end - req.timestamp_start) * 1000, 3),
     }
+    if (approval := flow.metadata.get("surrogate.approval")) is not None:  # addons/approve.py
+        event["approval"] = approval
+    return event
 
 
 def _credentials(used: dict[str, int], applied: dict[str, str]) -> list[dict[str, Any]]:

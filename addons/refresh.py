@@ -22,6 +22,26 @@ every worker and, on PostgreSQL, every node). Decided:
   refuses with ``503 credential_unavailable`` before anything is sent: fail closed. A holder
   that dies loses the lease :data:`TTL` seconds after taking it (below :data:`WAIT`, so its
   waiters take over); a refresh that runs past :data:`TTL` is no longer exclusive.
+- **A waiter waits on the event loop** (r-fleet), a thread taken only for each one-statement
+  try: the blocking ``store.lease(..., wait=WAIT)`` in ``asyncio.to_thread`` pinned a thread of
+  the loop's shared default pool (``min(32, cpus + 4)`` threads) for the whole wait, so one
+  claim's few waiting refreshes queued every other claim's refresh (and its holder's own
+  give-back) behind them for up to :data:`WAIT` seconds.
+- **The holder's request must be complete before its lease can expire** (r-fleet): the lease is
+  taken at the request's headers and the body streams after, at the client's pace, so a client
+  that sends its body slowly (a slow-loris) used to hold the lease past :data:`TTL`, a waiter
+  then took it and called the endpoint, and the late body completed a second refresh with the
+  same refresh token (one a rotating provider treats as reuse: RFC 6819 §5.2.2.3). Now a body
+  byte that arrives later than :data:`SEND_BY` seconds after the lease was taken aborts the
+  client and upstream connections (an incomplete request upstream, never processed) and the
+  flow is audited ``credential_unavailable``; a body read whole (signed) is checked in
+  ``request``, before anything is sent. What bounds the hold is then the endpoint's answer time.
+
+- **Only a POST is answered from another's refresh** (r-fleet): the token endpoint takes POST
+  only (RFC 6749 §3.2). Any method to the endpoint path still takes the lease (a provider that
+  accepts another stays one at a time), but a GET (or any non-POST) that waited through a
+  refresh is refused ``503 credential_unavailable`` (retry), never given a made-up token
+  response, and never sent with the values substituted into its head before the wait.
 
 Rules-file claims cannot declare a capture (:mod:`proxy.core.oauth`): nothing to do for them.
 """
@@ -38,6 +58,7 @@ from typing import Any
 from mitmproxy import http
 
 from addons import facts
+from addons.substitute import _close as abort_flow
 from proxy.core.decide import Action, Decision, Reason, deny
 from proxy.core.policy import Claim, Credential
 from proxy.engine.state import State
@@ -45,7 +66,34 @@ from proxy.store.base import CredentialStore
 
 TTL = 30.0  # seconds a holder keeps the lease at most (a token endpoint answers in far less)
 WAIT = 35.0  # seconds a request waits for another's refresh: past TTL, so a dead holder's waiters go on
+_FIRST_NAP, _LAST_NAP = 0.01, 0.2  # a waiter's naps between tries, as proxy.store.leases waits
+SEND_BY = TTL - 5.0  # seconds after taking the lease by which the holder's request is all sent
 LEASE = "surrogate.refresh.lease"  # flow.metadata: the held lease, given back when the flow ends
+
+
+DEADLINE = "surrogate.refresh.send_by"  # flow.metadata: monotonic time the request must be sent by
+
+
+def _late(flow: http.HTTPFlow, cred: Credential) -> None:
+    why = (f"the refresh of credential {cred.name!r} was not sent within {SEND_BY:g} s of taking "
+           "its lease (a slow request body): aborted, so the refresh stays one at a time")  # fmt: skip
+    flow.metadata[facts.DECISION] = deny(Reason.CREDENTIAL_UNAVAILABLE, why, status=503)
+
+
+async def _take(store: CredentialStore, key: str) -> AbstractContextManager[bool] | None:
+    """The held lease ``key``, or None when another kept it for :data:`WAIT` seconds. Waits on
+    the event loop, a thread only per try: a waiter never pins a thread of the shared pool."""
+    deadline, nap = time.monotonic() + WAIT, _FIRST_NAP
+    while True:
+        lease: AbstractContextManager[bool] = store.lease(key, TTL, 0.0)
+        if await asyncio.to_thread(lease.__enter__):
+            return lease
+        await asyncio.to_thread(lease.__exit__, None, None, None)  # held nothing: closes the try
+        left = deadline - time.monotonic()
+        if left <= 0:
+            return None
+        await asyncio.sleep(min(nap, left))
+        nap = min(nap * 2, _LAST_NAP)
 
 
 def lease_key(claim_id: str, name: str) -> str:
@@ -87,9 +135,8 @@ class RefreshLease:
     async def _hold(self, flow: http.HTTPFlow, store: CredentialStore, claim: Claim, cred: Credential,
                     names: list[str]) -> None:  # fmt: skip
         seen = await asyncio.to_thread(_versions, store, claim.id, names)
-        lease: AbstractContextManager[bool] = store.lease(lease_key(claim.id, cred.name), TTL, WAIT)
-        held = await asyncio.to_thread(lease.__enter__)
-        if not held:
+        lease = await _take(store, lease_key(claim.id, cred.name))
+        if lease is None:
             facts.refuse(flow, deny(Reason.CREDENTIAL_UNAVAILABLE, f"another refresh of credential "
                                     f"{cred.name!r} is still running", status=503))  # fmt: skip
             return
@@ -97,7 +144,42 @@ class RefreshLease:
         now = await asyncio.to_thread(_versions, store, claim.id, names)
         if now != seen:  # a refresh finished while this one waited: answer from its tokens
             await self._give_back(flow)
+            if flow.request.method.upper() != "POST":  # not a token request (RFC 6749 §3.2)
+                method = flow.request.method[:16]
+                why = (f"a refresh of credential {cred.name!r} finished while this {method} waited; "
+                       "only a POST is answered with its tokens: retry")  # fmt: skip
+                facts.refuse(flow, deny(Reason.CREDENTIAL_UNAVAILABLE, why, status=503))
+                return
             await self._answer(flow, store, claim, cred)
+            return
+        self._send_by(flow, cred, time.monotonic() + SEND_BY)
+
+    @staticmethod
+    def _send_by(flow: http.HTTPFlow, cred: Credential, deadline: float) -> None:
+        """Abort the flow when a byte of its body comes past ``deadline`` (the lease may be gone)."""
+        flow.metadata[DEADLINE] = (deadline, cred)
+        if flow.metadata.get(facts.WHOLE_BODY) or "surrogate.sigv4_hold" in flow.metadata:
+            return  # read whole, then checked in `request` before it is sent
+        inner = flow.request.stream
+
+        def bounded(chunk: bytes) -> Any:
+            if time.monotonic() > deadline:
+                _late(flow, cred)
+                abort_flow(flow)
+                return b""
+            return inner(chunk) if callable(inner) else chunk
+
+        flow.request.stream = bounded
+
+    def request(self, flow: http.HTTPFlow) -> None:
+        held = flow.metadata.get(DEADLINE)
+        if held is None or flow.response or flow.error or callable(flow.request.stream):
+            return
+        deadline, cred = held
+        if time.monotonic() > deadline:
+            flow.metadata.pop(facts.USED, None)  # nothing was sent
+            _late(flow, cred)
+            facts.refuse(flow, flow.metadata[facts.DECISION])
 
     async def _answer(
         self, flow: http.HTTPFlow, store: CredentialStore, claim: Claim, cred: Credential

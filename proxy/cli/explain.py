@@ -181,6 +181,13 @@ def explain(
     if not request.allowed:
         return Explanation(**steps, verdict=request, request=request, notes=tuple(notes))
 
+    ask = request.rule.approve if request.rule is not None else None
+    if ask is not None and ask.asks(method, target):  # addons/approve.py holds it
+        notes.append(
+            f"asks for approval: rule {request.rule.id if request.rule else ''} holds this request "
+            f"until an operator approves it (timeout {ask.timeout:g} s, scopes {', '.join(ask.scopes)}; "
+            "a matching grant lets it through without asking)"
+        )
     proxy_view = stand_in(claim)
     target_bytes = target.encode("utf-8")
     notes += unregistered(fields, target_bytes, claim)

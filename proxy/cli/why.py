@@ -84,6 +84,10 @@ _BY_STAGE: dict[str, dict[Reason, str]] = {
         Reason.CLIENT_CLOSED: "the client hung up: after the last whole event of a stream, or mid-response",
         Reason.UNSCANNABLE_RESPONSE: "the response body could not be scanned for secrets: not passed",
     },
+    "approval": {
+        Reason.APPROVAL_DENIED: "an operator denied the held request (or the rules in force then refused it)",
+        Reason.APPROVAL_TIMEOUT: "nobody approved the held request before its ask rule's timeout",
+    },
     "hook route": {
         Reason.HOOK_ANSWERED: "a hook route's command answered; the upstream was not contacted",
         Reason.HOOK_TIMEOUT: "the hook route's command ran past its timeout",
@@ -92,7 +96,7 @@ _BY_STAGE: dict[str, dict[Reason, str]] = {
 }
 STAGES = {r: (stage, said) for stage, rows in _BY_STAGE.items() for r, said in rows.items()}
 # Reached only once the egress rules allowed the request: the replay must allow it too.
-_AFTER_STAGES = ("substitution", "signing and minting", "connecting", "response", "hook route")
+_AFTER_STAGES = ("substitution", "signing and minting", "connecting", "response", "hook route", "approval")
 _AFTER_EGRESS = {r.value for r, (stage, _) in STAGES.items() if stage in _AFTER_STAGES}
 _AFTER_EGRESS |= {Reason.HOOK_POOL_LIMIT.value, Reason.HOOK_NODE_LIMIT.value}  # a hook route matched
 _EGRESS = {r.value for r in EGRESS}

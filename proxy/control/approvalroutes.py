@@ -29,6 +29,7 @@ from fastapi.responses import StreamingResponse
 from pydantic import BaseModel, ConfigDict, Field
 
 from proxy.control import approvals as service
+from proxy.control.models import ErrorOut
 from proxy.control.service import Control
 from proxy.store.base import ApprovalRecord
 
@@ -53,33 +54,42 @@ def _sse(record: ApprovalRecord) -> bytes:
 def add_approval_routes(app: FastAPI, control: Control, who: str) -> None:
     """Add the approval routes over ``control.store`` to ``app``; ``who`` decides, in the audit."""
     store = control.store
+    # every answer documented (the OpenAPI schema is checked against the server by schemathesis)
+    errors: dict[int | str, dict[str, Any]] = {
+        s: {"model": ErrorOut} for s in (400, 401, 403, 404, 409, 413, 422, 503)
+    }
+    sse: dict[int | str, dict[str, Any]] = {
+        200: {"content": {"text/event-stream": {"schema": {"type": "string"}}},
+              "description": "server-sent events: `event: approval` with the approval's JSON"},
+        **errors,
+    }  # fmt: skip
 
-    @app.get("/approvals")
+    @app.get("/approvals", responses=errors)
     async def list_approvals(state: str = "pending") -> list[dict[str, Any]]:
         return [service.public(r) for r in service.list_approvals(store, state)]
 
-    @app.post("/approvals/{approval_id}/approve")
+    @app.post("/approvals/{approval_id}/approve", responses=errors)
     async def approve(
         approval_id: ApprovalId, body: Annotated[Decision | None, Body()] = None
     ) -> dict[str, Any]:
         record, grant = service.decide(store, approval_id, "approve", (body or Decision()).scope, who)
         return _answer(record, grant)
 
-    @app.post("/approvals/{approval_id}/deny")
+    @app.post("/approvals/{approval_id}/deny", responses=errors)
     async def deny(approval_id: ApprovalId) -> dict[str, Any]:
         record, grant = service.decide(store, approval_id, "deny", None, who)
         return _answer(record, grant)
 
-    @app.get("/grants")
+    @app.get("/grants", responses=errors)
     async def grants(all: bool = False) -> list[dict[str, Any]]:  # noqa: A002 - the query's name
         return [service.public(g) for g in service.list_grants(store, active=not all)]
 
-    @app.delete("/grants/{grant_id}", status_code=204)
+    @app.delete("/grants/{grant_id}", status_code=204, responses=errors)
     async def revoke(grant_id: ApprovalId) -> Response:
         service.revoke_grant(store, grant_id, who)
         return Response(status_code=204)
 
-    @app.get("/approvals/stream")
+    @app.get("/approvals/stream", response_class=StreamingResponse, responses=sse)
     async def stream() -> StreamingResponse:
         return StreamingResponse(_events(control), media_type="text/event-stream",
                                  headers={"Cache-Control": "no-store"})  # fmt: skip

@@ -22,6 +22,9 @@ Errors: ValueError with a sentence naming the scope and what would be right.
 from __future__ import annotations
 
 import re
+from dataclasses import dataclass
+
+from proxy.core.paths import canonical_path
 
 SCOPES = ("once", "session", "for", "always")
 MAX_FOR_SECONDS = 30 * 24 * 3600
@@ -65,3 +68,30 @@ def check_scopes(items: object) -> tuple[str, ...]:
     if len(set(items)) != len(items):
         raise ValueError("scopes lists a scope twice")
     return tuple(s for s in SCOPES if s in items)
+
+
+DEFAULT_TIMEOUT = 60.0
+MAX_TIMEOUT = 3600.0
+
+
+@dataclass(frozen=True, slots=True)
+class Ask:
+    """An egress rule's ``approve:``: the requests it allows only once an operator approves them.
+    ``methods`` empty means any; ``paths`` are segment-aware prefixes (as the rule's own);
+    ``timeout`` the seconds a request is held before ``approval_timeout``; ``scopes`` offered."""
+
+    methods: frozenset[str] = frozenset()
+    paths: tuple[str, ...] = ("/",)
+    timeout: float = DEFAULT_TIMEOUT
+    scopes: tuple[str, ...] = SCOPES
+
+    def asks(self, method: str, path: str) -> bool:
+        """Does a request (its method as sent, its target) need an approval under this rule?
+        Its path is matched as a catch (:meth:`proxy.core.paths.RequestPath.reaches`): any
+        reading under a prefix asks, an ambiguous path asks (when in doubt, an operator looks).
+        Methods compare case-insensitively here, though methods are case-sensitive (RFC 9110
+        §9.1): an upstream that upper-cases ``post`` must not get a POST nobody approved."""
+        if self.methods and method.upper() not in self.methods:
+            return False
+        where = canonical_path(path)
+        return any(where.reaches(p) for p in self.paths)

@@ -81,6 +81,9 @@ class Reason(StrEnum):
     SIGV4_WRONG_KEY = "sigv4_wrong_key"
     SIGV4_MALFORMED = "sigv4_malformed"
     SIGV4_BAD_CHUNK = "sigv4_bad_chunk"
+    # approvals (issue 16, addons/approve.py)
+    APPROVAL_DENIED = "approval_denied"
+    APPROVAL_TIMEOUT = "approval_timeout"
 
 
 @dataclass(frozen=True, slots=True)

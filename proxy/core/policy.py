@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import TYPE_CHECKING, Protocol
 
+from proxy.core.approvals import Ask
 from proxy.core.errors import Problem, SecretUnavailable
 from proxy.core.hosts import HostPattern
 from proxy.core.limits import Limits
@@ -74,6 +75,7 @@ class EgressRule:
     intercept: bool
     report: bool = False  # report mode: allow what this rule would refuse, and audit would_deny
     scheme: str = "https"  # "https": CONNECT and https:// requests; "http": plain http:// only
+    approve: Ask | None = None  # requests it allows only once an operator approves (issue 16)
 
     def label(self) -> str:
         return f"{self.id} {self.host}"

@@ -11,7 +11,9 @@ sha256(data)``, the first one chaining on the seed (the request's own signature)
 A chunk is held until its data is whole (its new signature, which precedes the data, depends on
 it), so memory is bounded by the largest chunk, ``MAX_CHUNK`` bytes (SDKs send 64 KiB to 1 MiB;
 a larger one is refused). Anything after the last chunk, a size or a signature that is not the
-placeholder chain's, raises :class:`proxy.core.sigv4.SigV4Error` (``sigv4_bad_chunk``) before a
+placeholder chain's, a size that is not bare hex digits (``0x10``: Python reads it, a strict
+upstream does not; the client's spelling is passed on) or a header line past ``_MAX_LINE``
+raises :class:`proxy.core.sigv4.SigV4Error` (``sigv4_bad_chunk``) before a
 byte of that chunk is passed on. Pure: no I/O.
 """
 
@@ -24,6 +26,7 @@ from proxy.core.sigv4 import EMPTY_SHA256, SigV4Error, sign
 
 MAX_CHUNK = 8 * 1024 * 1024
 _MAX_LINE = 200  # hex size + ";chunk-signature=" + 64 hex digits + CRLF, with room
+_HEX = frozenset(b"0123456789abcdefABCDEF")
 
 
 def chunk_string(amz_date: str, scope: str, previous: str, data: bytes) -> str:
@@ -65,9 +68,9 @@ class ChunkResigner:
                 break
             if self._want is None:
                 end = self._carry.find(b"\r\n")
+                if end > _MAX_LINE or (end < 0 and len(self._carry) > _MAX_LINE):
+                    raise _bad("a chunk header line is too long")
                 if end < 0:
-                    if len(self._carry) > _MAX_LINE:
-                        raise _bad("a chunk header line is too long")
                     break
                 self._want = self._header(bytes(self._carry[:end]))
                 del self._carry[: end + 2]
@@ -92,11 +95,13 @@ class ChunkResigner:
         size_s, sep, ext = line.partition(b";")
         if not sep or not ext.startswith(b"chunk-signature=") or not size_s:
             raise _bad("a chunk header is not size;chunk-signature=")
+        if not set(size_s) <= _HEX:  # int(_, 16) also reads "0x10": the upstream may not
+            raise _bad("a chunk size is not hexadecimal")
         try:
             size = int(size_s, 16)
         except ValueError:
             raise _bad("a chunk size is not hexadecimal") from None
-        if size > MAX_CHUNK or not size_s.isalnum():
+        if size > MAX_CHUNK:
             raise _bad(f"a chunk is larger than {MAX_CHUNK} bytes")
         return size, ext[len(b"chunk-signature=") :].decode("latin-1"), size_s
 

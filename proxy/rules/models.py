@@ -10,7 +10,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from proxy.core import hooks
+from proxy.core import approvals, hooks
 from proxy.core.limits import DEFAULT_BURST, DEFAULT_CONNECTIONS, DEFAULT_HOOK_PROCESSES, DEFAULT_RATE
 from proxy.core.limits import DEFAULT_WEBSOCKET_MESSAGE as DEFAULT_WS_MESSAGE
 from proxy.core.policy import DEFAULT_SURFACES, Misplaced
@@ -24,6 +24,15 @@ class _Model(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True, strict=True)
 
 
+class ApproveModel(_Model):
+    """``approve`` of an egress rule (proxy.core.approvals.Ask)."""
+
+    methods: list[str] = Field(default_factory=list)
+    paths: list[str] = Field(default_factory=lambda: ["/"])
+    timeout: float = approvals.DEFAULT_TIMEOUT
+    scopes: list[str] = Field(default_factory=lambda: list(approvals.SCOPES))
+
+
 class RuleModel(_Model):
     host: str
     ports: list[int] = Field(default_factory=lambda: [443])
@@ -32,6 +41,7 @@ class RuleModel(_Model):
     intercept: bool = True
     report: bool = False
     scheme: Literal["https", "http"] = "https"
+    approve: ApproveModel | None = None
 
 
 class HookModel(_Model):

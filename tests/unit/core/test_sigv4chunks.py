@@ -55,6 +55,12 @@ BAD = [
     ("not-hex", BODY.replace(b"400;", b"4g0;")),
     ("no-signature", BODY.replace(b"400;chunk-signature=", b"400;chunk-sig=")),
     ("too-large", b"ffffffff;chunk-signature=" + b"0" * 64 + b"\r\n"),
+    # sizes Python's int(_, 16) reads but a strict upstream parser does not (desync): the
+    # spelling is passed on, so only bare hex digits may pass
+    ("0x-prefix", BODY.replace(b"400;", b"0x400;")),
+    ("0X-prefix", BODY.replace(b"400;", b"0X400;")),
+    # a header line longer than _MAX_LINE refused even when its CRLF arrives in the same read
+    ("long-line", BODY.replace(b"400;", b"0" * 300 + b"400;")),
 ]
 
 
