@@ -36,6 +36,7 @@ from proxy.core import mint
 from proxy.core.decide import Reason, deny
 from proxy.core.errors import SecretUnavailable
 from proxy.core.policy import Credential
+from proxy.core.secrets import Secret
 from proxy.engine.state import State
 
 TIMEOUT = 10.0
@@ -106,6 +107,8 @@ class Mint:
             m.slot.failed = None
             m.slot.store(token)
             facts.log.info("credential %r: token minted (version %d)", c.name, m.slot.generation)
+            if token.refresh_token is not None and m.kept is not None:
+                await _keep(c.name, m.kept, token.refresh_token)
             return "minted"
 
     async def fetch(self, c: Credential, pool_name: str) -> mint.Token:
@@ -159,6 +162,15 @@ class Mint:
             bundle = getattr(ctx.options, "ssl_verify_upstream_trusted_ca", None) if ctx else None
             self._tls = ssl.create_default_context(cafile=bundle or None)
         return self._tls
+
+
+async def _keep(name: str, kept: mint.RefreshKeeper, token: Secret) -> None:
+    """Persist a rotated refresh token (sealed in the store: a restart uses it). A failure is
+    logged (its kind only) and the token kept in memory: this request already has its token."""
+    try:
+        await asyncio.to_thread(kept.keep, token)
+    except Exception as e:
+        facts.log.warning("credential %r: rotated refresh token not stored: %s", name, type(e).__name__)
 
 
 def _decoded(r: httpx.Response, data: bytes) -> bytes:

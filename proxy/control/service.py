@@ -28,6 +28,7 @@ import time
 from typing import Any
 
 from proxy import audit
+from proxy.control import kinds
 from proxy.control.checks import (
     ID,
     MAX_VALUE_BYTES,
@@ -214,7 +215,7 @@ class Control:
         header, fmt = body.get("inject_header"), body.get("inject_format")
         check_inject(header, fmt)
         cov = coverage(pool, body["hosts"], header, body.get("headers"))
-        value = check_value(body["value"])
+        made = kinds.prepare(pool, body)  # issue 15: the kind's block checked, its secrets sealed
         placeholder = body.get("placeholder")
         check_placeholder(placeholder)
         try:
@@ -228,7 +229,7 @@ class Control:
             record = self.store.put_credential(
                 claim_id,
                 name,
-                value=value,
+                value=made.value,
                 hosts=body["hosts"],
                 inject_header=header,
                 inject_format=(fmt or "Bearer {value}") if header else None,
@@ -240,6 +241,9 @@ class Control:
                 on_misplaced=body.get("on_misplaced"),
                 headers=body.get("headers"),
                 basic_parts=body.get("basic_parts"),
+                kind=made.kind,
+                spec=made.spec,
+                refresh_token=made.refresh_token,
             )
             # a second short transaction: a PUT replaces, so no "oauth" clears the capture
             self.store.set_oauth(claim_id, name, oauth.to_json() if oauth else None)
@@ -257,6 +261,7 @@ class Control:
         old = self.store.get_credential(claim_id, name)
         if old is None:
             raise ControlError(404, "not_found", f"no credential {name!r} in claim {claim_id!r}")
+        kinds.check_patch(old, changes)
         header = changes.get("inject_header", old.inject_header)
         fmt = changes.get("inject_format", old.inject_format)
         check_inject(header, fmt if "inject_format" in changes else None)
