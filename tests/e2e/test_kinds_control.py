@@ -18,7 +18,6 @@ import os
 import ssl
 from collections.abc import Iterator
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 import boto3
