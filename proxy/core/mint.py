@@ -28,6 +28,7 @@ import base64
 import contextlib
 import json
 import re
+from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from typing import Protocol
 from urllib.parse import quote, urlencode, urlsplit
@@ -48,6 +49,9 @@ class RefreshKeeper(Protocol):
 
     def latest(self) -> Secret | None: ...
     def keep(self, token: Secret) -> None: ...
+    def hold(self) -> AbstractContextManager[bool]:
+        """One minter at a time (across processes): True when held, False when waited out."""
+        ...
 
 
 GRANTS = ("client_credentials", "refresh_token", "jwt_bearer")

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import json
 import logging
+from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -32,6 +33,8 @@ if TYPE_CHECKING:
     from proxy.store.freshness import Freshness
 
 log = logging.getLogger(__name__)
+LEASE_TTL = 30.0  # above addons/mint.py's 10 s token request timeout: a dead holder's bound
+LEASE_WAIT = 15.0  # a waiter mints anyway after this (the endpoint then decides)
 DEFAULT_INJECT = Injection("Authorization", "Bearer {value}")  # proxy.rules.kinds.DEFAULT_INJECT
 
 
@@ -70,6 +73,10 @@ class StoreRefresh:
     def keep(self, token: Secret) -> None:
         self.store.keep_refresh_token(self.claim_id, self.name, token.reveal().encode())
         self._cached = token
+
+    def hold(self) -> AbstractContextManager[bool]:
+        """The store's lease on minting this credential (every worker and node of the store)."""
+        return self.store.lease(f"mint:{self.claim_id}/{self.name}", LEASE_TTL, LEASE_WAIT)
 
 
 @dataclass(frozen=True, slots=True)

@@ -18,6 +18,7 @@ import os
 import ssl
 from collections.abc import Iterator
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import boto3
@@ -202,3 +203,38 @@ def test_the_audit_names_the_kind_and_what_was_applied(world: World) -> None:
     assert applied.get("sig") == "hmac_signed"
     assert applied.get("cc") in ("token_minted", "token_cached")
     assert "aws" in applied
+
+
+def test_two_workers_mint_with_one_rotating_refresh_token(tmp_path: Path) -> None:
+    """Regression (issue 15, fleet): each worker minted with the refresh token it read, so two
+    workers minting at once both presented the same one and the endpoint refused the second
+    (400 invalid_grant: a refresh token is spent by its use). Under the store's lease the second
+    waits, reads the rotated one from the store and mints with it."""
+    with Stage(tmp_path) as st:
+        secret, first = canary.make("ctlrt2"), canary.make("ctlrefresh2")
+        st.watch(secret, first)
+        server = st.serve(AuthServer(st.ca, ["rt.test"], "client-rt", secret))
+        server.refresh, server.delay = first, 1.0  # a slow endpoint: the two workers' mints overlap
+        text = rules([egress("rt.test", server.port)], claims=[])
+        proxy = st.proxy(text, ["rt.test"], control=True, workers=2)
+        st.scanned += [proxy.state_dir / f"store.sqlite3{x}" for x in ("", "-wal", "-shm")]
+        with control(proxy, timeout=30) as api:
+            token = api.post("/v1/claims", json={"id": "c1", "pool": "p"}).json()["proxy_token"]
+            st.received.append(api.put("/v1/claims/c1/credentials/rt", json={
+                "hosts": ["rt.test"], "kind": "oauth_client", "value": secret, "placeholder": RT_PH,
+                "mint": {"token_url": f"https://rt.test:{server.port}/token", "client_id": "client-rt",
+                         "grant": "refresh_token", "refresh_token": first}}).content)  # fmt: skip
+
+        async def one() -> httpx.Response:  # its own connection: the workers share the listener
+            ctx = ssl.create_default_context(cafile=str(proxy.ca_pem))
+            async with httpx.AsyncClient(proxy=proxy.url("c1", token), verify=ctx, timeout=60) as c:
+                return await c.get(f"https://rt.test:{server.port}/api")
+
+        async def many() -> list[httpx.Response]:
+            return list(await asyncio.gather(*(one() for _ in range(12))))
+
+        rs = asyncio.run(many())
+        st.received += [r.content for r in rs]
+        assert [r.status_code for r in rs] == [200] * 12, [r.text[:200] for r in rs if r.status_code != 200]
+        assert "invalid_grant" not in json.dumps([r.text for r in rs])
+        st.watch(*server.handed, server.refresh)
