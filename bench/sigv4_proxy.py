@@ -15,7 +15,7 @@ real clients (boto3 signing with the placeholders; httpx).
   measured); the CPU figure is the proxy's alone.
 
 Ratios are printed against the plain case. Run: ``PYTHONPATH=. nice python bench/sigv4_proxy.py
-[--requests N] [--mb M]``.
+[--requests N] [--mb M] [--rounds R]`` (uploads: R interleaved rounds, medians).
 """
 
 from __future__ import annotations
@@ -24,6 +24,7 @@ import argparse
 import json
 import os
 import ssl
+import statistics
 import sys
 import tempfile
 import time
@@ -124,6 +125,7 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
     ap.add_argument("--requests", type=int, default=400)
     ap.add_argument("--mb", type=int, default=50)
+    ap.add_argument("--rounds", type=int, default=5)
     args = ap.parse_args()
     with tempfile.TemporaryDirectory() as d:
         tmp = Path(d)
@@ -184,15 +186,20 @@ def _run(args: argparse.Namespace, proxy: ProxyProcess, s3: SigV4Upstream, api: 
                                           {**bearer, "Content-Length": str(len(data))},
                                           [data[i : i + CHUNK] for i in range(0, len(data), CHUNK)]),
     }  # fmt: skip
-    rows = []
-    for name, (where, headers, reads) in uploads.items():
-        cpu, start = _proxy_cpu(pid), time.perf_counter()
-        r = web.put(where, headers=headers, content=iter(reads))
-        wall, cpu = time.perf_counter() - start, _proxy_cpu(pid) - cpu
-        assert r.status_code == 200, (name, r.status_code, r.text[:200])
-        sent = sum(len(x) for x in reads)
-        assert r.json()["received"] == sent, (name, r.text[:200])  # re-signed chunks keep their length
-        rows.append((name, len(data) / wall / 1e6, cpu))
+    names = list(uploads)
+    walls: dict[str, list[float]] = {n: [] for n in names}
+    cpus: dict[str, list[float]] = {n: [] for n in names}
+    for round_ in range(args.rounds):  # interleaved, the order rotated each round; medians shown
+        for name in names[round_ % len(names) :] + names[: round_ % len(names)]:
+            where, headers, reads = uploads[name]
+            cpu, start = _proxy_cpu(pid), time.perf_counter()
+            r = web.put(where, headers=headers, content=iter(reads))
+            walls[name].append(time.perf_counter() - start)
+            cpus[name].append(_proxy_cpu(pid) - cpu)
+            assert r.status_code == 200, (name, r.status_code, r.text[:200])
+            sent = sum(len(x) for x in reads)
+            assert r.json()["received"] == sent, (name, r.text[:200])  # re-signed chunks keep their length
+    rows = [(n, len(data) / statistics.median(walls[n]) / 1e6, statistics.median(cpus[n])) for n in names]
     plain = rows[-1]
     for name, mbps, cpu in rows:
         print(f"{args.mb} MiB upload, {name}: {mbps:.0f} MB/s ({mbps / plain[1]:.2f}x plain), "

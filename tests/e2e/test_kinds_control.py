@@ -238,3 +238,28 @@ def test_two_workers_mint_with_one_rotating_refresh_token(tmp_path: Path) -> Non
         assert [r.status_code for r in rs] == [200] * 12, [r.text[:200] for r in rs if r.status_code != 200]
         assert "invalid_grant" not in json.dumps([r.text for r in rs])
         st.watch(*server.handed, server.refresh)
+
+
+def test_the_cli_puts_a_kind_from_its_block_file(world: World, tmp_path: Path) -> None:
+    """``surrogate creds put --kind hmac --kind-file``: the value from stdin, the block from a file."""
+    import subprocess
+    import sys
+
+    from harness import ROOT
+
+    secret = world.auth["sig.test"].hmac_secret  # the upstream verifies with this one secret
+    (tmp_path / "sign.json").write_text(json.dumps({"max_body": 1024}))
+    placeholder = "surr_CtlHmacCliPlaceholder0001"
+    argv = [sys.executable, "-m", "proxy", "creds", "put", "c1", "sig-cli", "--host", "sig.test",
+            "--placeholder", placeholder, "--kind", "hmac", "--kind-file", str(tmp_path / "sign.json"),
+            "--value-file", "-", "--state-dir", str(world.proxy.state_dir)]  # fmt: skip
+    out = subprocess.run(argv, input=secret + "\n", capture_output=True, text=True, cwd=ROOT, timeout=60)
+    world.keep((out.stdout + out.stderr).encode())
+    assert out.returncode == 0, out.stderr
+    assert json.loads(out.stdout)["sign"]["max_body"] == 1024
+    with world.client() as c:
+        r = c.get(
+            f"https://sig.test:{world.auth['sig.test'].port}/hmac/cli", headers={"X-Signature": placeholder}
+        )
+    world.keep(r.content)
+    assert r.status_code == 200, r.text
