@@ -91,9 +91,7 @@ class MintIn(_In):
 
 class SignIn(_In):
     algorithm: Literal["hmac-sha256", "hmac-sha512"] = "hmac-sha256"
-    parts: list[PartName] = Field(
-        default_factory=lambda: list(_DEFAULT_PARTS), min_length=1, max_length=6
-    )
+    parts: list[PartName] = Field(default_factory=lambda: list(_DEFAULT_PARTS), min_length=1, max_length=6)
     separator: str = Field("", max_length=16, pattern=_TEXT)
     encoding: Literal["hex", "base64"] = "hex"
     header: str = Field("X-Signature", max_length=128, pattern=_HEADER)
@@ -252,6 +250,32 @@ def check_patch(old: CredentialRecord, changes: dict[str, Any]) -> None:
             if (why := _key_problem(text, str(doc.get("algorithm")))) is not None:
                 raise ControlError(422, "invalid_value", why, "value")
             changes["value"] = text
+
+
+def _own_placeholders(r: CredentialRecord) -> set[str]:
+    """Every placeholder a stored credential's sandbox holds (an aws_sigv4's secret key and
+    session token placeholders too)."""
+    out = {r.placeholder}
+    if r.kind == "aws_sigv4" and r.spec:
+        doc = json.loads(r.spec)
+        out |= {p for p in (doc.get("secret_placeholder"), doc.get("session_token_placeholder")) if p}
+    return out
+
+
+def check_placeholders(
+    others: list[CredentialRecord], name: str, placeholder: str | None, spec: str | None
+) -> None:
+    """The placeholders of credential ``name`` (its own, and an aws_sigv4 spec's) are used by no
+    other credential of the claim: 409 naming the one that has it. (The store keeps ``placeholder``
+    unique; the spec's placeholders are checked here.)"""
+    mine = {placeholder} if placeholder else set()
+    if spec:
+        doc = json.loads(spec)
+        mine |= {p for p in (doc.get("secret_placeholder"), doc.get("session_token_placeholder")) if p}
+    for r in others:
+        if r.name != name and (taken := mine & _own_placeholders(r)):
+            why = f"placeholder {min(taken)} is already used by credential {r.name!r}"
+            raise ControlError(409, "conflict", why, "placeholder")
 
 
 def describe(r: CredentialRecord) -> dict[str, Any]:

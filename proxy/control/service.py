@@ -218,6 +218,7 @@ class Control:
         made = kinds.prepare(pool, body)  # issue 15: the kind's block checked, its secrets sealed
         placeholder = body.get("placeholder")
         check_placeholder(placeholder)
+        kinds.check_placeholders(self.store.list_credentials(claim_id), name, placeholder, made.spec)
         try:
             oauth = parse_spec(body["oauth"]) if body.get("oauth") is not None else None
         except ValueError as e:
@@ -276,6 +277,8 @@ class Control:
             changes["value"] = check_value(changes["value"])
         if "placeholder" in changes:
             check_placeholder(changes["placeholder"])
+            others = self.store.list_credentials(claim_id)
+            kinds.check_placeholders(others, name, changes["placeholder"], None)
         if header is not None and fmt is None:
             changes["inject_format"] = "Bearer {value}"
         try:

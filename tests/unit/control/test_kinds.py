@@ -244,3 +244,23 @@ async def test_a_pem_private_key_may_keep_its_line_breaks(api: httpx.AsyncClient
     assert r.status_code == 201, r.text
     assert "PRIVATE KEY" not in r.text
     assert b"\n" not in store.secret("c1", "j")[0]
+
+
+async def test_an_aws_placeholder_may_not_be_another_credentials(
+    api: httpx.AsyncClient, store: Store
+) -> None:
+    """The store keeps ``placeholder`` unique; an aws_sigv4 credential's secret key and session
+    token placeholders live in its spec, so the API checks them against the claim's others both
+    ways (409 naming the credential that has it)."""
+    await claim(api)
+    static = (await cred(api, name="gh")).json()["placeholder"]
+    r = await cred(api, aws(secret_placeholder=static), name="aws")
+    assert r.status_code == 409 and r.json()["field"] == "placeholder" and "'gh'" in r.json()["message"]
+    r = await cred(api, aws(), name="aws")
+    token_ph = r.json()["aws_sigv4"]["session_token_placeholder"]
+    clash = await cred(api, {"hosts": ["api.test"], "value": SECRET, "placeholder": token_ph}, name="gh2")
+    assert clash.status_code == 409 and "'aws'" in clash.json()["message"]
+    moved = await api.patch("/v1/claims/c1/credentials/gh", json={"placeholder": token_ph})
+    assert moved.status_code == 409
+    no_secret(moved)
+    assert store.get_credential("c1", "gh2") is None
