@@ -27,6 +27,8 @@ import httpx
 import pytest
 from _authserver import AuthServer
 from botocore.config import Config
+from cryptography.hazmat.primitives import serialization
+from cryptography.hazmat.primitives.asymmetric import rsa
 from harness import ProxyProcess
 from sigv4_upstream import SigV4Upstream
 from world import Stage, control, egress, rules
@@ -39,6 +41,7 @@ TOKEN_PH = "surr_CtlAwsTokenPlaceholder001"
 HMAC_PH = "surr_CtlHmacPlaceholder0000001"
 CC_PH = "surr_CtlMintCcPlaceholder00001"
 RT_PH = "surr_CtlMintRtPlaceholder00001"
+JWT_PH = "surr_CtlMintJwtPlaceholder0001"
 
 
 @dataclass
@@ -99,7 +102,15 @@ def world(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFacto
             "cc.test": st.serve(AuthServer(st.ca, ["cc.test"], "client-cc", cc_secret)),
             "rt.test": st.serve(AuthServer(st.ca, ["rt.test"], "client-rt", rt_secret)),
             "sig.test": st.serve(AuthServer(st.ca, ["sig.test"], "unused")),
+            "jwt.test": st.serve(AuthServer(st.ca, ["jwt.test"], "client-jwt")),
         }
+        key = rsa.generate_private_key(public_exponent=65537, key_size=2048)
+        pem = key.private_bytes(
+            serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()
+        ).decode()  # sent with its line breaks
+        st.watch(pem.splitlines()[5])  # a line of the key: in no log, response or store file
+        auth["jwt.test"].public_key = key.public_key()
+        auth["jwt.test"].audience = f"https://jwt.test:{auth['jwt.test'].port}/token"
         auth["rt.test"].refresh = rt_first
         auth["sig.test"].hmac_secret = hmac_secret
         ports = {"s3.test": s3.port, **{n: a.port for n, a in auth.items()}}
@@ -125,6 +136,10 @@ def world(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFacto
                                  "mint": {"token_url": f"https://rt.test:{ports['rt.test']}/token",
                                           "client_id": "client-rt", "grant": "refresh_token",
                                           "refresh_token": rt_first}}),
+                _put(api, "jwt", {"hosts": ["jwt.test"], "kind": "oauth_client", "placeholder": JWT_PH,
+                                  "value": pem,
+                                  "mint": {"token_url": f"https://jwt.test:{ports['jwt.test']}/token",
+                                           "client_id": "client-jwt", "grant": "jwt_bearer"}}),
                 _put(api, "sig", {"hosts": ["sig.test"], "kind": "hmac", "placeholder": HMAC_PH,
                                   "value": hmac_secret, "sign": {"max_body": 4096}}),
             ]  # fmt: skip
@@ -137,7 +152,7 @@ def world(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFacto
 
 
 def test_the_control_api_answers_with_placeholders_and_never_a_secret(world: World) -> None:
-    aws, cc, rt, sig = world.written
+    aws, cc, rt, _, sig = world.written
     assert aws["kind"] == "aws_sigv4" and aws["aws_sigv4"]["secret_placeholder"] == SECRET_PH
     assert cc["kind"] == rt["kind"] == "oauth_client" and rt["mint"]["grant"] == "refresh_token"
     assert sig["kind"] == "hmac" and sig["sign"]["max_body"] == 4096
@@ -166,6 +181,13 @@ def test_oauth_client_concurrent_requests_mint_one_token(world: World) -> None:
     assert [r.status_code for r in asyncio.run(world.many(url, 20))] == [200] * 20
     assert world.auth["cc.test"].token_requests == 1
     assert world.auth["cc.test"].grants == ["client_credentials"]
+
+
+def test_jwt_bearer_signs_with_a_pem_key_put_with_its_line_breaks(world: World) -> None:
+    server = world.auth["jwt.test"]
+    rs = asyncio.run(world.many(f"https://jwt.test:{server.port}/api", 3))
+    assert [r.status_code for r in rs] == [200] * 3, rs[0].text
+    assert server.token_requests == 1 and server.grants == ["urn:ietf:params:oauth:grant-type:jwt-bearer"]
 
 
 def test_a_rotated_refresh_token_is_used_after_a_restart(world: World) -> None:
