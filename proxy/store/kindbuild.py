@@ -16,8 +16,10 @@ value (its sealed value may be JSON of several secrets).
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
+import time
 from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -33,6 +35,7 @@ if TYPE_CHECKING:
     from proxy.store.freshness import Freshness
 
 log = logging.getLogger(__name__)
+RECHECK = 5.0  # seconds a refresh token read for scrubbing is answered from memory
 LEASE_TTL = 30.0  # above addons/mint.py's 10 s token request timeout: a dead holder's bound
 LEASE_WAIT = 15.0  # a waiter mints anyway after this (the endpoint then decides)
 DEFAULT_INJECT = Injection("Authorization", "Bearer {value}")  # proxy.rules.kinds.DEFAULT_INJECT
@@ -41,14 +44,16 @@ DEFAULT_INJECT = Injection("Authorization", "Bearer {value}")  # proxy.rules.kin
 @dataclass(slots=True)
 class StoreRefresh:
     """An oauth_client credential's refresh token in the store (sealed, credential_tokens).
-    :meth:`current` (response scrubbing) answers from memory once read; :meth:`latest` (before
-    a mint) reads the store; :meth:`keep` seals a rotated one."""
+    :meth:`current` (response scrubbing) answers from memory, read again at most every
+    :data:`RECHECK` seconds (another worker may have rotated it); :meth:`latest` (before a mint)
+    reads the store; :meth:`keep` seals a rotated one."""
 
     store: CredentialStore = field(repr=False)
     claim_id: str
     name: str
     freshness: Freshness | None = field(default=None, repr=False, compare=False)
     _cached: Secret | None = field(default=None, repr=False)
+    _read_at: float = field(default=float("-inf"), repr=False, compare=False)
 
     def _who(self) -> str:
         return f"refresh token of credential {self.name!r} of claim {self.claim_id!r}"
@@ -65,9 +70,13 @@ class StoreRefresh:
         return self._cached
 
     def current(self) -> tuple[Secret, int]:
-        if self._cached is None and self.latest() is None:
+        now = time.monotonic()
+        if self._cached is None or now - self._read_at >= RECHECK:  # another worker may have rotated it
+            self._read_at = now
+            with contextlib.suppress(SecretUnavailable):
+                self.latest()
+        if self._cached is None:
             raise SecretUnavailable(f"{self._who()} is not set")
-        assert self._cached is not None
         return self._cached, 0
 
     def keep(self, token: Secret) -> None:

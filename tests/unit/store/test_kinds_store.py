@@ -112,3 +112,21 @@ def test_a_stored_kind_that_no_longer_parses_fails_closed(backend: Backend, stor
     assert built.kind == "aws_sigv4" and not built.surfaces and built.inject is None
     with pytest.raises(SecretUnavailable):
         built.secret()
+
+
+def test_a_worker_scrubs_the_refresh_token_another_worker_rotated(
+    store: CredentialStore, other: Callable[[], CredentialStore], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Response scrubbing reads a store credential's refresh token again after RECHECK seconds:
+    a token another worker (or node) rotated in is caught here too, not only the first one."""
+    from proxy.core.secrets import Secret
+    from proxy.store import kindbuild
+
+    _put(store, refresh_token=REFRESH)
+    here = kindbuild.StoreRefresh(store, "c1", "o")
+    there = kindbuild.StoreRefresh(other(), "c1", "o")
+    assert here.current()[0].reveal() == REFRESH.decode()
+    there.keep(Secret(ROTATED.decode()))
+    assert here.current()[0].reveal() == REFRESH.decode()  # within RECHECK: from memory
+    monkeypatch.setattr(kindbuild, "RECHECK", 0.0)
+    assert here.current()[0].reveal() == ROTATED.decode()
