@@ -75,6 +75,15 @@ SCHEMA = (
 SIDE_TABLES = (
     """CREATE TABLE IF NOT EXISTS leases (key text COLLATE "C" PRIMARY KEY, holder text NOT NULL,
       expires_at double precision NOT NULL)""",
+    # fleet-wide limits (proxy.store.fleetlimits): heartbeats, connection counts, rate buckets
+    """CREATE TABLE IF NOT EXISTS fleet_nodes (run text COLLATE "C" NOT NULL, worker integer NOT NULL,
+      node text NOT NULL, heartbeat double precision NOT NULL, PRIMARY KEY (run, worker))""",
+    """CREATE TABLE IF NOT EXISTS fleet_gauges (run text COLLATE "C" NOT NULL, worker integer NOT NULL,
+      claim text COLLATE "C" NOT NULL, count integer NOT NULL, PRIMARY KEY (run, worker, claim),
+      FOREIGN KEY (run, worker) REFERENCES fleet_nodes(run, worker) ON DELETE CASCADE)""",
+    """CREATE TABLE IF NOT EXISTS fleet_buckets (claim text COLLATE "C" PRIMARY KEY,
+      tokens double precision NOT NULL, stamp double precision NOT NULL,
+      granted double precision NOT NULL, full_at double precision NOT NULL)""",
 )
 # MIGRATIONS[n] takes a database from schema version n to n + 1 (a new database runs them all).
 MIGRATIONS: dict[int, tuple[str, ...]] = {
