@@ -28,7 +28,7 @@ claim's connections or rate (hook processes stay per node) at the same cost as b
   seconds at a time, to a local bucket of the claim's share among the nodes last seen alive
   (:func:`proxy.core.fleet.fallback`). Until its first read a node knows no other node's count
   and admits against its own (a node that starts without its database refuses store claims
-  anyway: ``store_never_synced``).
+  anyway: ``store_never_synced``); :meth:`FleetCounters.start` reads once before the node serves.
 
 Side tables (created when absent on every open, :data:`proxy.store.pgschema.SIDE_TABLES`):
 ``fleet_nodes(run, worker, node, heartbeat)``, ``fleet_gauges(run, worker, claim, count)``,
@@ -140,6 +140,12 @@ class FleetCounters:
         self._ticks = 0
 
     def start(self) -> FleetCounters:
+        """One tick now (a node restarted under load knows the others' counts before it serves
+        a connection, when the store answers), then the timer."""
+        try:
+            self.sync()
+        except StoreError as e:
+            log.warning("fleet limits: cannot reach the store at start (%s)", e)
         self._thread.start()
         return self
 
@@ -233,7 +239,7 @@ class FleetCounters:
 
     def _run(self) -> None:
         failing = False
-        while True:
+        while not self._stop.wait(self.tick):
             try:
                 self.sync()
                 if failing:
@@ -245,8 +251,6 @@ class FleetCounters:
                 failing = True
             except Exception as e:  # the timer must outlive any one bad tick
                 log.error("fleet limits tick failed with %s", type(e).__name__)
-            if self._stop.wait(self.tick):
-                return
 
     def sync(self) -> None:
         """One tick: heartbeat, publish the changed counts, read the others' (module docstring).
