@@ -32,8 +32,9 @@ claim's connections or rate (hook processes stay per node) at the same cost as b
 
 Side tables (created when absent on every open, :data:`proxy.store.pgschema.SIDE_TABLES`):
 ``fleet_nodes(run, worker, node, heartbeat)``, ``fleet_gauges(run, worker, claim, count)``,
-``fleet_buckets(claim, tokens, stamp, granted, full_at)``. Rows of nodes silent for
-:data:`FORGET_AFTER` seconds and buckets full for as long are deleted by any node's timer.
+``fleet_buckets(claim, tokens, stamp, granted, full_at)``; ``claim`` is :func:`row_key` (hex).
+Rows of nodes silent for :data:`FORGET_AFTER` seconds and buckets full for as long are deleted
+by any node's timer.
 """
 
 from __future__ import annotations
@@ -51,7 +52,7 @@ from proxy.store.base import StoreError
 from proxy.store.counters import SharedCounters
 from proxy.store.postgres import PostgresStore
 
-__all__ = ["HEARTBEAT_BOUND", "RUN_ENV", "TICK", "FleetCounters", "node_run"]
+__all__ = ["HEARTBEAT_BOUND", "RUN_ENV", "TICK", "FleetCounters", "node_run", "row_key"]
 
 TICK = 0.5  # seconds between publishes and reads
 HEARTBEAT_BOUND = 5.0  # seconds: an older heartbeat's connections are given back
@@ -106,6 +107,13 @@ _LEASE = """INSERT INTO fleet_buckets AS b (claim, tokens, stamp, granted, full_
 log = logging.getLogger(__name__)
 
 
+def row_key(claim: str) -> str:
+    """A claim id as the fleet tables hold it: the hex of its UTF-8. A rules file's claim id is
+    any string, and PostgreSQL's text takes no NUL nor a lone surrogate: one such claim must not
+    fail every node's tick (whose transaction publishes every claim)."""
+    return claim.encode("utf-8", "surrogatepass").hex()
+
+
 def node_run() -> str:
     """This node's run id: the supervisor's (:data:`RUN_ENV`), else a new one, put there for
     the workers it starts."""
@@ -126,6 +134,7 @@ class FleetCounters:
         self.local, self.store, self.run, self.worker, self.node = local, store, run, worker, node
         self.tick, self.bound = tick, bound
         self._lock = threading.Lock()
+        # every claim below is its row_key
         self._mine: dict[str, int] = {}  # claim → this process's open connections (its column)
         self._dirty: set[str] = set()  # claims whose count is not yet published
         self._all = True  # publish every count at the next tick (the first, and after a failure)
@@ -165,7 +174,9 @@ class FleetCounters:
     def acquire(self, wants: Sequence[tuple[str, int]]) -> int:
         others = self.others
         bounded = [
-            (k, fleet.connection_bound(b, others.get(k[len(_CONNS) :], 0)) if k.startswith(_CONNS) else b)
+            (k, fleet.connection_bound(b, others.get(row_key(k[len(_CONNS) :]), 0)))
+            if k.startswith(_CONNS)
+            else (k, b)
             for k, b in wants
         ]
         full = self.local.acquire(bounded)
@@ -191,7 +202,7 @@ class FleetCounters:
         wait = self.local.take(key, rate, burst, now)
         if wait or not key.startswith(_RATE):
             return wait
-        claim = key[len(_RATE) :]
+        claim = row_key(key[len(_RATE) :])
         held = self._tokens.get(claim, 0)
         if held >= 1:
             self._tokens[claim] = held - 1
@@ -233,7 +244,7 @@ class FleetCounters:
         with self._lock:
             for key in keys:
                 if key.startswith(_CONNS):
-                    claim = key[len(_CONNS) :]
+                    claim = row_key(key[len(_CONNS) :])
                     self._mine[claim] = max(0, self._mine.get(claim, 0) + step)
                     self._dirty.add(claim)
 

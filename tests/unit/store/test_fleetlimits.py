@@ -16,7 +16,7 @@ from pg import Cluster, own_pg_cluster  # noqa: F401  (a cluster this test may s
 from proxy.core import fleet
 from proxy.core.limits import ClaimLimiter, Limits
 from proxy.store.counters import SharedCounters
-from proxy.store.fleetlimits import FleetCounters
+from proxy.store.fleetlimits import FleetCounters, row_key
 from proxy.store.keyring import KeyRing
 from proxy.store.postgres import PostgresStore
 
@@ -128,7 +128,7 @@ def test_a_claims_connections_add_up_over_two_nodes_and_closing_frees(node: Node
     assert b.open("b1", "c", limits)
     b.counters.sync()  # type: ignore[attr-defined]
     a.counters.sync()  # type: ignore[attr-defined]
-    assert a.counters.others == {"c": 2, "other": 1}  # type: ignore[attr-defined]
+    assert a.counters.others == {row_key("c"): 2, row_key("other"): 1}  # type: ignore[attr-defined]
 
 
 def test_a_silent_nodes_connections_are_given_back_after_the_heartbeat_bound(node: Node) -> None:
@@ -137,7 +137,7 @@ def test_a_silent_nodes_connections_are_given_back_after_the_heartbeat_bound(nod
     assert acquired == [-1] * 4
     a.sync()
     b.sync()
-    assert b.others == {"c": 4} and b.acquire([("connections\0c", 4)]) == 0
+    assert b.others == {row_key("c"): 4} and b.acquire([("connections\0c", 4)]) == 0
     time.sleep(1.5)  # A stops beating (killed)
     b.sync()
     assert b.others == {} and b.acquire([("connections\0c", 4)]) == -1
@@ -158,7 +158,18 @@ def test_workers_of_one_node_do_not_count_each_other_twice(node: Node) -> None:
     w1.sync()
     other = node("b")
     other.sync()
-    assert other.others == {"c": 3}
+    assert other.others == {row_key("c"): 3}
+
+
+@pytest.mark.parametrize("claim", ["nul\0in-it", "é-ünïcode", "x" * 300], ids=["nul", "unicode", "long"])
+def test_any_rules_file_claim_id_is_published_and_breaks_no_tick(node: Node, claim: str) -> None:
+    """A rules file's claim id is any string; PostgreSQL's text takes no NUL: the rows hold its hex."""
+    a, b = node("a"), node("b")
+    assert a.acquire([(f"connections\0{claim}", 4), ("connections\0plain", 4)]) == -1
+    a.sync()
+    b.sync()
+    assert b.others == {row_key(claim): 1, row_key("plain"): 1}
+    assert a.take(f"rate\0{claim}", 1.0, 2, time.monotonic()) == 0.0
 
 
 def test_a_stopped_node_deletes_its_rows(store: PostgresStore, node: Node) -> None:
@@ -205,11 +216,11 @@ def test_an_unreachable_database_keeps_the_others_counts_and_serves_a_share_of_t
         time.sleep(1.5)  # past the heartbeat bound: A's rows would be stale, were they readable
         with pytest.raises(Exception):  # noqa: B017  StoreError: nothing answers
             b.sync()
-        assert b.others == {"c": 3}, "the other node's count is kept while the read fails"
+        assert b.others == {row_key("c"): 3}, "the other node's count is kept while the read fails"
         assert b.acquire([("connections\0c", 4)]) == -1
         assert b.acquire([("connections\0c", 4)]) == 0
         b.alive = 2
-        held = b._tokens["r"]  # leased before the outage: spent, as the tolerance allows
+        held = b._tokens[row_key("r")]  # leased before the outage: spent, as the tolerance allows
         now = time.monotonic()
         admitted = sum(b.take("rate\0r", 10.0, 4, now + i * 0.001) == 0.0 for i in range(40))
         assert admitted == held + 2, "the leased tokens, then the node's share of the burst (4 // 2)"
