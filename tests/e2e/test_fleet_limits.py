@@ -257,3 +257,40 @@ def test_a_claims_rate_holds_across_two_nodes_within_the_tolerance_and_is_not_st
     assert upstream <= ceiling, f"{upstream} admitted in {elapsed:.1f} s, over {ceiling:.1f}"
     assert upstream >= 0.6 * RATE * seconds, f"starved: {upstream} in {elapsed:.1f} s"
     assert refused > upstream, "the hammer went past the rate"
+
+
+def test_a_restarted_node_and_a_recreated_claim_get_no_fresh_allowance(two: Fleet) -> None:
+    """A node restarted while the claim holds 4 (3 on A, 1 on B, whose one dies with it) reads
+    the others' count before it serves: it admits exactly the 1 freed, not a fresh 4 (and its
+    old rows were deleted on the way down, or it would admit none). A claim deleted and created
+    again: its tunnels on every node were closed, so it starts from 0 fleet-wide, never above 4."""
+    token = two.claim("re", "conn")
+    opened: list[socket.socket] = []
+
+    def connect(node: int, tok: str) -> bool:
+        s, head = two.connect(node, "re", tok)
+        opened.append(s)
+        return _admitted([head]) == 1
+
+    try:
+        assert all(connect(0, token) for _ in range(3))
+        time.sleep(SEEN)
+        assert connect(1, token)
+        two.nodes[1].stop()
+        time.sleep(SEEN)  # A's count is at the database long before B is back
+        two.nodes[1].start(timeout=30)
+        assert [connect(1, token) for _ in range(3)] == [True, False, False]
+
+        transport = httpx.HTTPTransport(uds=str(two.socket))
+        with httpx.Client(transport=transport, base_url="http://control", timeout=10) as api:
+            assert api.delete("/v1/claims/re").status_code in (200, 204)
+        time.sleep(SEEN)
+        again = two.claim("re", "conn")
+        time.sleep(SEEN)
+        got = [connect(i % 2, again) for i in range(4)]
+        assert got == [True] * 4, "every tunnel of the deleted claim was closed on both nodes"
+        time.sleep(SEEN)
+        assert not connect(0, again) and not connect(1, again)
+    finally:
+        for s in opened:
+            s.close()
