@@ -19,14 +19,16 @@ upstream. Which payload, which path:
 
 Refusals (403, reason codes in :class:`proxy.core.decide.Reason`): ``sigv4_bad_signature``,
 ``sigv4_scope_refused``, ``sigv4_wrong_key`` (a placeholder-shaped key id not this claim's, or a
-wrong session token: a violation), ``sigv4_malformed``, ``sigv4_unsigned`` (the placeholder
-access key id sent in a request that is not SigV4-signed), ``placeholder_violation`` (the
-credential is not bound to this host).
+wrong session token: a violation), ``sigv4_malformed`` (also: another credential's placeholder in
+a signed header or the signed target, which substitute would swap after the re-signing),
+``sigv4_unsigned`` (the placeholder access key id sent in a request that is not SigV4-signed),
+``placeholder_violation`` (the credential is not bound to this host).
 """
 
 from __future__ import annotations
 
 import hashlib
+from urllib.parse import unquote_to_bytes
 
 from mitmproxy import http
 
@@ -45,6 +47,29 @@ SIGNED = "surrogate.sigv4_signed"  # audit: {credential name: "sigv4"}
 
 def _signers(claim: Claim) -> list[Credential]:
     return [c for c in claim.credentials if c.sigv4 is not None]
+
+
+def _swappable(claim: Claim | None, cred: Credential, signed: Signed, req: http.Request) -> str | None:
+    """A placeholder (not this credential's own) in what the signature covers, or None.
+
+    Substitute runs after this addon and swaps placeholders in headers and the query: one in a
+    signed part would change what the real signature covers, so the upstream refuses it, and an
+    S3 mismatch answer repeats the canonical request it computed, the swapped secret in hex
+    (``CanonicalRequestBytes``), which no scrub form covers. Refused (decision, review r-sign2).
+    """
+    own = set(cred.placeholders())
+    names = set(signed.signed_headers)
+    values = [v for k, v in req.headers.fields if k.decode("latin-1").lower() in names]
+    target = req.data.path
+    text = b"\n".join([target, unquote_to_bytes(target), *values])
+    others = {p for c in (claim.credentials if claim else ()) for p in c.placeholders()} - own
+    for p in others:
+        if p.encode() in text:
+            return p
+    for m in placeholders.find(text):
+        if m.group().decode("ascii") not in own:
+            return m.group().decode("ascii")
+    return None
 
 
 class SigV4:
@@ -77,6 +102,13 @@ class SigV4:
             flow.metadata[facts.VIOLATED] = cred.name
             why = f"credential {cred.name!r} is not bound to this host (or not over TLS); nothing was sent"
             facts.refuse(flow, deny(Reason.PLACEHOLDER_VIOLATION, why))
+            return
+        if _swappable(claim, cred, signed, req) is not None:
+            why = (
+                "a SigV4-signed header or the signed request target carries another credential's "
+                "placeholder: swapping it after re-signing would break the signature"
+            )
+            facts.refuse(flow, deny(Reason.SIGV4_MALFORMED, why))
             return
         if signed.payload_hash is None:
             length = req.headers.get("content-length")
