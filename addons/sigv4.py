@@ -43,6 +43,7 @@ MAX_HASHED_BODY = 1024 * 1024
 HOLD = "surrogate.sigv4_hold"  # (credential, claim): the body is read whole, signed in ``request``
 STREAMED = "surrogate.sigv4_streamed"  # aws-chunked: this addon's stream re-signs the body
 SIGNED = "surrogate.sigv4_signed"  # audit: {credential name: "sigv4"}
+SIGNATURES = "surrogate.sigv4_signatures"  # ((real seed, the sandbox's seed),): scrub pairs of this flow
 
 
 def _signers(claim: Claim) -> list[Credential]:
@@ -151,6 +152,9 @@ class SigV4:
         req.data.path = out.target.encode("ascii")
         flow.metadata.setdefault(facts.USED, {})[cred.name] = version
         flow.metadata.setdefault(SIGNED, {})[cred.name] = "sigv4"
+        # a real-key signature reflected back (S3's SignatureProvided, an echoed Authorization or
+        # Location) is scrubbed to the sandbox's own: it never holds a signature it did not make
+        flow.metadata[SIGNATURES] = ((out.seed.encode(), out.placeholder_seed.encode()),)
         if signed.payload_hash == STREAMING:
             self._stream(flow, out, spec.placeholder_secret, real.secret_access_key)
 

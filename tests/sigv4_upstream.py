@@ -40,6 +40,7 @@ class SigV4Upstream:
         self.parts: dict[str, dict[int, bytes]] = {}  # multipart upload id -> part number -> bytes
         self.accepted: list[str] = []
         self.mismatch = False  # True: refuse every request, as if it read the request otherwise
+        self.signatures: list[str] = []  # the signature of each request it refused
         self.refused: list[str] = []
         self.ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
         ca.ca.issue_cert(*names, "127.0.0.1").configure_cert(self.ctx)
@@ -145,16 +146,21 @@ class SigV4Upstream:
         self.server.server_close()
 
     def mismatch_body(self, method: str, path: str, headers: Any) -> bytes:
-        """S3's SignatureDoesNotMatch answer: it repeats the key id, the signature and the
+        """S3's SignatureDoesNotMatch answer: it repeats the key id, the signature provided and the
         canonical request it computed, also as space-separated hex (``CanonicalRequestBytes``),
         so the real key id and session token the proxy sent come back in it."""
         target, _, query = path.partition("?")
+        auth = headers.get("authorization", "")
+        given = auth.rsplit("Signature=", 1)[-1] if "Signature=" in auth else ""
+        given = given or dict(parse_qsl(query)).get("X-Amz-Signature", "")
+        self.signatures.append(given)
         lines = [f"{k.lower()}:{v}" for k, v in headers.items()]
         creq = "\n".join([method, target, query, *lines])
         hexed = " ".join(f"{b:02x}" for b in creq.encode())
         return (
             f"<Error><Code>SignatureDoesNotMatch</Code><AWSAccessKeyId>{self.creds.access_key}"
-            f"</AWSAccessKeyId><CanonicalRequest>{creq}</CanonicalRequest>"
+            f"</AWSAccessKeyId><SignatureProvided>{given}</SignatureProvided>"
+            f"<CanonicalRequest>{creq}</CanonicalRequest>"
             f"<CanonicalRequestBytes>{hexed}</CanonicalRequestBytes></Error>"
         ).encode()
 

@@ -3,8 +3,9 @@ A real proxy process, the loopback SigV4 upstream of tests/sigv4_upstream.py (it
 the REAL key, and answers a mismatch as S3 does: the key id and the canonical request it
 computed, also as hex ``CanonicalRequestBytes``), botocore's signer and httpx as the sandbox.
 
-- an S3 mismatch answer hands back the real key id and session token in hex: scrubbed to the
-  placeholders' hex (header form and presigned form);
+- an S3 mismatch answer hands back the real key id and session token in hex, and the real-key
+  signature (``SignatureProvided``): scrubbed to the placeholders' hex and the sandbox's own
+  signature (header form and presigned form): the sandbox obtains no real-key signature;
 - a placeholder of another credential in a signed header: swapped by substitute after the
   re-signing, it broke the real signature and came back (in hex) in the mismatch answer: refused
   before anything is sent;
@@ -19,6 +20,7 @@ import json
 import ssl
 from collections.abc import Iterator
 from typing import Any
+from urllib.parse import parse_qs, urlsplit
 
 import boto3
 import canary
@@ -134,17 +136,27 @@ def test_a_mismatch_answer_repeats_no_real_key_in_hex_header_form(world: World) 
     assert r.status_code == 403 and b"CanonicalRequestBytes" in r.content
     _assert_no_real_value(world, r.content)
     assert " ".join(f"{b:02x}" for b in TOKEN_PH.encode()).encode() in r.content  # the echo, scrubbed
+    # the real-key signature (SignatureProvided) comes back as the sandbox's own: no signature oracle
+    real_signature = world.up.signatures[-1]
+    assert real_signature and real_signature.encode() not in r.content
+    own = req.headers["Authorization"].rsplit("Signature=", 1)[1]
+    assert f"<SignatureProvided>{own}</SignatureProvided>".encode() in r.content
 
 
 def test_a_mismatch_answer_repeats_no_real_key_in_hex_presigned_form(world: World) -> None:
     world.up.mismatch = True
     try:
-        r = world.send("GET", world.presigned("echo.txt"), {})
+        url = world.presigned("echo.txt")
+        r = world.send("GET", url, {})
     finally:
         world.up.mismatch = False
     assert r.status_code == 403 and b"CanonicalRequestBytes" in r.content
     _assert_no_real_value(world, r.content)
     assert " ".join(f"{b:02x}" for b in AKID.encode()).encode() in r.content
+    real_signature = world.up.signatures[-1]
+    assert real_signature and real_signature.encode() not in r.content
+    own = parse_qs(urlsplit(url).query)["X-Amz-Signature"][0]
+    assert f"<SignatureProvided>{own}</SignatureProvided>".encode() in r.content
 
 
 def test_another_credentials_placeholder_in_a_signed_header_is_refused(world: World) -> None:
