@@ -14,6 +14,7 @@ TLS servers under the test CA that answer as scripted, httpx as the sandbox.
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import contextlib
 import json
@@ -114,7 +115,7 @@ def _huge(h: BaseHTTPRequestHandler) -> None:
         h.wfile.write(chunk)
 
 
-NAMES = ["echoerr.test", "drip.test", "redir.test", "other.test", "huge.test", "echoapi.test"]
+NAMES = ["echoerr.test", "drip.test", "redir.test", "other.test", "huge.test", "echoapi.test", "fail50.test"]
 
 
 @dataclass
@@ -161,6 +162,9 @@ def world(tmp_path_factory: pytest.TempPathFactory) -> Iterator[World]:
             ScriptServer(st.ca, ["redir.test"], lambda h: _send(h, 307, b"{}", Location=location))
         )
         servers["huge.test"] = st.serve(ScriptServer(st.ca, ["huge.test"], _huge))
+        fail50 = AuthServer(st.ca, ["fail50.test"], "client-fail50.test", secrets["fail50.test"])
+        fail50.fail, fail50.delay = (503, {"error": "temporarily_unavailable"}), 0.5  # all 50 wait on it
+        servers["fail50.test"] = st.serve(fail50)
 
         def echo_api(h: BaseHTTPRequestHandler) -> None:
             if h.command == "POST":
@@ -222,3 +226,18 @@ def test_an_api_that_echoes_the_minted_token_hands_the_sandbox_the_placeholder(w
     assert doc["auth"] == f"Bearer {ph}" and r.headers["x-echo"] == f"Bearer {ph}"
     assert base64.b64decode(doc["b64"]).decode() == f"Bearer {ph}"
     assert world.minted not in r.text
+
+
+def test_fifty_concurrent_requests_to_a_failing_endpoint_cause_one_token_request(world: World) -> None:
+    """Held: single flight holds under failure too; the waiters share the one failure."""
+
+    async def burst() -> list[httpx.Response]:
+        url = f"https://fail50.test:{world.servers['fail50.test'].port}/api"
+        ctx = ssl.create_default_context(cafile=str(world.proxy.ca_pem))
+        async with httpx.AsyncClient(proxy=world.proxy.url("c1", world.token), verify=ctx, timeout=30) as c:
+            return list(await asyncio.gather(*(c.get(url) for _ in range(50))))
+
+    out = asyncio.run(burst())
+    assert [r.status_code for r in out] == [502] * 50
+    assert {r.json()["error"] for r in out} == {"token_mint_failed"}
+    assert world.servers["fail50.test"].token_requests == 1

@@ -40,11 +40,13 @@ SECRET_PH = "surr_AwsHostileSecretPlaceholder1"
 TOKEN_PH = "surr_AwsHostileTokenPlaceholder01"
 APIKEY_PH = "surr_AwsHostileApiKeyPlaceholder1"
 HOST = "s3.test"
+EVIL = "evil.test"
 
 
 class World:
     def __init__(self, stage: Stage, up: SigV4Upstream, proxy: Any, token: str, real: dict[str, str]) -> None:
         self.stage, self.up, self.proxy, self.token, self.real = stage, up, proxy, token, real
+        self.evil = up
 
     @property
     def proxy_url(self) -> str:
@@ -107,8 +109,11 @@ def world(tmp_path_factory: pytest.TempPathFactory) -> Iterator[World]:
                        "regions": ["us-east-1"], "services": ["s3"]},
         )  # fmt: skip
         apikey = credential("apikey", APIKEY_PH, [HOST])
-        text = rules(egress=[egress(HOST, up.port)], credentials=[aws, apikey])
-        yield World(st, up, st.proxy(text, resolve=[HOST]), token, real)
+        evil = st.serve(SigV4Upstream(st.ca, [EVIL], *keys))  # allowed egress, no credential bound
+        text = rules(egress=[egress(HOST, up.port), egress(EVIL, evil.port)], credentials=[aws, apikey])
+        w = World(st, up, st.proxy(text, resolve=[HOST, EVIL]), token, real)
+        w.evil = evil
+        yield w
 
 
 def _hex_forms(value: str) -> list[bytes]:
@@ -215,3 +220,26 @@ def test_an_ambiguous_or_unsupported_claim_is_refused_before_anything_is_sent(
     r = world.send("PUT" if "trailer" in case or "streaming" in case else "GET", url, fields)
     assert r.status_code == 403 and r.json()["error"] == "sigv4_malformed", r.text
     assert world.reached() == before
+
+
+# --- tried and held (review r-sign2): a real-key signature toward a host the credential is not bound to
+
+
+def test_a_request_signed_for_the_bound_host_sent_into_a_tunnel_to_another_is_refused(world: World) -> None:
+    """CONNECT evil.test, Host: s3.test (the signed host): the authorities disagree."""
+    req = world.signed("GET", "/b/x.txt")
+    before = world.reached() + len(world.evil.accepted) + len(world.evil.refused)
+    url = f"https://{EVIL}:{world.evil.port}/b/x.txt"
+    signed_host = f"{HOST}:{world.up.port}"
+    rest = [(k, v) for k, v in req.headers.items() if k.lower() != "host"]
+    r = world.send("GET", url, [("Host", signed_host), *rest])
+    assert r.status_code == 421 and r.json()["error"] == "authority_mismatch", r.text
+    assert world.reached() + len(world.evil.accepted) + len(world.evil.refused) == before
+
+
+def test_a_presigned_url_toward_an_unbound_host_is_a_violation(world: World) -> None:
+    url = world.presigned("x.txt").replace(f"{HOST}:{world.up.port}", f"{EVIL}:{world.evil.port}")
+    before = len(world.evil.accepted) + len(world.evil.refused)
+    r = world.send("GET", url, {})
+    assert r.status_code == 403 and r.json()["error"] == "placeholder_violation", r.text
+    assert len(world.evil.accepted) + len(world.evil.refused) == before
