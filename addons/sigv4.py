@@ -15,7 +15,9 @@ upstream. Which payload, which path:
 - ``STREAMING-UNSIGNED-PAYLOAD-TRAILER`` (botocore's uploads): only the head is signed.
 - no declared hash (services other than S3, e.g. STS's form POST): the body is read whole, at
   most ``MAX_HASHED_BODY`` bytes by its Content-Length, hashed, verified and re-signed in
-  ``request`` before anything is sent.
+  ``request`` before anything is sent. Without a length it is signed over the empty body; on
+  HTTP/2, where DATA may still follow such a head, no byte of it passes and the request is
+  closed unfinished (addons/sign.py ``_no_body``; review r-sign2).
 
 Refusals (403, reason codes in :class:`proxy.core.decide.Reason`): ``sigv4_bad_signature``,
 ``sigv4_scope_refused``, ``sigv4_wrong_key`` (a placeholder-shaped key id not this claim's, or a
@@ -114,7 +116,15 @@ class SigV4:
         if signed.payload_hash is None:
             length = req.headers.get("content-length")
             if length is None and "transfer-encoding" not in req.headers:
-                return self._apply(flow, cred, signed, hashlib.sha256(b"").hexdigest())
+                self._apply(flow, cred, signed, hashlib.sha256(b"").hexdigest())
+                if not req.http_version.startswith("HTTP/1") and flow.response is None:
+                    # HTTP/2 without a length: DATA may follow a head signed over the empty
+                    # body; none of it passes, and addons/sign.py closes the request unfinished
+                    from addons.sign import _no_body
+
+                    flow.metadata[STREAMED] = True  # substitute leaves this body alone
+                    req.stream = _no_body(flow)
+                return None
             if length is None or not length.isdigit() or int(length) > MAX_HASHED_BODY:
                 why = (
                     "a SigV4 body without X-Amz-Content-Sha256 must declare a Content-Length "

@@ -26,7 +26,7 @@ import boto3
 import canary
 import httpx
 import pytest
-from botocore.auth import S3SigV4Auth
+from botocore.auth import S3SigV4Auth, SigV4Auth
 from botocore.awsrequest import AWSRequest
 from botocore.config import Config
 from botocore.credentials import Credentials
@@ -106,7 +106,7 @@ def world(tmp_path_factory: pytest.TempPathFactory) -> Iterator[World]:
         aws = credential(
             "aws", AKID, [HOST], kind="aws_sigv4",
             aws_sigv4={"secret_placeholder": SECRET_PH, "session_token_placeholder": TOKEN_PH,
-                       "regions": ["us-east-1"], "services": ["s3"]},
+                       "regions": ["us-east-1"], "services": ["s3", "sts"]},
         )  # fmt: skip
         apikey = credential("apikey", APIKEY_PH, [HOST])
         evil = st.serve(SigV4Upstream(st.ca, [EVIL], *keys))  # allowed egress, no credential bound
@@ -243,3 +243,30 @@ def test_a_presigned_url_toward_an_unbound_host_is_a_violation(world: World) -> 
     r = world.send("GET", url, {})
     assert r.status_code == 403 and r.json()["error"] == "placeholder_violation", r.text
     assert len(world.evil.accepted) + len(world.evil.refused) == before
+
+
+class _H2First(ssl.SSLContext):
+    """ALPN ``h2`` first, as curl offers it (tests/e2e/test_surfaces.py)."""
+
+    def set_alpn_protocols(self, alpn_protocols: Any) -> None:
+        super().set_alpn_protocols(["h2", "http/1.1"])
+
+
+def test_an_http2_body_after_a_head_signed_over_no_body_never_reaches_the_upstream(world: World) -> None:
+    """No X-Amz-Content-Sha256, no Content-Length, over HTTP/2: signed (and re-signed) over the
+    empty body; the DATA that follows is not passed on and the request is closed unfinished."""
+    req = AWSRequest(method="POST", url=world.url("/sts-h2"), data=b"")
+    SigV4Auth(Credentials(AKID, SECRET_PH, TOKEN_PH), "sts", "us-east-1").add_auth(req)
+    headers = [(k, v) for k, v in req.headers.items() if k.lower() != "content-length"]
+    before = world.reached()
+    ctx = _H2First(ssl.PROTOCOL_TLS_CLIENT)
+    ctx.load_verify_locations(cafile=str(world.proxy.ca_pem))
+    with httpx.Client(proxy=world.proxy_url, verify=ctx, timeout=30, http2=True, trust_env=False) as c:
+        try:
+            r = c.post(world.url("/sts-h2"), headers=headers, content=iter([b"Action=GetCallerIdentity"]))
+        except httpx.HTTPError:
+            pass
+        else:
+            world.stage.received.append(r.content)
+            assert r.status_code >= 400 and r.http_version == "HTTP/2"
+    assert world.reached() == before
