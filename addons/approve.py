@@ -56,6 +56,7 @@ from mitmproxy import http
 
 from addons import facts, holdio
 from addons.approvebody import after as _after
+from addons.notify import Notifier
 from addons.policy import Policy
 from proxy import audit
 from proxy.control import approvals as service
@@ -82,6 +83,10 @@ class Approve:
     def __init__(self, state: State, policy: Policy) -> None:
         self.state = state
         self.policy = policy
+        self.notifier = Notifier()  # the rules' approvals.notify command (addons/notify.py)
+
+    def done(self) -> None:
+        self.notifier.done()
 
     async def requestheaders(self, flow: http.HTTPFlow) -> None:
         if flow.response or flow.error:
@@ -163,6 +168,7 @@ class Approve:
                             claim=claim.id, host=host, method=method, path=audit.redact_path(target),
                             rule=rule.id, expires_at=record.expires_at)  # fmt: skip
         service.notify(record)
+        self.notifier.send(record, self.state.policy.notify)
         flow.metadata[APPROVAL] = {"id": record.id, "verdict": None, "scope": None}
         try:
             decided = await self._wait(flow, store, record, unread)
