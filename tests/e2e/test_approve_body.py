@@ -197,3 +197,21 @@ def test_a_1_mib_body_is_not_read_while_held_and_arrives_whole_once(world: World
     [got] = world.seen("/upload/big")
     swapped = body.replace(PH.encode(), world.secret.encode())
     assert (got.body_len, got.digest) == (len(swapped), hashlib.sha256(swapped).hexdigest()), stuck
+
+
+def test_a_client_gone_while_its_unread_body_is_held_withdraws_it(world: World) -> None:
+    """Its connection is not read while held, so its going is seen on the socket (POLLRDHUP)."""
+    before = world.upstream.connections
+    sender = _Sender(world, "/upload/gone", b"y" * MIB)
+    asked = world.pending("/upload/gone")
+    sender.tls.close()
+    deadline = time.monotonic() + 10
+    with control(world.proxy) as api:
+        while time.monotonic() < deadline:
+            every = api.get("/approvals", params={"state": "all"}).json()
+            state = next(a["state"] for a in every if a["id"] == asked["id"])
+            if state != "pending":
+                break
+            time.sleep(0.1)
+    assert state == "withdrawn"
+    assert world.upstream.connections == before and world.seen("/upload/gone") == []
