@@ -95,3 +95,17 @@ class Ask:
             return False
         where = canonical_path(path)
         return any(where.reaches(p) for p in self.paths)
+
+
+NOTIFY_DEFAULT_TIMEOUT = 5.0
+NOTIFY_MAX_TIMEOUT = 60.0
+
+
+@dataclass(frozen=True, slots=True)
+class Notify:
+    """The rules file's top-level ``approvals: {notify: [...], timeout: ...}``: a command (no
+    shell; the program an executable file) run once per new pending approval with a JSON
+    document on its stdin (``addons/notify.py``), killed after ``timeout`` seconds."""
+
+    command: tuple[str, ...]
+    timeout: float = NOTIFY_DEFAULT_TIMEOUT

@@ -136,7 +136,15 @@ class ClaimModel(_Model):
     credentials: list[CredentialModel] = Field(default_factory=list)
 
 
+class ApprovalsModel(_Model):
+    """Top-level ``approvals``: the notification command (proxy.core.approvals.Notify)."""
+
+    notify: list[str]
+    timeout: float = approvals.NOTIFY_DEFAULT_TIMEOUT
+
+
 class RulesModel(_Model):
     version: Literal[1]
     pools: dict[str, PoolModel]
     claims: list[ClaimModel] = Field(default_factory=list)
+    approvals: ApprovalsModel | None = None
