@@ -44,7 +44,7 @@ from addons import facts
 from addons.policy import Policy
 from proxy import audit
 from proxy.control import approvals as service
-from proxy.core.approvals import Ask
+from proxy.core.approvals import Ask, offered
 from proxy.core.decide import Reason, deny
 from proxy.core.policy import EgressRule
 from proxy.core.scrub import Scrubber
@@ -94,8 +94,7 @@ class Approve:
         host: str = flow.metadata[facts.HOST]
         port = flow.request.port
         names = sorted(c.name for c in claim.credentials if c.bound_to(host))
-        generation = self.state.registry.generation(claim.id)
-        session = f"{RUN_ID}:{generation[0] if generation else 0}"
+        session = self._session(claim.id)
         now = time.time()
         grant = await asyncio.to_thread(
             store.matching_grant, claim.id, host, method, target, names, now, port=port, session=session
@@ -106,7 +105,7 @@ class Approve:
         record = ApprovalRecord(
             id=new_id(), claim_id=claim.id, pool=claim.pool, method=method, host=host,
             port=port, path=target, credentials=tuple(names), preview=_preview(flow, claim, now),
-            rule=rule.id, scopes=ask.scopes, created_at=now, expires_at=now + ask.timeout,
+            rule=rule.id, scopes=offered(target, ask.scopes), created_at=now, expires_at=now + ask.timeout,
             session=session, request_id=flow.metadata.get(facts.REQUEST_ID, flow.id),
         )  # fmt: skip
         await asyncio.to_thread(store.add_approval, record)
@@ -123,6 +122,13 @@ class Approve:
             raise
         self._resume(flow, record, decided)
 
+    def _session(self, claim_id: str) -> str:
+        """The claim's session: this process and the store claim's generation (its version AND
+        creation time: a claim deleted and created again under its id is at version 1 again);
+        ``rules`` for a rules-file claim (it lasts as long as this process)."""
+        generation = self.state.registry.generation(claim_id)
+        return f"{RUN_ID}:{'rules' if generation is None else f'{generation[0]}:{generation[1]!r}'}"
+
     def _resume(self, flow: http.HTTPFlow, record: ApprovalRecord, decided: ApprovalRecord | None) -> None:
         if decided is None or decided.state == "timed_out":
             flow.metadata[APPROVAL] = {"id": record.id, "verdict": "timed_out", "scope": None}
@@ -135,8 +141,24 @@ class Approve:
             why = f"approval {record.id}: {decided.state} by {decided.decided_by or 'the proxy'}"
             facts.refuse(flow, deny(Reason.APPROVAL_DENIED, why))
             return
-        # the rules in force now decide again: a reload while it was held may refuse it
         claim = flow.metadata[facts.CLAIM]
+        if flow.client_conn.timestamp_end is not None:  # approved for nobody: nothing goes out
+            facts.refuse(flow, deny(Reason.CLIENT_CLOSED, f"approval {record.id}: the client went away"))
+            return
+        # the claim deleted, or changed (token rotated, made again), while its request was held:
+        # the claim object this flow holds is revoked; its credentials must not go out. The
+        # registry is read now (identify's poll may not have run since the control API acked)
+        registry = self.state.registry
+        registry.refresh()  # identify's poll still closes the claim's tunnels: it compares generations
+        if claim.origin == "store" and registry.stale() is not None:
+            why = f"approval {record.id}: this node's copy of the credential store is not current"
+            facts.refuse(flow, deny(Reason.STORE_STALE, why, 503), {"Retry-After": "1"})
+            return
+        if registry.claim(claim.id) is None or self._session(claim.id) != record.session:
+            why = f"approval {record.id}: claim {claim.id!r} was revoked or changed while it was held"
+            facts.refuse(flow, deny(Reason.PROXY_AUTH_REQUIRED, why, 407))
+            return
+        # the rules in force now decide again: a reload while it was held may refuse it
         try:
             again = self.policy.recheck(flow, claim.pool)
         except KeyError:

@@ -1,0 +1,176 @@
+"""A hostile sandbox against approvals (issue 16; review r-approve): a real proxy process with its
+control socket, an ask rule (``approve:``) on POSTs under ``/send`` of api.test (a real HTTPS
+upstream on loopback), a rules-file claim ``c1`` and store claims made through the control API.
+
+- A grant is made only from a path with one reading: an approval of an ambiguous path (dot
+  segment, encoded slash) would otherwise grant ``/`` (its canonical reading), and one of
+  ``/send//x`` or ``/send/x;p`` a path the server may read as another resource.
+- A ``session`` grant is the claim's *generation*: a store claim deleted and created again under
+  the same id (a new sandbox, version 1 again) does not inherit it.
+- A held request whose claim is deleted (or changed) while it waits is refused when approved:
+  it never reaches the upstream with the revoked claim's credentials.
+- The approvals a claim may have pending at once are bounded (429 ``approval_limit``): a
+  sandbox cannot fill the store and the page with held requests.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any
+
+import httpx
+import pytest
+from harness import ProxyProcess
+from servers import Upstream
+from world import Stage, claim, control, credential, egress, rules
+
+pytestmark = pytest.mark.e2e
+PH = "surr_RApproveHoldPlaceholder01"
+
+
+def _rules(port: int) -> str:
+    ask = {"methods": ["POST"], "paths": ["/send"], "timeout": 30}
+    return rules(
+        [egress("api.test", port, approve=ask)],
+        claims=[claim("c1", [credential("api", PH, ["api.test"])])],
+    )
+
+
+@dataclass
+class Asked:
+    stage: Stage
+    upstream: Upstream
+    proxy: ProxyProcess
+    token: str
+
+    def post(self, path: str, who: str = "c1", token: str | None = None) -> subprocess.Popen[bytes]:
+        """curl -X POST through the proxy as ``who``, in the background (it waits while held)."""
+        return subprocess.Popen(
+            [
+                "curl", "-sS", "--path-as-is", "--max-time", "40", "-x",
+                self.proxy.url(who, token or self.token), "--cacert", str(self.proxy.ca_pem),
+                "-w", "\n%{http_code}", "-X", "POST", "-H", f"Authorization: Bearer {PH}",
+                "--data-binary", "{}", f"https://api.test:{self.upstream.port}{path}",
+            ],
+            stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+        )  # fmt: skip
+
+    def done(self, proc: subprocess.Popen[bytes], timeout: float = 45) -> tuple[int, bytes]:
+        out, err = proc.communicate(timeout=timeout)
+        self.stage.received.append(out + err)
+        body, _, code = out.rpartition(b"\n")
+        return int(code or 0), body
+
+    def pending(self, path: str, timeout: float = 10) -> dict[str, Any]:
+        deadline = time.monotonic() + timeout
+        with control(self.proxy) as api:
+            while time.monotonic() < deadline:
+                got = [a for a in api.get("/approvals").json() if a["path"] == path]
+                if got:
+                    [one] = got
+                    return dict(one)
+                time.sleep(0.05)
+        raise AssertionError(f"no pending approval for {path}")
+
+    def none_pending(self, path: str, wait: float = 1.0) -> bool:
+        time.sleep(wait)
+        with control(self.proxy) as api:
+            return not [a for a in api.get("/approvals").json() if a["path"] == path]
+
+    def decide(self, approval_id: str, verdict: str, scope: str | None = None) -> httpx.Response:
+        with control(self.proxy) as api:
+            return api.post(f"/approvals/{approval_id}/{verdict}", json={"scope": scope} if scope else {})
+
+    def seen(self, path: str) -> int:
+        return sum(1 for r in list(self.upstream.requests) if r.path == path)
+
+
+@pytest.fixture(scope="module")
+def asked(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Asked]:
+    with Stage(tmp_path_factory.mktemp("rapprove")) as st:
+        token = st.token()
+        st.secret("api")
+        up = st.upstream(["api.test"])
+        proxy = st.proxy(_rules(up.port), resolve=["api.test"], control=True)
+        yield Asked(st, up, proxy, token)
+
+
+# each: a path whose approval must not become a grant (no single reading of what it names)
+MANY_READINGS = {
+    "dot-segment": "/send/a/%2e%2e/b",
+    "raw-dot-segment": "/send/a/../b",
+    "encoded-slash": "/send/a%2Fb",
+    "double-slash": "/send//c",
+    "matrix-param": "/send/d;p",
+}
+
+
+@pytest.mark.parametrize(("name", "path"), list(MANY_READINGS.items()), ids=list(MANY_READINGS))
+def test_a_path_with_more_than_one_reading_is_approved_only_once(asked: Asked, name: str, path: str) -> None:
+    proc = asked.post(path)
+    record = asked.pending(path)
+    assert record["scopes"] == ["once"], record
+    for scope in ("for:10m", "always", "session"):
+        refused = asked.decide(record["id"], "approve", scope)
+        assert refused.status_code == 422 and refused.json()["error"] == "bad_scope", refused.text
+    with control(asked.proxy) as api:
+        assert not [g for g in api.get("/grants").json() if g["approval_id"] == record["id"]]
+    assert asked.decide(record["id"], "approve", "once").status_code == 200
+    asked.done(proc)
+    # nothing was granted: the next POST under /send asks again
+    probe = asked.post(f"/send/probe-{name}")
+    again = asked.pending(f"/send/probe-{name}")
+    assert asked.decide(again["id"], "deny").status_code == 200
+    assert asked.done(probe)[0] == 403
+
+
+def test_a_plain_path_still_offers_every_scope(asked: Asked) -> None:
+    proc = asked.post("/send/plain")
+    record = asked.pending("/send/plain")
+    assert record["scopes"] == ["once", "session", "for", "always"]
+    assert asked.decide(record["id"], "deny").status_code == 200
+    assert asked.done(proc)[0] == 403
+
+
+def _store_claim(asked: Asked, cid: str) -> str:
+    with control(asked.proxy) as api:
+        made = api.post("/v1/claims", json={"id": cid, "pool": "p"})
+        assert made.status_code == 201, made.text
+        return str(made.json()["proxy_token"])
+
+
+def test_a_session_grant_is_not_inherited_by_a_claim_made_again_under_its_id(asked: Asked) -> None:
+    token = _store_claim(asked, "s1")
+    proc = asked.post("/send/session", "s1", token)
+    record = asked.pending("/send/session")
+    assert asked.decide(record["id"], "approve", "session").status_code == 200
+    assert asked.done(proc)[0] == 200
+    code, _ = asked.done(asked.post("/send/session", "s1", token))  # inside the session: unasked
+    assert code == 200 and asked.seen("/send/session") == 2
+    with control(asked.proxy) as api:
+        assert api.delete("/v1/claims/s1").status_code == 204
+    fresh = _store_claim(asked, "s1")  # another sandbox, the same id, version 1 again
+    proc = asked.post("/send/session", "s1", fresh)
+    record = asked.pending("/send/session")  # asked again: another session
+    assert asked.decide(record["id"], "deny").status_code == 200
+    assert asked.done(proc)[0] == 403 and asked.seen("/send/session") == 2
+    with control(asked.proxy) as api:
+        assert api.delete("/v1/claims/s1").status_code == 204
+
+
+def test_a_held_request_whose_claim_is_deleted_is_not_sent_when_approved(asked: Asked) -> None:
+    token = _store_claim(asked, "s2")
+    before = asked.upstream.connections
+    proc = asked.post("/send/revoked", "s2", token)
+    record = asked.pending("/send/revoked")
+    with control(asked.proxy) as api:
+        assert api.delete("/v1/claims/s2").status_code == 204
+    answer = asked.decide(record["id"], "approve", "once")
+    assert answer.status_code in (200, 409), answer.text  # 409: already withdrawn (client closed)
+    code, _ = asked.done(proc)
+    assert code != 200
+    time.sleep(0.5)
+    assert asked.seen("/send/revoked") == 0 and asked.upstream.connections == before
