@@ -174,3 +174,23 @@ def test_a_held_request_whose_claim_is_deleted_is_not_sent_when_approved(asked: 
     assert code != 200
     time.sleep(0.5)
     assert asked.seen("/send/revoked") == 0 and asked.upstream.connections == before
+
+
+def test_a_claims_grants_end_with_it_and_a_claim_made_again_under_its_id_is_asked(asked: Asked) -> None:
+    token = _store_claim(asked, "s3")
+    proc = asked.post("/send/standing", "s3", token)
+    record = asked.pending("/send/standing")
+    grant = asked.decide(record["id"], "approve", "always").json()["grant"]
+    assert asked.done(proc)[0] == 200
+    with control(asked.proxy) as api:
+        assert api.delete("/v1/claims/s3").status_code == 204
+        assert grant["id"] not in [g["id"] for g in api.get("/grants").json()]
+        [gone] = [g for g in api.get("/grants", params={"all": "true"}).json() if g["id"] == grant["id"]]
+        assert gone["revoked_at"] is not None and gone["revoked_by"] == "claim deleted"
+    fresh = _store_claim(asked, "s3")  # another sandbox under the same id
+    proc = asked.post("/send/standing", "s3", fresh)
+    again = asked.pending("/send/standing")
+    assert asked.decide(again["id"], "deny").status_code == 200
+    assert asked.done(proc)[0] == 403 and asked.seen("/send/standing") == 1
+    with control(asked.proxy) as api:
+        assert api.delete("/v1/claims/s3").status_code == 204

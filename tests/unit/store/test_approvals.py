@@ -183,3 +183,21 @@ def test_an_id_never_begins_with_a_dash_so_the_cli_never_reads_it_as_an_option()
     assert {len(i) for i in ids} == {22}
     assert set("".join(ids)) <= set("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_")
     assert len(set(ids)) == len(ids)
+
+
+def test_deleting_a_claim_revokes_its_grants_and_withdraws_its_approvals(store: CredentialStore) -> None:
+    """A claim made again under a deleted claim's id (another sandbox) inherits nothing of it."""
+    store.create_claim("gone", "agents")
+    mine, theirs = _grant(claim_id="gone"), _grant(claim_id="c1")
+    store.add_grant(mine)
+    store.add_grant(theirs)
+    asked, other_asked = _approval(claim_id="gone"), _approval(claim_id="c1")
+    store.add_approval(asked)
+    store.add_approval(other_asked)
+    assert store.delete_claim("gone")
+    assert [g.id for g in store.grants(NOW)] == [theirs.id]
+    [revoked] = [g for g in store.grants(None) if g.id == mine.id]
+    assert revoked.revoked_at is not None and revoked.revoked_by == "claim deleted"
+    assert store.matching_grant("gone", "api.example.com", "POST", "/v1/items", ["gh"], NOW) is None
+    assert store.approval(asked.id).state == "withdrawn"  # type: ignore[union-attr]
+    assert store.approval(other_asked.id).state == "pending"  # type: ignore[union-attr]
