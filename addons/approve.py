@@ -49,6 +49,7 @@ from proxy.core.decide import Reason, deny
 from proxy.core.policy import EgressRule
 from proxy.core.scrub import Scrubber
 from proxy.engine.state import State
+from proxy.store.approvals import PendingLimit
 from proxy.store.base import ApprovalRecord, CredentialStore, new_id
 from proxy.store.live import live_values
 
@@ -108,7 +109,13 @@ class Approve:
             rule=rule.id, scopes=offered(target, ask.scopes), created_at=now, expires_at=now + ask.timeout,
             session=session, request_id=flow.metadata.get(facts.REQUEST_ID, flow.id),
         )  # fmt: skip
-        await asyncio.to_thread(store.add_approval, record)
+        bound = self.state.policy.pools[claim.pool].limits.approvals
+        try:
+            await asyncio.to_thread(store.add_approval, record, max_pending=bound)
+        except PendingLimit:  # a sandbox holding many requests fills neither the store nor the page
+            why = f"claim {claim.id!r} already has {bound} requests waiting for approval (limits.approvals)"
+            facts.refuse(flow, deny(Reason.APPROVAL_LIMIT, why, 429), {"Retry-After": "1"})
+            return
         audit.logger().info("approval_asked", approval=record.id, request_id=record.request_id,
                             claim=claim.id, host=host, method=method, path=audit.redact_path(target),
                             rule=rule.id, expires_at=record.expires_at)  # fmt: skip

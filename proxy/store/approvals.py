@@ -54,6 +54,10 @@ def _grant(row: Sequence[Any]) -> GrantRecord:
     return GrantRecord(*r)
 
 
+class PendingLimit(Conflict):
+    """A claim already has as many pending approvals as it may (``limits.approvals``)."""
+
+
 def _check_id(value: object) -> str:
     if (
         not isinstance(value, str)
@@ -73,8 +77,11 @@ class ApprovalQueries(ABC):
     @abstractmethod
     def _auto(self) -> AbstractContextManager[Conn]: ...
 
-    def add_approval(self, record: ApprovalRecord) -> None:
-        """Store a new pending approval. Conflict for a taken id; ValueError for a bad field."""
+    def add_approval(self, record: ApprovalRecord, *, max_pending: int | None = None) -> None:
+        """Store a new pending approval. Conflict for a taken id; :class:`PendingLimit` when its
+        claim already has ``max_pending`` pending approvals not past their timeout (counted in
+        the write's transaction: exact on SQLite, whose writers are serialised; on PostgreSQL
+        concurrent asks of one claim may each see one fewer); ValueError for a bad field."""
         _check_id(record.id)
         if record.state != "pending" or len(record.preview) > _MAX_PREVIEW:
             raise ValueError("a new approval is pending, with a preview of at most 64 KiB")
@@ -84,6 +91,14 @@ class ApprovalQueries(ABC):
         with self._count() as db:
             if db.execute("SELECT 1 FROM approvals WHERE id = ?", (record.id,)).fetchone():
                 raise Conflict(f"approval {record.id} already exists")
+            if max_pending is not None:
+                (held,) = db.execute(
+                    "SELECT COUNT(*) FROM approvals WHERE claim_id = ? AND state = 'pending'"
+                    " AND expires_at > ?",
+                    (record.claim_id, record.created_at),
+                ).fetchone()
+                if held >= max_pending:
+                    raise PendingLimit(f"claim {record.claim_id!r} already has {held} requests held")
             db.execute(f"INSERT INTO approvals ({_A_COLS}) VALUES ({', '.join('?' * len(row))})", row)  # noqa: S608
 
     def approvals(self, state: str | None = "pending") -> list[ApprovalRecord]:

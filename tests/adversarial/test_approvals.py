@@ -29,6 +29,7 @@ from world import Stage, claim, control, credential, egress, rules
 
 pytestmark = pytest.mark.e2e
 PH = "surr_RApproveHoldPlaceholder01"
+HELD = 3  # limits.approvals: requests of one claim held at once
 
 
 def _rules(port: int) -> str:
@@ -36,6 +37,7 @@ def _rules(port: int) -> str:
     return rules(
         [egress("api.test", port, approve=ask)],
         claims=[claim("c1", [credential("api", PH, ["api.test"])])],
+        pool_extra={"limits": {"approvals": HELD}},
     )
 
 
@@ -194,3 +196,29 @@ def test_a_claims_grants_end_with_it_and_a_claim_made_again_under_its_id_is_aske
     assert asked.done(proc)[0] == 403 and asked.seen("/send/standing") == 1
     with control(asked.proxy) as api:
         assert api.delete("/v1/claims/s3").status_code == 204
+
+
+def test_a_claim_holds_at_most_its_limit_of_requests_and_others_are_still_asked(asked: Asked) -> None:
+    held = [asked.post(f"/send/cap{i}") for i in range(HELD)]
+    records = [asked.pending(f"/send/cap{i}") for i in range(HELD)]
+    started = time.monotonic()
+    code, body = asked.done(asked.post("/send/cap-over"))
+    assert code == 429 and b'"error": "approval_limit"' in body, body
+    assert time.monotonic() - started < 10  # refused at once, not held
+    assert asked.none_pending("/send/cap-over", wait=0) and asked.seen("/send/cap-over") == 0
+    event = asked.proxy.wait_event(event="request", path="/send/cap-over")
+    assert event["reason"] == "approval_limit" and event["status"] == 429
+    token = _store_claim(asked, "s4")  # another claim of the pool is not held hostage
+    other = asked.post("/send/cap-other", "s4", token)
+    theirs = asked.pending("/send/cap-other")
+    assert asked.decide(theirs["id"], "deny").status_code == 200
+    assert asked.done(other)[0] == 403
+    for proc, record in zip(held, records, strict=True):
+        assert asked.decide(record["id"], "deny").status_code == 200
+        assert asked.done(proc)[0] == 403
+    again = asked.post("/send/cap-again")  # decided ones no longer count
+    record = asked.pending("/send/cap-again")
+    assert asked.decide(record["id"], "deny").status_code == 200
+    assert asked.done(again)[0] == 403
+    with control(asked.proxy) as api:
+        assert api.delete("/v1/claims/s4").status_code == 204

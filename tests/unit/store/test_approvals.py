@@ -201,3 +201,24 @@ def test_deleting_a_claim_revokes_its_grants_and_withdraws_its_approvals(store: 
     assert store.matching_grant("gone", "api.example.com", "POST", "/v1/items", ["gh"], NOW) is None
     assert store.approval(asked.id).state == "withdrawn"  # type: ignore[union-attr]
     assert store.approval(other_asked.id).state == "pending"  # type: ignore[union-attr]
+
+
+def test_a_claim_has_at_most_max_pending_approvals_pending(store: CredentialStore) -> None:
+    """Past the bound the ask is refused (PendingLimit, a Conflict); decided, timed-out and other
+    claims' approvals do not count."""
+    from proxy.store.approvals import PendingLimit  # noqa: PLC0415
+
+    first, second = _approval(), _approval()
+    store.add_approval(_approval(created_at=NOW - 120, expires_at=NOW - 60))  # past its timeout
+    store.add_approval(first, max_pending=2)
+    store.add_approval(second, max_pending=2)
+    store.add_approval(_approval(claim_id="other"), max_pending=2)
+    with pytest.raises(PendingLimit):
+        store.add_approval(_approval(), max_pending=2)
+    assert isinstance(PendingLimit("x"), Conflict)
+    store.add_approval(_approval())  # no bound given: none applies
+    store.decide_approval(first.id, "deny", None, "operator", NOW)
+    store.withdraw_approval(second.id, "client gone")
+    store.add_approval(_approval(), max_pending=2)
+    with pytest.raises(PendingLimit):
+        store.add_approval(_approval(), max_pending=2)
