@@ -40,7 +40,7 @@ from typing import Any
 
 from mitmproxy import http
 
-from addons import facts
+from addons import facts, scrubpairs
 from addons.policy import Policy
 from proxy import audit
 from proxy.control import approvals as service
@@ -51,7 +51,6 @@ from proxy.core.scrub import Scrubber
 from proxy.engine.state import State
 from proxy.store.approvals import PendingLimit
 from proxy.store.base import ApprovalRecord, CredentialStore, new_id
-from proxy.store.live import live_values
 
 APPROVAL = "surrogate.approval"  # the request's audit event's ``approval``
 POLL_SECONDS = 0.2  # the contract: a decision made elsewhere is seen within 250 ms
@@ -215,12 +214,10 @@ class Approve:
 
 
 def _preview(flow: http.HTTPFlow, claim: Any, now: float) -> str:
-    """The request head, every live secret of the claim scrubbed out, at most MAX_PREVIEW bytes."""
+    """The request head, scrubbed with the response scrubber's own pairs (every live value of the
+    claim's credentials, an aws_sigv4 key's parts each), at most MAX_PREVIEW bytes."""
     req = flow.request
     head = [f"{req.data.method.decode('ascii', 'replace')} {req.path} {req.http_version}"]
     head += [f"{k}: {v}" for k, v in req.headers.items(multi=True)]
-    pairs = [
-        (s.reveal().encode(), c.placeholder.encode()) for c in claim.credentials for s in live_values(c, now)
-    ]
-    text = Scrubber(pairs).scrub("\n".join(head).encode("utf-8", "surrogateescape"))
+    text = Scrubber(scrubpairs.pairs(claim, now)).scrub("\n".join(head).encode("utf-8", "surrogateescape"))
     return text[:MAX_PREVIEW].decode("utf-8", "replace")
