@@ -4,7 +4,8 @@ Scopes (``POST /approvals/{id}/approve {"scope": ...}``, ``surrogate approvals a
 
 - ``once``: this request only; no grant is kept;
 - ``session``: a grant for the claim's session: until this proxy process stops or the claim's
-  token is rotated (the session id is ``<node run id>:<claim version>``), decided because a
+  token is rotated, or it is deleted (the session id is ``<node run id>:<claim version>:<claim
+  creation time>``: a claim made again under its id is another session), decided because a
   sandbox's client opens a new connection per request (curl), so "this connection" would be
   useless;
 - ``for:DURATION``: a grant until now + DURATION (``30s``, ``10m``, ``2h``, ``1d``; at most
