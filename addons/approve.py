@@ -13,7 +13,9 @@ HELD in ``requestheaders``:
   :data:`POLL_SECONDS` otherwise (a decision made by another process or node);
 - the hold happens before substitute, sign and stream run and before the body is read: the
   proxy runs with ``connection_strategy=lazy`` (proxy/engine/master.py), so no upstream TCP or
-  TLS exists until this hook returns, and no secret has been swapped in;
+  TLS exists until this hook returns, and no secret has been swapped in; while it waits its
+  client connection is not read (:mod:`addons.holdio`: mitmproxy would queue the whole body in
+  memory), and a client gone is seen from the socket's TCP state;
 - approved: the policy is decided again as of now (the rules in force now, the same function
   policy uses); allowed, the request continues, once; refused, it is refused with that reason;
 - denied: 403 ``approval_denied``; no decision before the rule's ``timeout``: the approval is
@@ -40,7 +42,7 @@ from typing import Any
 
 from mitmproxy import http
 
-from addons import facts, scrubpairs
+from addons import facts, holdio, scrubpairs
 from addons.policy import Policy
 from proxy import audit
 from proxy.control import approvals as service
@@ -120,12 +122,15 @@ class Approve:
                             rule=rule.id, expires_at=record.expires_at)  # fmt: skip
         service.notify(record)
         flow.metadata[APPROVAL] = {"id": record.id, "verdict": None, "scope": None}
+        hold = holdio.Hold(flow)  # its body is not read into memory while it waits
         try:
-            decided = await self._wait(flow, store, record)
+            decided = await self._wait(flow, store, record, hold)
         except (asyncio.CancelledError, _Gone, Exception):
             with contextlib.suppress(Exception):
                 await asyncio.shield(asyncio.to_thread(store.withdraw_approval, record.id, "client gone"))
             raise
+        finally:
+            hold.release()
         self._resume(flow, record, decided)
 
     def _session(self, claim_id: str) -> str:
@@ -176,7 +181,7 @@ class Approve:
         flow.metadata[facts.ALLOWED_BY] = again.rule
 
     async def _wait(
-        self, flow: http.HTTPFlow, store: CredentialStore, record: ApprovalRecord
+        self, flow: http.HTTPFlow, store: CredentialStore, record: ApprovalRecord, hold: holdio.Hold
     ) -> ApprovalRecord | None:
         """The decided record, or None at the timeout (then closed ``timed_out`` in the store;
         a decision that won the race against the timeout is kept)."""
@@ -197,8 +202,9 @@ class Approve:
                 current = await asyncio.to_thread(store.approval, record.id)
                 if current is not None and current.state != "pending":
                     return current
-                if flow.client_conn.timestamp_end is not None:
+                if hold.gone():
                     raise _Gone
+                hold.keep()
                 if left <= 0:
                     closed = await asyncio.to_thread(
                         store.withdraw_approval, record.id, "timeout", "timed_out"

@@ -19,6 +19,7 @@ import subprocess
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import httpx
@@ -222,3 +223,39 @@ def test_a_claim_holds_at_most_its_limit_of_requests_and_others_are_still_asked(
     assert asked.done(again)[0] == 403
     with control(asked.proxy) as api:
         assert api.delete("/v1/claims/s4").status_code == 204
+
+
+def _rss_mib(pid: int) -> int:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) // 1024
+    raise AssertionError("no VmRSS")
+
+
+BIG = 96 * 1024 * 1024
+
+
+@pytest.mark.parametrize("proto", ["--http1.1", "--http2"])
+def test_a_held_upload_is_not_read_into_memory_and_goes_out_whole_once_approved(
+    asked: Asked, proto: str
+) -> None:
+    """mitmproxy queued everything it read while a hook was pending: a held 96 MiB upload grew
+    the proxy by about as much. Now the client is back-pressured until the decision."""
+    path = f"/send/big{proto[2:]}"
+    before = _rss_mib(asked.proxy.proc.pid)  # type: ignore[union-attr]
+    upload = subprocess.Popen(
+        f"head -c {BIG} /dev/zero | curl -sS {proto} --max-time 60 -x '{asked.proxy.url('c1', asked.token)}' "
+        f"--cacert {asked.proxy.ca_pem} -H 'Expect:' -X POST -T - -w '\\n%{{http_code}}' "
+        f"https://api.test:{asked.upstream.port}{path}",
+        shell=True, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+    )  # fmt: skip
+    record = asked.pending(path)
+    time.sleep(3)  # long enough for a loopback client to send all of it, were it read
+    grown = _rss_mib(asked.proxy.proc.pid) - before  # type: ignore[union-attr]
+    assert grown < 32, f"the proxy grew by {grown} MiB while holding a {BIG >> 20} MiB upload"
+    assert asked.seen(path) == 0
+    assert asked.decide(record["id"], "approve", "once").status_code == 200
+    code, body = asked.done(upload)
+    assert code == 200, body
+    [got] = [r for r in list(asked.upstream.requests) if r.path == path]
+    assert got.body_len == BIG
