@@ -36,6 +36,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import secrets
 import time
 from typing import Any
@@ -200,7 +201,9 @@ class Approve:
                         await asyncio.wait_for(woken.wait(), min(POLL_SECONDS, left))
                     woken.clear()
                 current = await asyncio.to_thread(store.approval, record.id)
-                if current is not None and current.state != "pending":
+                if current is None:  # gone from the store (restored, removed): refused, not polled on
+                    return dataclasses.replace(record, state="withdrawn", decided_by="the store")
+                if current.state != "pending":
                     return current
                 if hold.gone():
                     raise _Gone

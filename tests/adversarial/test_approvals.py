@@ -15,6 +15,7 @@ upstream on loopback), a rules-file claim ``c1`` and store claims made through t
 
 from __future__ import annotations
 
+import sqlite3
 import subprocess
 import time
 from collections.abc import Iterator
@@ -259,3 +260,16 @@ def test_a_held_upload_is_not_read_into_memory_and_goes_out_whole_once_approved(
     assert code == 200, body
     [got] = [r for r in list(asked.upstream.requests) if r.path == path]
     assert got.body_len == BIG
+
+
+def test_a_held_request_whose_approval_vanished_from_the_store_is_refused_at_once(asked: Asked) -> None:
+    """A store restored from a backup, or a row removed by hand: the node stopped at nothing
+    (it polled a missing row until the client gave up). Now it is refused as withdrawn."""
+    proc = asked.post("/send/vanished")
+    record = asked.pending("/send/vanished")
+    with sqlite3.connect(asked.proxy.state_dir / "store.sqlite3") as db:
+        db.execute("DELETE FROM approvals WHERE id = ?", (record["id"],))
+    started = time.monotonic()
+    code, body = asked.done(proc)
+    assert code == 403 and b"approval_denied" in body, body
+    assert time.monotonic() - started < 10 and asked.seen("/send/vanished") == 0
