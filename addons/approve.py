@@ -82,14 +82,19 @@ class Approve:
         target = path.target if path is not None else flow.request.path
         if not rule.approve.asks(method, target):
             return
+        hold = holdio.Hold(flow)  # before any await: mitmproxy reads on (the body) meanwhile
         try:
-            await self._hold(flow, rule, rule.approve, method, target)
+            await self._hold(flow, rule, rule.approve, method, target, hold)
         except Exception as e:  # fail closed: a request an ask rule covers never passes unasked
             facts.log.error("approve.requestheaders failed with %s; request %s refused", type(e).__name__,
                             flow.metadata.get(facts.REQUEST_ID, flow.id))  # fmt: skip
             facts.refuse(flow, deny(Reason.INTERNAL_ERROR, "surrogate could not hold this request", 503))
+        finally:
+            hold.release()
 
-    async def _hold(self, flow: http.HTTPFlow, rule: EgressRule, ask: Ask, method: str, target: str) -> None:
+    async def _hold(
+        self, flow: http.HTTPFlow, rule: EgressRule, ask: Ask, method: str, target: str, hold: holdio.Hold
+    ) -> None:
         store = self.state.registry.store
         if store is None:
             raise RuntimeError("no credential store to keep approvals in")
@@ -123,15 +128,13 @@ class Approve:
                             rule=rule.id, expires_at=record.expires_at)  # fmt: skip
         service.notify(record)
         flow.metadata[APPROVAL] = {"id": record.id, "verdict": None, "scope": None}
-        hold = holdio.Hold(flow)  # its body is not read into memory while it waits
         try:
             decided = await self._wait(flow, store, record, hold)
         except (asyncio.CancelledError, _Gone, Exception):
             with contextlib.suppress(Exception):
                 await asyncio.shield(asyncio.to_thread(store.withdraw_approval, record.id, "client gone"))
             raise
-        finally:
-            hold.release()
+        hold.release()  # read again: an approved body goes out, a refused one's connection closes
         self._resume(flow, record, decided)
 
     def _session(self, claim_id: str) -> str:

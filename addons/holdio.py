@@ -15,8 +15,10 @@ control stops the client; reading resumes once the request is decided.
   HTTP/2: ``Content-Length: 0``, see :func:`has_body`) is held without pausing anything.
 - A paused transport sees no EOF, so a client that went away is found from the socket's TCP
   state (``TCP_INFO``: anything but ESTABLISHED, e.g. CLOSE_WAIT after the peer's FIN; Linux).
-- asyncio's StreamReader resumes a transport it paused itself once its buffer drains:
-  :meth:`Hold.keep` pauses again on every poll of the held request.
+- asyncio's StreamReader pauses the transport itself when its buffer fills and resumes it once
+  the buffer drains (``_maybe_resume_transport``), which undid a plain ``pause_reading`` (a held
+  upload was read whole, seen in the test): while held, the transport's ``resume_reading`` is
+  shadowed by a no-op on the instance, and restored at the release.
 
 mitmproxy 12.3 internals: proxyserver's handlers by client id, their ``ConnectionIO`` writers
 (as :func:`addons.scrub._close_client` and :mod:`addons.fence`). Where there is no TCP socket
@@ -60,15 +62,21 @@ class Hold:
     """The client connection of one held request, not read while it is held."""
 
     def __init__(self, flow: http.HTTPFlow) -> None:
+        """Never raises: without a transport to pause the hold works as before."""
         self.flow = flow
-        self.transport = _transport(flow) if has_body(flow) else None
         self.id = flow.client_conn.id
-        if self.transport is not None:
-            _paused[self.id] = _paused.get(self.id, 0) + 1
-            self.keep()
+        try:
+            self.transport = _transport(flow) if has_body(flow) else None
+            if self.transport is not None:
+                if "resume_reading" not in vars(self.transport):
+                    self.transport.resume_reading = _held_back  # nobody resumes it while held
+                _paused[self.id] = _paused.get(self.id, 0) + 1
+                self.keep()
+        except Exception:  # noqa: BLE001 - mitmproxy or asyncio internals changed: hold without pausing
+            self.transport = None
 
     def keep(self) -> None:
-        """Pause reading again (asyncio's StreamReader may have resumed it)."""
+        """Pause reading (again, should anything have resumed it)."""
         t = self.transport
         if t is not None and not t.is_closing() and t.is_reading():
             t.pause_reading()
@@ -100,6 +108,11 @@ class Hold:
             _paused[self.id] = left
         else:
             _paused.pop(self.id, None)
+            vars(self.transport).pop("resume_reading", None)  # asyncio's own again
             if not self.transport.is_closing():
                 self.transport.resume_reading()
         self.transport = None
+
+
+def _held_back() -> None:
+    """A held connection's ``resume_reading``: it stays paused until its release."""

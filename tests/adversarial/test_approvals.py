@@ -15,6 +15,7 @@ upstream on loopback), a rules-file claim ``c1`` and store claims made through t
 
 from __future__ import annotations
 
+import contextlib
 import sqlite3
 import subprocess
 import time
@@ -267,7 +268,7 @@ def test_a_held_request_whose_approval_vanished_from_the_store_is_refused_at_onc
     (it polled a missing row until the client gave up). Now it is refused as withdrawn."""
     proc = asked.post("/send/vanished")
     record = asked.pending("/send/vanished")
-    with sqlite3.connect(asked.proxy.state_dir / "store.sqlite3") as db:
+    with contextlib.closing(sqlite3.connect(asked.proxy.state_dir / "store.sqlite3")) as db, db:
         db.execute("DELETE FROM approvals WHERE id = ?", (record["id"],))
     started = time.monotonic()
     code, body = asked.done(proc)
