@@ -169,10 +169,19 @@ class Approve:
             why = f"approval {record.id}: this node's copy of the credential store is not current"
             facts.refuse(flow, deny(Reason.STORE_STALE, why, 503), {"Retry-After": "1"})
             return
-        if registry.claim(claim.id) is None or self._session(claim.id) != record.session:
+        fresh = registry.claim(claim.id)
+        if fresh is None or self._session(claim.id) != record.session:
             why = f"approval {record.id}: claim {claim.id!r} was revoked or changed while it was held"
             facts.refuse(flow, deny(Reason.PROXY_AUTH_REQUIRED, why, 407))
             return
+        # its credentials as they are now (a value replaced, hosts narrowed while it was held):
+        # substitute must not swap in what this flow's old claim object still holds, and none
+        # may join the ones the operator saw
+        if {c.name for c in fresh.credentials if c.bound_to(record.host)} - set(record.credentials):
+            why = f"approval {record.id}: the credentials bound to {record.host} changed while it was held"
+            facts.refuse(flow, deny(Reason.APPROVAL_DENIED, why))
+            return
+        flow.metadata[facts.CLAIM] = claim = fresh
         # the rules in force now decide again: a reload while it was held may refuse it
         try:
             again = self.policy.recheck(flow, claim.pool)

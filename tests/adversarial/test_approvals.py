@@ -38,7 +38,7 @@ HELD = 3  # limits.approvals: requests of one claim held at once
 def _rules(port: int) -> str:
     ask = {"methods": ["POST"], "paths": ["/send"], "timeout": 30}
     return rules(
-        [egress("api.test", port, approve=ask)],
+        [egress("api.test", port, approve=ask), egress("other.test", port)],
         claims=[claim("c1", [credential("api", PH, ["api.test"])])],
         pool_extra={"limits": {"approvals": HELD}},
     )
@@ -274,3 +274,55 @@ def test_a_held_request_whose_approval_vanished_from_the_store_is_refused_at_onc
     code, body = asked.done(proc)
     assert code == 403 and b"approval_denied" in body, body
     assert time.monotonic() - started < 10 and asked.seen("/send/vanished") == 0
+
+
+def test_a_credential_narrowed_while_its_request_is_held_is_not_sent_when_approved(asked: Asked) -> None:
+    """The held flow kept the claim object of its start: approved after the operator moved the
+    credential off this host, its value was swapped in toward the host anyway."""
+    token = _store_claim(asked, "s5")
+    secret = asked.stage.secret("s5k")
+    with control(asked.proxy) as api:
+        put = api.put("/v1/claims/s5/credentials/k", json={"hosts": ["api.test"], "value": secret})
+        assert put.status_code in (200, 201), put.text
+        placeholder = put.json()["placeholder"]
+    proc = subprocess.Popen(
+        [
+            "curl", "-sS", "--max-time", "40", "-x", asked.proxy.url("s5", token),
+            "--cacert", str(asked.proxy.ca_pem), "-w", "\n%{http_code}", "-X", "POST",
+            "-H", f"Authorization: Bearer {placeholder}", "--data-binary", "{}",
+            f"https://api.test:{asked.upstream.port}/send/narrowed",
+        ],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+    )  # fmt: skip
+    record = asked.pending("/send/narrowed")
+    assert record["credentials"] == ["k"]
+    with control(asked.proxy) as api:
+        moved = api.patch("/v1/claims/s5/credentials/k", json={"hosts": ["other.test"]})
+        assert moved.status_code == 200, moved.text
+    assert asked.decide(record["id"], "approve", "once").status_code == 200
+    code, body = asked.done(proc)
+    assert code == 403, body
+    got = [r for r in list(asked.upstream.requests) if r.path == "/send/narrowed"]
+    assert all(secret not in " ".join(v for _, v in r.headers) for r in got)
+    assert not got
+    with control(asked.proxy) as api:
+        assert api.delete("/v1/claims/s5").status_code == 204
+
+
+def test_a_credential_added_for_the_host_while_held_makes_the_approval_void(asked: Asked) -> None:
+    """The operator approved a request carrying the claim's credentials for the host as listed;
+    one added meanwhile would ride along unseen: refused, to be asked again."""
+    token = _store_claim(asked, "s6")
+    proc = asked.post("/send/widened", "s6", token)
+    record = asked.pending("/send/widened")
+    assert record["credentials"] == []
+    with control(asked.proxy) as api:
+        value = asked.stage.secret("s6k")
+        put = api.put("/v1/claims/s6/credentials/k", json={"hosts": ["api.test"], "value": value})
+        assert put.status_code in (200, 201), put.text
+    assert asked.decide(record["id"], "approve", "once").status_code == 200
+    code, body = asked.done(proc)
+    assert code == 403 and b"approval_denied" in body and b"changed while it was held" in body, body
+    assert asked.seen("/send/widened") == 0
+    with control(asked.proxy) as api:
+        assert api.delete("/v1/claims/s6").status_code == 204
