@@ -326,3 +326,45 @@ def test_a_credential_added_for_the_host_while_held_makes_the_approval_void(aske
     assert asked.seen("/send/widened") == 0
     with control(asked.proxy) as api:
         assert api.delete("/v1/claims/s6").status_code == 204
+
+
+# spellings of "more than the grant": each must be asked again (None: the same claim)
+NOT_COVERED = {
+    "sibling-prefix": ("POST", "/send/grantx", None),
+    "case": ("POST", "/send/GRANT", None),
+    "dot-segment-out": ("POST", "/send/grant/../other", None),
+    "encoded-dot-out": ("POST", "/send/grant/%2e%2e/other", None),
+    "double-slash": ("POST", "/send//grant", None),
+    "matrix-param": ("POST", "/send/grant;x", None),
+    "method-case": ("post", "/send/grant", None),
+    "another-claim": ("POST", "/send/grant", "s7"),
+}
+
+
+def test_a_grant_covers_its_path_and_below_and_nothing_spelled_otherwise(asked: Asked) -> None:
+    proc = asked.post("/send/grant")
+    record = asked.pending("/send/grant")
+    grant = asked.decide(record["id"], "approve", "for:10m").json()["grant"]
+    assert asked.done(proc)[0] == 200
+    try:
+        for path in ("/send/grant", "/send/grant/", "/send/grant/sub", "/send/%67rant", "/send/grant?q=1"):
+            assert asked.done(asked.post(path))[0] == 200, path  # covered: no approval asked
+        token = _store_claim(asked, "s7")
+        for name, (method, path, who) in NOT_COVERED.items():
+            proc = subprocess.Popen(
+                [
+                    "curl", "-sS", "--path-as-is", "--max-time", "40", "-x",
+                    asked.proxy.url(who or "c1", token if who else asked.token), "--cacert",
+                    str(asked.proxy.ca_pem), "-w", "\n%{http_code}", "-X", method, "--data-binary", "{}",
+                    f"https://api.test:{asked.upstream.port}{path}",
+                ],
+                stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+            )  # fmt: skip
+            again = asked.pending(path)
+            assert (again["method"], again["claim_id"]) == (method, who or "c1"), name
+            assert asked.decide(again["id"], "deny").status_code == 200
+            assert asked.done(proc)[0] == 403, name
+    finally:
+        with control(asked.proxy) as api:
+            api.delete(f"/grants/{grant['id']}")
+            api.delete("/v1/claims/s7")
