@@ -150,12 +150,14 @@ class ApprovalQueries(ABC):
     def withdraw_approval(
         self, approval_id: str, reason: str, state: str = "withdrawn"
     ) -> ApprovalRecord | None:
-        """Close a pending approval as ``withdrawn`` or ``timed_out``; None when it was not pending."""
+        """Close a pending approval as ``withdrawn`` or ``timed_out``; None when it was not pending.
+        Its preview is dropped: nobody will decide it, and a sandbox asking and going away at its
+        rate limit would otherwise keep up to 64 KiB a row for ever (review r-approve)."""
         if state not in ("withdrawn", "timed_out"):
             raise ValueError("withdraw_approval closes as withdrawn or timed_out")
         with self._count() as db:
             changed = db.execute(
-                "UPDATE approvals SET state = ?, reason = ? WHERE id = ? AND state = 'pending'",
+                "UPDATE approvals SET state = ?, reason = ?, preview = '' WHERE id = ? AND state = 'pending'",
                 (state, reason[:200], approval_id),
             ).rowcount
             row = db.execute(_APPROVAL, (approval_id,)).fetchone()

@@ -183,7 +183,7 @@ class SQLStore(ApprovalQueries, KeyRotation, Leases, ABC):
                 (time.time(), claim_id),
             )
             db.execute(
-                "UPDATE approvals SET state = 'withdrawn', reason = 'claim deleted' "
+                "UPDATE approvals SET state = 'withdrawn', reason = 'claim deleted', preview = '' "
                 "WHERE claim_id = ? AND state = 'pending'",
                 (claim_id,),
             )
