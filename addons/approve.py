@@ -15,9 +15,9 @@ is read up to a bound"):
   addons' ``requestheaders`` and the body stream they set up. Nothing past approve saw the
   request before the decision (no swap, no budget spent, no token minted, no address pinned);
 - anything else (longer, chunked, HTTP/2 without a length, no body): held in ``requestheaders``,
-  before its body is read; an HTTP/1 client connection is not read meanwhile
-  (:class:`addons.holdio.Unread`), so the client's send blocks and memory stays flat; the
-  preview says ``[body not read: N bytes]``.
+  before its body is read; its client connection is not read meanwhile (HTTP/1; HTTP/2 when a
+  body may follow: the whole connection waits; :class:`addons.holdio.Unread`), so the client's
+  send blocks and memory stays flat; the preview says ``[body not read: N bytes]``.
 
 Either way:
 
@@ -29,8 +29,12 @@ Either way:
 - the hold happens before substitute, sign and stream run: the proxy runs with
   ``connection_strategy=lazy`` (proxy/engine/master.py), so no upstream TCP or TLS exists until
   this hook returns, and no secret has been swapped in;
-- approved: the policy is decided again as of now (the rules in force now, the same function
-  policy uses); allowed, the request continues, once; refused, it is refused with that reason;
+- approved: the registry is read again; a claim deleted or changed meanwhile (407), a stale
+  store copy (503 ``store_stale``), a client gone, or a credential newly bound to the host
+  (``approval_denied``) refuses it; otherwise the request goes on with the claim's credentials
+  as they are now, and the policy is decided again as of now (the rules in force now, the same
+  function policy uses); allowed, the request continues, once; refused, it is refused with that
+  reason (review r-approve);
 - denied: 403 ``approval_denied``; no decision before the rule's ``timeout``: the approval is
   closed ``timed_out`` and the request refused 403 ``approval_timeout``; the client gone (the
   hook cancelled) or a failure: the approval is closed ``withdrawn`` (a failure refuses, fail
@@ -48,26 +52,27 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import secrets
 import time
 from typing import Any
 
 from mitmproxy import http
 
-from addons import facts, holdio
+from addons import facts, holdio, scrubpairs
 from addons.approvebody import after as _after
 from addons.notify import Notifier
 from addons.policy import Policy
 from proxy import audit
 from proxy.control import approvals as service
 from proxy.core import preview
-from proxy.core.approvals import Ask
+from proxy.core.approvals import Ask, offered
 from proxy.core.decide import Reason, deny
 from proxy.core.policy import EgressRule
 from proxy.core.scrub import Scrubber
 from proxy.engine.state import State
+from proxy.store.approvals import PendingLimit
 from proxy.store.base import ApprovalRecord, CredentialStore, new_id
-from proxy.store.live import live_values
 
 APPROVAL = "surrogate.approval"  # the request's audit event's ``approval``
 POLL_SECONDS = 0.2  # the contract: a decision made elsewhere is seen within 250 ms
@@ -106,8 +111,10 @@ class Approve:
             flow.metadata[_BODY] = (rule, decision, method, target)
             facts.refuse(flow, deny(Reason.INTERNAL_ERROR, "the held request's body did not arrive", 400))
             return
-        # HTTP/1: its connection is not read while held (back-pressure), from before any await
-        unread = holdio.Unread(flow) if flow.request.http_version.startswith("HTTP/1") else None
+        # its connection is not read while held (back-pressure), from before any await: every
+        # HTTP/1 one; an HTTP/2 one when a body may follow (its whole connection waits)
+        h1 = flow.request.http_version.startswith("HTTP/1")
+        unread = holdio.Unread(flow) if h1 or holdio.has_body(flow) else None
         try:
             await self._hold(flow, rule, rule.approve, method, target, None, unread)
         except Exception as e:  # fail closed: a request an ask rule covers never passes unasked
@@ -148,8 +155,7 @@ class Approve:
         host: str = flow.metadata[facts.HOST]
         port = flow.request.port
         names = sorted(c.name for c in claim.credentials if c.bound_to(host))
-        generation = self.state.registry.generation(claim.id)
-        session = f"{RUN_ID}:{generation[0] if generation else 0}"
+        session = self._session(claim.id)
         now = time.time()
         grant = await asyncio.to_thread(
             store.matching_grant, claim.id, host, method, target, names, now, port=port, session=session
@@ -160,10 +166,16 @@ class Approve:
         record = ApprovalRecord(
             id=new_id(), claim_id=claim.id, pool=claim.pool, method=method, host=host,
             port=port, path=target, credentials=tuple(names), preview=_preview(flow, claim, now, body),
-            rule=rule.id, scopes=ask.scopes, created_at=now, expires_at=now + ask.timeout,
+            rule=rule.id, scopes=offered(target, ask.scopes), created_at=now, expires_at=now + ask.timeout,
             session=session, request_id=flow.metadata.get(facts.REQUEST_ID, flow.id),
         )  # fmt: skip
-        await asyncio.to_thread(store.add_approval, record)
+        bound = self.state.policy.pools[claim.pool].limits.approvals
+        try:
+            await asyncio.to_thread(store.add_approval, record, max_pending=bound)
+        except PendingLimit:  # a sandbox holding many requests fills neither the store nor the page
+            why = f"claim {claim.id!r} already has {bound} requests waiting for approval (limits.approvals)"
+            facts.refuse(flow, deny(Reason.APPROVAL_LIMIT, why, 429), {"Retry-After": "1"})
+            return
         audit.logger().info("approval_asked", approval=record.id, request_id=record.request_id,
                             claim=claim.id, host=host, method=method, path=audit.redact_path(target),
                             rule=rule.id, expires_at=record.expires_at)  # fmt: skip
@@ -176,7 +188,16 @@ class Approve:
             with contextlib.suppress(Exception):
                 await asyncio.shield(asyncio.to_thread(store.withdraw_approval, record.id, "client gone"))
             raise
+        if unread is not None:
+            unread.release()  # read again: an approved body goes out, a refused one's connection closes
         self._resume(flow, record, decided)
+
+    def _session(self, claim_id: str) -> str:
+        """The claim's session: this process and the store claim's generation (its version AND
+        creation time: a claim deleted and created again under its id is at version 1 again);
+        ``rules`` for a rules-file claim (it lasts as long as this process)."""
+        generation = self.state.registry.generation(claim_id)
+        return f"{RUN_ID}:{'rules' if generation is None else f'{generation[0]}:{generation[1]!r}'}"
 
     def _resume(self, flow: http.HTTPFlow, record: ApprovalRecord, decided: ApprovalRecord | None) -> None:
         if decided is None or decided.state == "timed_out":
@@ -190,8 +211,33 @@ class Approve:
             why = f"approval {record.id}: {decided.state} by {decided.decided_by or 'the proxy'}"
             facts.refuse(flow, deny(Reason.APPROVAL_DENIED, why))
             return
-        # the rules in force now decide again: a reload while it was held may refuse it
         claim = flow.metadata[facts.CLAIM]
+        if flow.client_conn.timestamp_end is not None:  # approved for nobody: nothing goes out
+            facts.refuse(flow, deny(Reason.CLIENT_CLOSED, f"approval {record.id}: the client went away"))
+            return
+        # the claim deleted, or changed (token rotated, made again), while its request was held:
+        # the claim object this flow holds is revoked; its credentials must not go out. The
+        # registry is read now (identify's poll may not have run since the control API acked)
+        registry = self.state.registry
+        registry.refresh()  # identify's poll still closes the claim's tunnels: it compares generations
+        if claim.origin == "store" and registry.stale() is not None:
+            why = f"approval {record.id}: this node's copy of the credential store is not current"
+            facts.refuse(flow, deny(Reason.STORE_STALE, why, 503), {"Retry-After": "1"})
+            return
+        fresh = registry.claim(claim.id)
+        if fresh is None or self._session(claim.id) != record.session:
+            why = f"approval {record.id}: claim {claim.id!r} was revoked or changed while it was held"
+            facts.refuse(flow, deny(Reason.PROXY_AUTH_REQUIRED, why, 407))
+            return
+        # its credentials as they are now (a value replaced, hosts narrowed while it was held):
+        # substitute must not swap in what this flow's old claim object still holds, and none
+        # may join the ones the operator saw
+        if {c.name for c in fresh.credentials if c.bound_to(record.host)} - set(record.credentials):
+            why = f"approval {record.id}: the credentials bound to {record.host} changed while it was held"
+            facts.refuse(flow, deny(Reason.APPROVAL_DENIED, why))
+            return
+        flow.metadata[facts.CLAIM] = claim = fresh
+        # the rules in force now decide again: a reload while it was held may refuse it
         try:
             again = self.policy.recheck(flow, claim.pool)
         except KeyError:
@@ -223,7 +269,9 @@ class Approve:
                         await asyncio.wait_for(woken.wait(), min(POLL_SECONDS, left))
                     woken.clear()
                 current = await asyncio.to_thread(store.approval, record.id)
-                if current is not None and current.state != "pending":
+                if current is None:  # gone from the store (restored, removed): refused, not polled on
+                    return dataclasses.replace(record, state="withdrawn", decided_by="the store")
+                if current.state != "pending":
                     return current
                 if flow.client_conn.timestamp_end is not None or (unread is not None and unread.gone()):
                     raise _Gone
@@ -243,14 +291,13 @@ class Approve:
             stop()
 
 
-def _preview(flow: http.HTTPFlow, claim: Any, now: float, body: bytes | None) -> str:
-    """The request as the sandbox sent it (:mod:`proxy.core.preview`), every live secret of the
-    claim scrubbed out."""
+def _preview(flow: http.HTTPFlow, claim: Any, now: float, body: bytes | None = None) -> str:
+    """The request as the sandbox sent it (:mod:`proxy.core.preview`), scrubbed with the response
+    scrubber's own pairs (every live value of the claim's credentials, an aws_sigv4 key's parts
+    each: review r-approve)."""
     req = flow.request
     line = f"{req.data.method.decode('ascii', 'replace')} {req.path} {req.http_version}"
-    pairs = [
-        (s.reveal().encode(), c.placeholder.encode()) for c in claim.credentials for s in live_values(c, now)
-    ]
+    pairs = scrubpairs.pairs(claim, now)
     undeclared = "content-length" not in req.headers and (
         "transfer-encoding" in req.headers
         if req.http_version.startswith("HTTP/1")

@@ -312,3 +312,15 @@ async def test_the_unix_socket_listener_serves_no_page(control: Control) -> None
     transport = httpx.ASGITransport(app=make_app(control))
     async with httpx.AsyncClient(transport=transport, base_url="http://control") as client:
         assert (await client.get("/ui/approvals")).status_code == 404
+
+
+async def test_the_page_lists_no_withdrawn_request(ui: httpx.AsyncClient, store: Store) -> None:
+    """A client gone is no decision; the page read every approval ever asked to show 20, and a
+    sandbox asking and going away at its rate limit leaves thousands an hour (review r-approve)."""
+    for i in range(30):
+        store.withdraw_approval(ask(store, path=f"/v1/gone{i}").id, "client gone")
+    timed_out = ask(store, path="/v1/late")
+    store.withdraw_approval(timed_out.id, "timeout", "timed_out")
+    html, _ = await page(ui)
+    decided = html.split('id="decided"')[1]
+    assert "/v1/gone" not in decided and "/v1/late" in decided
