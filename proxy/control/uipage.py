@@ -48,7 +48,7 @@ input[name=duration]{width:4em} .muted{color:#777}
 
 _LAYOUT = """<!doctype html>
 <html lang="en"><head><meta charset="utf-8">
-<meta name="referrer" content="no-referrer">
+<meta name="referrer" content="same-origin">
 <title>{% block title %}surrogate{% endblock %}</title>
 <style nonce="{{ nonce }}">{{ style }}</style></head>
 <body>{% if notice %}<p class="notice{% if error %} error{% endif %}" role="status">{{ notice }}</p>{% endif %}

@@ -288,7 +288,7 @@ async def test_every_answer_forbids_framing_caching_and_foreign_script(ui: httpx
         csp = r.headers["content-security-policy"]
         assert "frame-ancestors 'none'" in csp and "default-src 'none'" in csp and "unsafe-inline" not in csp
         assert r.headers["x-frame-options"] == "DENY" and r.headers["cache-control"] == "no-store"
-        assert r.headers["referrer-policy"] == "no-referrer"
+        assert r.headers["referrer-policy"] == "same-origin"
     r = await ui.get("/ui/approvals")
     nonce = re.search(r"script-src 'nonce-([A-Za-z0-9_-]+)'", r.headers["content-security-policy"])
     assert nonce is not None
@@ -298,6 +298,27 @@ async def test_every_answer_forbids_framing_caching_and_foreign_script(ui: httpx
     ]
     assert nonce[1] != re.search(r"nonce-([A-Za-z0-9_-]+)", (await ui.get("/ui/approvals")).headers[
         "content-security-policy"])[1]  # fmt: skip
+
+
+@pytest.mark.parametrize("path", ["/ui/login", "/ui/approvals", "/ui/login?error=bad_login"])
+async def test_the_referrer_policy_lets_a_browser_send_the_pages_own_origin(
+    ui: httpx.AsyncClient, path: str
+) -> None:
+    """Under ``no-referrer`` (header or meta) a browser sends ``Origin: null`` on the page's form
+    POSTs (WHATWG Fetch §3.2.5), which the listener refuses: no button worked in Chromium. Every
+    policy a page states must be one under which a same-origin POST carries the real origin."""
+    sends_origin = {"same-origin", "origin", "strict-origin", "origin-when-cross-origin",
+                    "strict-origin-when-cross-origin"}  # fmt: skip
+    r = await ui.get(path)
+    assert r.headers["referrer-policy"] in sends_origin
+    metas = re.findall(r'<meta name="referrer" content="([^"]*)"', r.text)
+    assert metas and all(m in sends_origin for m in metas)
+    # and the one a browser then sends is served, where null stays refused (_bad_posts)
+    p = Page(r.text)
+    if path == "/ui/approvals":
+        form = p.form("/ui/logout")
+        r = await ui.post("/ui/logout", data=form, headers={"origin": BASE, "sec-fetch-site": "same-origin"})
+        assert r.status_code == 303 and r.headers["location"] == "/ui/login?done=signed_out"
 
 
 async def test_sign_out_ends_the_session(ui: httpx.AsyncClient) -> None:
