@@ -19,6 +19,7 @@ and the audit are scanned for the canaries.
 from __future__ import annotations
 
 import shutil
+import ssl
 import subprocess
 import sys
 import time
@@ -121,19 +122,20 @@ def chromium() -> Iterator[Any]:
 
 @dataclass
 class Seen:
-    """What one browser context received: each response's head and body (read when it arrives:
-    a page navigated away from has none to read; a redirect and the event stream have none)."""
+    """What one browser context received: each response's head and body. Every request but the
+    event stream is routed through :meth:`route` (Playwright fetches it, the test keeps the bytes,
+    the browser gets exactly those bytes): reading a body after the fact races a navigation."""
 
     responses: list[tuple[str, bytes]] = field(default_factory=list)
     pages: list[bytes] = field(default_factory=list)
 
-    def add(self, r: Any) -> None:
-        head = f"{r.status} {r.request.method} {r.url}\n"
-        head += "".join(f"{k}: {v}\n" for k, v in r.all_headers().items())
-        body = b""
-        if not 300 <= r.status < 400 and not r.headers.get("content-type", "").startswith("text/event-stream"):
-            body = r.body()
+    def route(self, route: Any) -> None:
+        r = route.fetch(max_redirects=0)
+        body = r.body()
+        head = f"{r.status} {route.request.method} {r.url}\n"
+        head += "".join(f"{h['name']}: {h['value']}\n" for h in r.headers_array)
         self.responses.append((head, body))
+        route.fulfill(response=r, body=body)
 
     def statuses(self) -> list[str]:
         return [head.split("\n", 1)[0] for head, _ in self.responses]
@@ -152,7 +154,10 @@ class Operator:
         self.context = browser.new_context(java_script_enabled=javascript, **ctx)
         self.context.set_default_timeout(15000)
         self.page = self.context.new_page()
-        self.page.on("response", self.seen.add)
+        self.context.route(lambda url: not url.endswith("/ui/stream"), self.seen.route)
+        self.console: list[str] = []  # what the page's console said (a CSP violation is logged there)
+        self.page.on("console", lambda m: self.console.append(f"{m.type}: {m.text}"))
+        self.page.on("pageerror", lambda e: self.console.append(f"pageerror: {e}"))
         self.javascript = javascript
 
     def close(self) -> None:
@@ -210,6 +215,11 @@ def operator(chromium: Any, world: World, tmp_path: Path) -> Iterator[Operator]:
 
 
 def _scan(world: World, op: Operator) -> None:
+    """The canary scan of what the browser saw; and the page ran as written: no CSP violation,
+    no script error in its console (the script's re-render once tripped the style's CSP)."""
+    broken = [m for m in op.console if m.startswith(("error:", "pageerror:"))]
+    assert not broken, broken
+    assert any("/ui/approvals" in s for s in op.seen.statuses()), op.seen.statuses()
     blobs = op.seen.blobs()
     world.stage.received.extend(blobs.values())
     canary.assert_absent({**world.stage.artifacts(), **blobs}, world.stage.canaries)
@@ -246,6 +256,7 @@ def test_a_held_post_appears_and_a_click_approves_it_once(operator: Operator, wo
     row.get_by_role("button", name="Approve").click()
     operator.page.wait_for_url(operator.base + "/ui/approvals?done=approved")
     assert operator.notice() == "Approved."
+    assert any(s.startswith("303 POST") and s.endswith("/approve") for s in operator.seen.statuses())
     code, body = world.done(proc)
     assert code == 200, body
     assert world.seen("/echo/clicked") == 1
@@ -306,6 +317,57 @@ def test_without_javascript_the_forms_still_decide(chromium: Any, world: World, 
         code, _ = world.done(proc)
         assert code == 200 and world.seen("/echo/nojs") == 1
         op.look()
+    finally:
+        _scan(world, op)
+        op.close()
+
+
+@pytest.fixture(scope="module")
+def tls_ui(world: World) -> Iterator[str]:
+    """``surrogate control`` on the proxy's state dir, serving the page over TLS on loopback (its
+    certificate from the stage's CA, for 127.0.0.1): the base URL."""
+    st, port = world.stage, free_port()
+    leaf = st.ca.ca.issue_cert("127.0.0.1")
+    leaf.cert_chain_pems[0].write_to_path(str(st.tmp / "control-cert.pem"))
+    leaf.private_key_pem.write_to_path(str(st.tmp / "control-key.pem"))
+    err = st.tmp / "control.stderr"
+    st.scanned += [err, st.tmp / "control-audit.jsonl"]
+    args = [
+        sys.executable, "-m", "proxy", "control", "--rules", str(world.proxy.rules),
+        "--state-dir", str(world.proxy.state_dir), "--audit-file", str(st.tmp / "control-audit.jsonl"),
+        "--control-socket", "none", "--control-tcp", f"127.0.0.1:{port}",
+        "--control-token-file", str(st.tmp / "operator"),
+        "--control-tls-cert", str(st.tmp / "control-cert.pem"),
+        "--control-tls-key", str(st.tmp / "control-key.pem"),
+    ]  # fmt: skip
+    with open(err, "wb") as out:
+        proc = subprocess.Popen(args, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=out)
+    try:
+        trusted = ssl.create_default_context(cafile=st.ca.ca_pem)
+        _wait_http(f"https://127.0.0.1:{port}/healthz", verify=trusted)
+        yield f"https://127.0.0.1:{port}"
+    finally:
+        proc.terminate()
+        proc.wait(10)
+
+
+def test_over_tls_the_cookie_is_secure_and_a_click_approves(
+    chromium: Any, world: World, tls_ui: str, tmp_path: Path
+) -> None:
+    """The sidecar's page decides a request the proxy holds (through the shared store); the
+    browser sends its https Origin on each POST, which the TLS listener accepts."""
+    op = Operator(chromium, tls_ui, tmp_path, ignore_https_errors=True)
+    try:
+        op.sign_in()
+        [cookie] = op.context.cookies()
+        assert cookie["secure"] and cookie["httpOnly"] and cookie["sameSite"] == "Strict"
+        proc = world.post("/echo/tls")
+        op.row("/echo/tls").get_by_role("button", name="Approve").click()
+        op.page.wait_for_url(op.base + "/ui/approvals?done=approved")
+        code, _ = world.done(proc)
+        assert code == 200 and world.seen("/echo/tls") == 1
+        op.look()
+        op.shot("approvals-tls")
     finally:
         _scan(world, op)
         op.close()
