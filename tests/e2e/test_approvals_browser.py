@@ -22,6 +22,7 @@ import shutil
 import ssl
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -72,6 +73,7 @@ class World:
     token: str
     secret: str
     ui: str  # the control listener's base URL (plain HTTP on loopback, `surrogate run`'s own)
+    stream: list[bytes] = field(default_factory=list)  # every byte of /ui/stream, for the scan
 
     def post(self, path: str) -> subprocess.Popen[bytes]:
         """curl -X POST through the proxy, in the background (it waits while held)."""
@@ -107,7 +109,21 @@ def world(tmp_path_factory: pytest.TempPathFactory) -> Iterator[World]:
         args = ["--control-tcp", f"127.0.0.1:{port}", "--control-token-file", str(st.tmp / "operator")]
         proxy = st.proxy(_rules(up.port), resolve=["api.test"], control=True, args=args)
         _wait_http(f"http://127.0.0.1:{port}/healthz")
-        yield World(st, up, proxy, token, secret, f"http://127.0.0.1:{port}")
+        w = World(st, up, proxy, token, secret, f"http://127.0.0.1:{port}")
+        threading.Thread(target=_listen, args=(w,), daemon=True).start()
+        yield w
+        st.received.append(b"".join(w.stream))
+
+
+def _listen(w: World) -> None:
+    """Read the page's event stream (as a script with the token would) until the proxy stops."""
+    auth = {"authorization": f"Bearer {OPERATOR}"}
+    try:
+        with httpx.stream("GET", w.ui + "/ui/stream", headers=auth, timeout=None) as r:
+            for chunk in r.iter_raw():
+                w.stream.append(chunk)
+    except httpx.HTTPError:  # the proxy stopped
+        pass
 
 
 @pytest.fixture(scope="module")
@@ -220,7 +236,7 @@ def _scan(world: World, op: Operator) -> None:
     broken = [m for m in op.console if m.startswith(("error:", "pageerror:"))]
     assert not broken, broken
     assert any("/ui/approvals" in s for s in op.seen.statuses()), op.seen.statuses()
-    blobs = op.seen.blobs()
+    blobs = {**op.seen.blobs(), "/ui/stream": b"".join(world.stream)}
     world.stage.received.extend(blobs.values())
     canary.assert_absent({**world.stage.artifacts(), **blobs}, world.stage.canaries)
 
@@ -262,6 +278,7 @@ def test_a_held_post_appears_and_a_click_approves_it_once(operator: Operator, wo
     assert world.seen("/echo/clicked") == 1
     event = world.proxy.wait_event(event="request", path="/echo/clicked")
     assert event["approval"]["verdict"] == "approve" and event["approval"]["scope"] == "once"
+    assert b"/echo/clicked" in b"".join(world.stream)  # the stream told of it (and is scanned)
     decided = operator.page.locator("#decided tr", has_text="/echo/clicked")
     assert "approved (once)" in decided.inner_text() and "ui:operator" in decided.inner_text()
     operator.look()
