@@ -18,6 +18,8 @@ and the audit are scanned for the canaries.
 
 from __future__ import annotations
 
+import base64
+import hashlib
 import shutil
 import ssl
 import subprocess
@@ -32,6 +34,8 @@ from typing import Any
 import canary
 import httpx
 import pytest
+from cryptography import x509
+from cryptography.hazmat.primitives.serialization import Encoding, PublicFormat
 from harness import ROOT, ProxyProcess, free_port
 from servers import Upstream
 from world import Stage, claim, control, credential, egress, rules
@@ -127,13 +131,21 @@ def _listen(w: World) -> None:
 
 
 @pytest.fixture(scope="module")
-def chromium() -> Iterator[Any]:
+def chromium(world: World) -> Iterator[Any]:
+    """Chromium under Playwright, whose driver (Node: it fetches the routed requests, see
+    :class:`Seen`) trusts the stage's CA and nothing else added."""
     if not CHROMIUM.exists():
         pytest.skip(f"no {CHROMIUM} here (apt chromium; .ci/run installs it)")
-    with playwright_sync.sync_playwright() as p:
+    driver = playwright_sync.sync_playwright()
+    with pytest.MonkeyPatch.context() as env:
+        env.setenv("NODE_EXTRA_CA_CERTS", str(world.stage.ca.ca_pem))  # read when the driver starts
+        p = driver.__enter__()
+    try:
         browser = p.chromium.launch(executable_path=str(CHROMIUM), headless=True)
         yield browser
         browser.close()
+    finally:
+        driver.__exit__(None, None, None)
 
 
 @dataclass
@@ -340,9 +352,10 @@ def test_without_javascript_the_forms_still_decide(chromium: Any, world: World, 
 
 
 @pytest.fixture(scope="module")
-def tls_ui(world: World) -> Iterator[str]:
+def tls_ui(world: World) -> Iterator[tuple[str, str]]:
     """``surrogate control`` on the proxy's state dir, serving the page over TLS on loopback (its
-    certificate from the stage's CA, for 127.0.0.1): the base URL."""
+    certificate from the stage's CA, for 127.0.0.1): the base URL and the base64 SHA-256 of the
+    certificate's public key (SPKI), which the browser is told to accept."""
     st, port = world.stage, free_port()
     leaf = st.ca.ca.issue_cert("127.0.0.1")
     leaf.cert_chain_pems[0].write_to_path(str(st.tmp / "control-cert.pem"))
@@ -362,18 +375,27 @@ def tls_ui(world: World) -> Iterator[str]:
     try:
         trusted = ssl.create_default_context(cafile=st.ca.ca_pem)
         _wait_http(f"https://127.0.0.1:{port}/healthz", verify=trusted)
-        yield f"https://127.0.0.1:{port}"
+        cert = x509.load_pem_x509_certificate(leaf.cert_chain_pems[0].bytes())
+        spki = cert.public_key().public_bytes(Encoding.DER, PublicFormat.SubjectPublicKeyInfo)
+        yield f"https://127.0.0.1:{port}", base64.b64encode(hashlib.sha256(spki).digest()).decode()
     finally:
         proc.terminate()
         proc.wait(10)
 
 
 def test_over_tls_the_cookie_is_secure_and_a_click_approves(
-    chromium: Any, world: World, tls_ui: str, tmp_path: Path
+    chromium: Any, world: World, tls_ui: tuple[str, str], tmp_path: Path
 ) -> None:
     """The sidecar's page decides a request the proxy holds (through the shared store); the
-    browser sends its https Origin on each POST, which the TLS listener accepts."""
-    op = Operator(chromium, tls_ui, tmp_path, ignore_https_errors=True)
+    browser sends its https Origin on each POST, which the TLS listener accepts. The browser
+    checks the listener's certificate: the routed requests are fetched by Playwright's driver,
+    which trusts the stage's CA; the event stream (which the row's appearance needs) goes from
+    Chromium itself, which accepts the listener's one key by its SPKI pin, not any certificate."""
+    base, spki = tls_ui
+    pinned = chromium.browser_type.launch(
+        executable_path=str(CHROMIUM), headless=True, args=[f"--ignore-certificate-errors-spki-list={spki}"]
+    )
+    op = Operator(pinned, base, tmp_path)
     try:
         op.sign_in()
         [cookie] = op.context.cookies()
@@ -388,3 +410,4 @@ def test_over_tls_the_cookie_is_secure_and_a_click_approves(
     finally:
         _scan(world, op)
         op.close()
+        pinned.close()
