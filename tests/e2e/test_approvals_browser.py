@@ -19,6 +19,7 @@ and the audit are scanned for the canaries.
 from __future__ import annotations
 
 import base64
+import contextlib
 import hashlib
 import shutil
 import ssl
@@ -158,8 +159,13 @@ class Seen:
     pages: list[bytes] = field(default_factory=list)
 
     def route(self, route: Any) -> None:
-        r = route.fetch(max_redirects=0)
-        body = r.body()
+        try:
+            r = route.fetch(max_redirects=0)
+            body = r.body()
+        except playwright_sync.Error:  # the page went on (a reload, a click) or closed first:
+            with contextlib.suppress(playwright_sync.Error):  # the browser gets no byte of it
+                route.abort()
+            return
         head = f"{r.status} {route.request.method} {r.url}\n"
         head += "".join(f"{h['name']}: {h['value']}\n" for h in r.headers_array)
         self.responses.append((head, body))
@@ -180,7 +186,7 @@ class Operator:
     def __init__(self, browser: Any, base: str, tmp: Path, *, javascript: bool = True, **ctx: Any) -> None:
         self.base, self.tmp, self.seen = base, tmp, Seen()
         self.context = browser.new_context(java_script_enabled=javascript, **ctx)
-        self.context.set_default_timeout(15000)
+        self.context.set_default_timeout(30000)  # a loaded 2-core machine
         self.page = self.context.new_page()
         self.context.route(lambda url: not url.endswith("/ui/stream"), self.seen.route)
         self.console: list[str] = []  # what the page's console said (a CSP violation is logged there)
@@ -210,9 +216,9 @@ class Operator:
         on the stream's event; without JavaScript the operator reloads)."""
         row = self.page.locator("#pending tr[data-approval]", has_text=path)
         if self.javascript:
-            row.wait_for(timeout=15000)
+            row.wait_for()
         else:
-            deadline = time.monotonic() + 15
+            deadline = time.monotonic() + 30
             while not row.count():
                 assert time.monotonic() < deadline, f"{path} was never shown"
                 time.sleep(0.2)
