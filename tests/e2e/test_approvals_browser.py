@@ -272,6 +272,11 @@ def test_a_wrong_token_is_refused_and_the_right_one_signs_in(operator: Operator)
     assert cookie["name"] == "surrogate_ui" and cookie["httpOnly"] and cookie["sameSite"] == "Strict"
     assert OPERATOR not in cookie["value"]
     operator.shot("approvals-signed-in")
+    operator.page.get_by_role("button", name="Sign out").click()
+    operator.page.wait_for_url(operator.base + "/ui/login?done=signed_out")
+    assert operator.notice() == "Signed out." and operator.context.cookies() == []
+    operator.page.goto(operator.base + "/ui/approvals")
+    assert operator.page.url == operator.base + "/ui/login"
 
 
 def test_a_held_post_appears_and_a_click_approves_it_once(operator: Operator, world: World) -> None:
