@@ -37,6 +37,7 @@ from proxy.control.checks import (
     check_inject,
     check_name,
     check_placeholder,
+    templated,
     check_value,
     coverage,
 )
@@ -217,6 +218,9 @@ class Control:
         value = check_value(body["value"])
         placeholder = body.get("placeholder")
         check_placeholder(placeholder)
+        placeholder = templated(
+            body.get("placeholder_template"), placeholder, self.store.get_credential(claim_id, name)
+        )
         try:
             oauth = parse_spec(body["oauth"]) if body.get("oauth") is not None else None
         except ValueError as e:
