@@ -7,6 +7,10 @@ STATE     := .state
 LISTEN    ?= 127.0.0.1:8080
 RULES     ?= rules/example.yaml
 PYTEST_ARGS ?=
+# pytest-xdist workers: two by default (the e2e tier mostly waits on subprocesses); each module, and
+# every network-namespace module together, runs in one worker (tests/conftest.py's scheduler); the
+# canary scan covers every worker. PYTEST_WORKERS= (empty) runs the suite in one process.
+PYTEST_WORKERS ?= 2
 
 .PHONY: run test venv demo-setup bench clean
 
@@ -32,7 +36,7 @@ run: demo-setup
 test: venv
 	$(PY) -m ruff check proxy addons certs tests bench
 	$(PY) -m mypy
-	$(PY) -m pytest $(PYTEST_ARGS)
+	$(PY) -m pytest $(if $(PYTEST_WORKERS),-n $(PYTEST_WORKERS)) $(PYTEST_ARGS)
 
 # Issue 7's benchmark (~5 min; BENCH_ARGS=--quick for a ~1 min smoke run). It needs nginx and hey
 # from apt: installed here when missing, which needs root.

@@ -13,11 +13,24 @@ Each addon handles one concern and talks to the others only through ``flow.metad
    fence      — transparent mode: a looped connection (one of the proxy's own upstream
                 connections, redirected back) and a claim's connection from the wrong interface
                 are refused; after policy, so that it can undo a pass-through policy chose
+   approve    — a request an ask rule (``approve:``) covers, with no grant, is held until an
+                operator decides (issue 16); in requestheaders, before substitute, sign, stream and
+                any upstream connection (lazy), so nothing has left and no secret is swapped in
    forgery    — a placeholder with surrogate's checksum that this claim does not hold: refused
    hooks      — a hook route's request is answered by an operator command (no upstream); it runs
                 after policy (only allowed requests) and before substitute (it sees placeholders,
                 never secrets), and before stream (its body is read whole, bounded)
+   mint       — credentials of kind oauth_client: a fresh access token from the token endpoint
+                (single flight), before substitute injects it (token_mint_failed when none)
+   sigv4      — a request signed with an aws_sigv4 credential's placeholder keys: verified as
+                the placeholder's, re-signed with the real key (head, and aws-chunked chunks);
+                after hooks (a hook sees placeholders only)
 3. substitute — placeholders → secrets, injections, violations
+   sign       — credentials of kind hmac: the request signed (its body read whole, bounded),
+                after substitute (it replaces substitute's body stream on such a request)
+   refresh    — a request to a declared OAuth token endpoint holds the store's lease of that
+                refresh (one node at a time); one that waited for another's is answered from
+                the tokens it captured (no second call); after substitute, before stream
    scrub (messages) — WebSocket messages from the upstream, scrubbed before stream lets them go
 4. stream     — forward every body read as it arrives (SSE), count bytes
    framing    — what mitmproxy's HTTP/1 writers cannot frame (trailers, a chunked 304): fixed
@@ -43,6 +56,7 @@ from mitmproxy import tls
 from mitmproxy.addons import errorcheck, proxyserver, tlsconfig
 
 from addons import tlsbuffers
+from addons.approve import Approve
 from addons.audit import Audit
 from addons.fence import Fence
 from addons.forgery import Forgery
@@ -52,10 +66,14 @@ from addons.hygiene import Hygiene
 from addons.identify import Identify
 from addons.limits import Limiter
 from addons.metrics import Metrics
+from addons.mint import Mint
 from addons.oauth import OAuthCapture
 from addons.policy import Policy
+from addons.refresh import RefreshLease
 from addons.resolve import Resolve
 from addons.scrub import Scrub, ScrubMessages
+from addons.sign import Sign
+from addons.sigv4 import SigV4
 from addons.stream import Stream
 from addons.substitute import Substitute
 from addons.tunnel import NextLayer
@@ -85,16 +103,22 @@ class TlsConfig(tlsconfig.TlsConfig):
 
 def chain(state: State) -> list[Any]:
     """The full, ordered addon list for a proxy serving ``state``."""
+    policy = Policy(state)
     return [
         Identify(state),
         Limiter(state),
         WebSocketLimit(state),
         Hygiene(),
-        Policy(state),
+        policy,
         Fence(),
+        Approve(state, policy),
         Forgery(),
         Hooks(state),
+        Mint(state),
+        SigV4(),
         Substitute(state),
+        Sign(state),
+        RefreshLease(state),
         ScrubMessages(state),
         Stream(),
         Framing(),

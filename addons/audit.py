@@ -49,7 +49,7 @@ def _event(flow: http.HTTPFlow, kind: str) -> dict[str, Any]:
     used = ending.used(flow)  # only credentials whose secret left
     end = (flow.response.timestamp_end if flow.response else None) or time.time()
     peer = flow.client_conn.peername
-    return {
+    event = {
         a.REQUEST_ID: flow.metadata.get(facts.REQUEST_ID, flow.id),
         a.CLAIM: claim.id if claim else None,
         a.POOL: claim.pool if claim else None,
@@ -73,7 +73,10 @@ def _event(flow: http.HTTPFlow, kind: str) -> dict[str, Any]:
         a.RULE: decision.rule.label() if decision and decision.rule else None,
         a.MESSAGE: None if decision is None or decision.allowed else decision.message,
         a.WOULD_DENY: decision.would_deny.value if decision and decision.would_deny else None,
-        a.CREDENTIALS: [{"name": n, "version": v} for n, v in used.items()],
+        a.CREDENTIALS: [
+            {**c, **_signed(flow, c["name"])}
+            for c in _credentials(used, flow.metadata.get(facts.APPLIED, {}))
+        ],
         a.CARRIED: flow.metadata.get(facts.CARRIED, []),
         a.FORGED: flow.metadata.get(facts.FORGED, []),
         a.CARRIED_ON: [{"name": n, "surface": s} for n, s in flow.metadata.get(facts.CARRIED_ON, [])],
@@ -82,6 +85,20 @@ def _event(flow: http.HTTPFlow, kind: str) -> dict[str, Any]:
         a.BYTES_IN: counts[1],
         a.DURATION_MS: round((end - req.timestamp_start) * 1000, 3),
     }
+    if (approval := flow.metadata.get("surrogate.approval")) is not None:  # addons/approve.py
+        event["approval"] = approval
+    return event
+
+
+def _credentials(used: dict[str, int], applied: dict[str, str]) -> list[dict[str, Any]]:
+    """``{"name", "version"}`` per credential whose secret left, with ``applied`` (issue 15:
+    ``token_minted``, ``token_cached``, ``hmac_signed``) for a minted or signing kind."""
+    out: list[dict[str, Any]] = []
+    for n, v in used.items():
+        out.append(
+            {"name": n, "version": v, "applied": applied[n]} if n in applied else {"name": n, "version": v}
+        )
+    return out
 
 
 def _passthrough_event(client: connection.Client, p: facts.Passthrough, error: str | None) -> dict[str, Any]:
@@ -181,3 +198,9 @@ class Audit:
                 logging.getLogger("surrogate").error(
                     "audit event for %s failed: %s", client.id, type(e).__name__
                 )
+
+
+def _signed(flow: http.HTTPFlow, name: str) -> dict[str, str]:
+    """The kind and the signature applied, for a credential addons/sigv4.py re-signed with."""
+    signed = flow.metadata.get("surrogate.sigv4_signed", {})
+    return {"kind": "aws_sigv4", "signature": signed[name]} if name in signed else {}

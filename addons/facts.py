@@ -62,6 +62,10 @@ VIOLATION_SURFACE = "surrogate.violation_surface"
 BYTES = "surrogate.bytes"
 FORGED = "surrogate.forged"
 HOOK = "surrogate.hook"
+WHOLE_BODY = "surrogate.whole_body"  # addons/sign.py: this request body is read whole (bounded)
+APPLIED = (
+    "surrogate.applied"  # mint, sign: {credential name: "token_minted" | "token_cached" | "hmac_signed"}
+)
 PATH = "surrogate.path"
 ANSWERED = "surrogate.answered"  # errorpage: the status of the answer written for mitmproxy's refusal
 

@@ -36,6 +36,17 @@ A client connection that sends its requests without a CONNECT (absolute-form ``h
 belongs to the claim and token of its latest authenticated request, and the poll closes it once
 those no longer hold, so that a response still streaming (SSE, a long download, a WebSocket)
 ends with its claim, as inside a tunnel; before, only the next request was refused.
+
+Fleet store staleness (issue 14, :mod:`proxy.store.freshness`), decided: while the node's copy of
+the store is past its bound (``stale``) or was never read (``never_synced``), every request and
+CONNECT of a *store* claim is refused (503 ``store_stale`` / ``store_never_synced``, with
+``Retry-After: 1``), credentialed or not: the claim, its token and its credentials are all store
+data the node cannot know current (a claim may have been deleted for abuse). A request naming
+a claim the node does not know (explicit mode) or from a source no claim holds (transparent)
+gets the same answer instead of 407 / ``unknown_source``, since the claim may exist in the store.
+The poll closes store claims' open tunnels and streams once the node is stale. Rules-file claims
+are served as ever: their rules, tokens and ``file:``/``env:`` values are local (budgets they
+count in the store still fail closed, ``credential_budget_spent``).
 """
 
 from __future__ import annotations
@@ -54,6 +65,7 @@ from proxy.core.errors import HostError
 from proxy.core.hosts import canonical_host
 from proxy.core.policy import Claim
 from proxy.engine.state import State
+from proxy.store.freshness import NEVER_SYNCED
 
 
 @dataclass(frozen=True, slots=True)
@@ -129,13 +141,37 @@ class Identify:
             watched = [*self.tunnels.items(), *self.direct.items()]
             self._close({c for c, t in watched if t.claim_id in revoked})
 
+    def _stale_refusal(self, flow: http.HTTPFlow, claim: Claim | None, named: str | None) -> bool:
+        """Refuse ``flow`` (True) when the store copy is stale or never synced and the request
+        is a store claim's, or names (``named``) a claim this node does not know."""
+        state = self.state.registry.stale()
+        if state is None:
+            return False
+        if claim is not None and claim.origin != "store":
+            return False
+        if claim is None and (named is None or named in self.state.policy.claims):
+            return False
+        if state == NEVER_SYNCED:
+            reason = Reason.STORE_NEVER_SYNCED
+            why = "this proxy node has not read the credential store since it started: store claims unknown"
+        else:
+            reason = Reason.STORE_STALE
+            why = "this proxy node cannot read the credential store and its copy is past the staleness bound"
+        decision = deny(reason, f"{why} (retry later)", status=503)
+        facts.refuse(flow, decision, {"Retry-After": "1"})
+        return True
+
     def _revoked_tunnels(self) -> set[str]:
         """Client ids of tunnels that may no longer carry requests (:func:`_still_valid`; each
-        claim and token checked once per poll)."""
+        claim and token checked once per poll); every store claim's while the store is stale."""
         checked: dict[tuple[str, str, tuple[int, float] | None], bool] = {}
         out = set()
         registry = self.state.registry
+        stale = registry.stale() is not None
         for client_id, tunnel in [*self.tunnels.items(), *self.direct.items()]:
+            if stale and tunnel.origin == "store":
+                out.add(client_id)
+                continue
             key = (tunnel.claim_id, tunnel.token, tunnel.generation)
             if key not in checked:
                 claim = registry.claim(tunnel.claim_id)
@@ -156,7 +192,11 @@ class Identify:
         identified when they opened."""
         now: dict[str, SourceClaim] = {}
         out = set()
+        stale = self.state.registry.stale() is not None
         for client_id, (address, then) in list(self.sources.items()):
+            if stale and then is not None and then[1] == "store":
+                out.add(client_id)
+                continue
             if address not in now:
                 now[address] = self._source_claim(address)
             if now[address] != then:
@@ -220,7 +260,10 @@ class Identify:
         flow.metadata[facts.REQUEST_ID] = flow.id
         self._refresh()
         claim = self._authenticate(flow)
+        named = _named(flow)
         _strip_proxy_headers(flow)
+        if self._stale_refusal(flow, claim, named):
+            return
         if claim is None:
             self._refuse_auth(flow)
             return
@@ -251,6 +294,8 @@ class Identify:
             flow.metadata[facts.ORIGINAL_DST] = (flow.request.host, flow.request.port)
             peer = flow.client_conn.peername
             claim = self.state.registry.claim_for_source(peer[0]) if peer else None
+            if self._stale_refusal(flow, claim, "" if claim is None else None):
+                return
             if claim is None:
                 who = peer[0] if peer else "unknown"
                 facts.refuse(flow, deny(Reason.UNKNOWN_SOURCE, f"source address {who} belongs to no claim"))
@@ -269,6 +314,7 @@ class Identify:
             flow.metadata[facts.CLAIM] = claim
             return
         tunnel = self.tunnels.get(flow.client_conn.id)
+        named = None
         if tunnel is not None:
             claim = self.state.registry.claim(tunnel.claim_id)
             if not _still_valid(claim, tunnel, self.state.registry.generation(tunnel.claim_id)):
@@ -276,7 +322,10 @@ class Identify:
             flow.metadata[facts.AUTHORITY] = tunnel.authority
         else:
             claim = self._authenticate(flow)
+            named = _named(flow)
         _strip_proxy_headers(flow)
+        if self._stale_refusal(flow, claim, named):
+            return
         if claim is None:
             self._refuse_auth(flow)
             return
@@ -287,6 +336,12 @@ class Identify:
         self.direct.pop(client.id, None)
         self.sources.pop(client.id, None)
         self._tokens.pop(client.id, None)
+
+
+def _named(flow: http.HTTPFlow) -> str | None:
+    """The claim id the request's Proxy-Authorization names, if it names one."""
+    creds = _credentials(flow.request.headers.get("Proxy-Authorization", ""))
+    return creds[0] if creds else None
 
 
 def _strip_proxy_headers(flow: http.HTTPFlow) -> None:

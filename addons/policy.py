@@ -104,6 +104,14 @@ class Policy:
         else:
             flow.metadata[facts.ALLOWED_BY] = decision.rule
 
+    def recheck(self, flow: http.HTTPFlow, pool_name: str) -> Decision:
+        """The rules in force now, on a request they decided once (addons/approve.py: a held
+        request, as of its approval). KeyError when the pool is no longer defined."""
+        try:
+            return self._decide(flow, pool_name)
+        except HostError as e:
+            return deny(Reason.AUTHORITY_MISMATCH, str(e), status=400)
+
     def _decide(self, flow: http.HTTPFlow, pool_name: str) -> Decision:
         req = flow.request
         authority = flow.metadata.get(facts.AUTHORITY)

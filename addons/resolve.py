@@ -58,36 +58,7 @@ class Resolve:
     async def _checked(
         self, name: str, port: int, prefer: str | None = None, allow: tuple[Network, ...] = ()
     ) -> tuple[str | None, str]:
-        """(checked IP, "") or (None, why not). ``prefer``: the address to use when it is one of
-        the name's addresses (transparent mode: where the sandbox connected); ``allow``: special
-        networks the pool may reach."""
-        pinned = self.state.pins.get(name)
-        if pinned is not None:
-            addresses = [pinned]
-        else:
-            try:
-                infos = await asyncio.get_running_loop().getaddrinfo(name, port, type=socket.SOCK_STREAM)
-            except (OSError, UnicodeError) as e:
-                return None, f"cannot resolve {name}: {getattr(e, 'strerror', None) or type(e).__name__}"
-            addresses = list(dict.fromkeys(str(info[4][0]) for info in infos))
-        ips = [ipaddress.ip_address(a.split("%", 1)[0]) for a in addresses]
-        if not ips:
-            return None, f"cannot resolve {name}: no address"
-        if port in self.state.own_ports and any(_is_local(ip) for ip in ips):
-            return None, f"{name}:{port} is one of surrogate's own listeners"
-        if pinned is None:
-            for ip in ips:
-                why = special(ip)
-                if why is not None and not allowed_by(ip, allow):
-                    return (
-                        None,
-                        f"special: {name} resolves to {ip}, {why}; the pool's allow_cidrs does not allow it",
-                    )
-        if prefer is not None:
-            if ipaddress.ip_address(prefer) in ips:
-                return prefer, ""
-            return None, f"not an address of {name}"
-        return str(ips[0]), ""
+        return await checked(self.state, name, port, prefer, allow)
 
     async def requestheaders(self, flow: http.HTTPFlow) -> None:
         if flow.response or flow.error:
@@ -203,6 +174,43 @@ class Resolve:
         for table in (self._pinned, self._sni):
             for key in [k for k in table if k[0] == client.id]:
                 del table[key]
+
+
+async def checked(
+    state: State, name: str, port: int, prefer: str | None = None, allow: tuple[Network, ...] = ()
+) -> tuple[str | None, str]:
+    """(checked IP, "") or (None, why not), for a connection to ``name``:``port``; also the
+    token requests of addons/mint.py, so they take the same path as any upstream request.
+    ``prefer``: the address to use when it is one of the name's addresses (transparent mode:
+    where the sandbox connected); ``allow``: special
+    networks the pool may reach."""
+    pinned = state.pins.get(name)
+    if pinned is not None:
+        addresses = [pinned]
+    else:
+        try:
+            infos = await asyncio.get_running_loop().getaddrinfo(name, port, type=socket.SOCK_STREAM)
+        except (OSError, UnicodeError) as e:
+            return None, f"cannot resolve {name}: {getattr(e, 'strerror', None) or type(e).__name__}"
+        addresses = list(dict.fromkeys(str(info[4][0]) for info in infos))
+    ips = [ipaddress.ip_address(a.split("%", 1)[0]) for a in addresses]
+    if not ips:
+        return None, f"cannot resolve {name}: no address"
+    if port in state.own_ports and any(_is_local(ip) for ip in ips):
+        return None, f"{name}:{port} is one of surrogate's own listeners"
+    if pinned is None:
+        for ip in ips:
+            why = special(ip)
+            if why is not None and not allowed_by(ip, allow):
+                return (
+                    None,
+                    f"special: {name} resolves to {ip}, {why}; the pool's allow_cidrs does not allow it",
+                )
+    if prefer is not None:
+        if ipaddress.ip_address(prefer) in ips:
+            return prefer, ""
+        return None, f"not an address of {name}"
+    return str(ips[0]), ""
 
 
 def _refusal(why: str, flow: http.HTTPFlow) -> Decision:

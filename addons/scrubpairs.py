@@ -11,6 +11,7 @@ from typing import Any
 from proxy.core.errors import SecretUnavailable
 from proxy.core.policy import Claim
 from proxy.core.scrub import Compiled, compile_pairs
+from proxy.core.sigv4 import sigv4_pairs
 from proxy.engine.state import State
 from proxy.store.live import live_values
 from proxy.store.registry import StoreValue
@@ -18,11 +19,13 @@ from proxy.store.registry import StoreValue
 
 def pairs(claim: Claim, now: float) -> list[tuple[bytes, bytes]]:
     """Every live value of every credential (proxy.store.live), each with its credential's placeholder."""
-    return [
-        (secret.reveal().encode(), c.placeholder.encode())
-        for c in claim.credentials
-        for secret in live_values(c, now)
-    ]
+    out = []
+    for c in claim.credentials:
+        for secret in live_values(c, now):
+            if c.sigv4 is not None:  # the real key id, secret key and token, each to its placeholder
+                out += sigv4_pairs(secret.reveal(), c.placeholder, c.sigv4)
+            out.append((secret.reveal().encode(), c.placeholder.encode()))
+    return out
 
 
 _CLAIMS_KEPT = 256

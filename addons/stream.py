@@ -44,6 +44,10 @@ class Stream:
     def requestheaders(self, flow: http.HTTPFlow) -> None:
         if flow.response or flow.error or facts.HOOK in flow.metadata:  # a hook reads its body whole
             return
+        if flow.metadata.get(facts.WHOLE_BODY) or "surrogate.sigv4_hold" in flow.metadata:
+            # a signed body is read whole, bounded (addons/sign.py, addons/sigv4.py)
+            flow.metadata.setdefault(facts.BYTES, [0, 0])
+            return
         counts = flow.metadata.setdefault(facts.BYTES, [0, 0])
         inner = flow.request.stream
         flow.request.stream = _counting(counts, inner) if callable(inner) else _counter(counts, 0)

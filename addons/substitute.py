@@ -120,10 +120,13 @@ class Substitute:
             req.headers.fields = tuple(outcome.fields)
         if outcome.target is not None:
             req.data.path = outcome.target
-        flow.metadata[facts.USED] = dict(outcome.used)
+        flow.metadata.setdefault(facts.USED, {}).update(outcome.used)  # addons/sigv4.py may have signed
         if outcome.used:
             self.state.registry.record_use(claim, list(outcome.used), now)
-        if claim.by_placeholder and not _bodiless(req):
+        # a body that addons/sigv4.py signs (hashed whole, or re-signed chunk by chunk) is not
+        # swapped: a swap would break its signature
+        signs_body = "surrogate.sigv4_hold" in flow.metadata or "surrogate.sigv4_streamed" in flow.metadata
+        if claim.by_placeholder and not _bodiless(req) and not signs_body:
             how = bodies.kind(req.headers.get("content-type", ""))
             counted = set(outcome.used)  # the head's swaps were counted against budgets above
 

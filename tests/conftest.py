@@ -4,32 +4,101 @@ Every secret value a test handed to a proxy came from :mod:`canary`. When the se
 file under pytest's basetemp (audit logs, stores and their -wal/-shm, stderr captures, CA dirs,
 git clones, client outputs) is scanned for each of them in raw, base64, percent and JSON-escaped
 forms; only the files registered as a secret's source are skipped. A hit fails the session.
+
+Under pytest-xdist (``make test`` runs ``-n 2``) the canaries live in the worker that made them:
+each worker scans its own basetemp (``<basetemp>/popen-gwN``, where every file its tests wrote
+is) and sends what it found to the controller in ``workeroutput``; the controller prints every
+worker's line and fails the session on a hit, or when a worker ended without sending its scan
+(crashed: fail closed). A module's tests run in one worker, in order; the modules that make
+network namespaces run in one worker (``pytest_xdist_make_scheduler``): their sysctls, bridges and
+fixed address ranges are not shared.
 """
 
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import canary
 import pytest
 from pg import pg_cluster  # noqa: F401  (the session's private PostgreSQL: tests/pg.py)
 
+pytest_plugins = ["pytester"]  # tests/test_canary.py runs an inner session under xdist
+_worker_scans: dict[str, dict[str, Any] | None] = {}  # the controller's: worker id -> its scan
 
-@pytest.hookimpl(tryfirst=True)  # before the tmp_path plugin may clean basetemp up
-def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+
+_netns_module: dict[str, bool] = {}
+
+
+def _scope(rootpath: Path, nodeid: str) -> str:
+    """The unit an xdist worker takes whole: the test's module, or ``netns`` for every module that
+    makes network namespaces (its source says ``netns``: tests/e2e/_netns.py's and
+    test_transparent.py's own, in the root namespace), so those run in one worker, in turn."""
+    module = nodeid.split("::", 1)[0]
+    if module not in _netns_module:
+        path = rootpath / module
+        _netns_module[module] = path.suffix == ".py" and "netns" in path.read_text(errors="replace")
+    return "netns" if _netns_module[module] else module
+
+
+def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
+    """Each module's tests run in one worker, in order (a module's ``test_zz_*`` tests read what
+    its module-scoped proxy counted), and the namespace modules in one worker. A scheduler rather
+    than ``xdist_group`` marks: with pytest 9.2 and xdist 3.8 ``--dist loadgroup`` split a marked
+    module across workers here (tried on a two-module example), while a scope scheduler does not."""
+    from xdist.scheduler import LoadScopeScheduling
+
+    class ModuleScheduling(LoadScopeScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            return _scope(config.rootpath, nodeid)
+
+    return ModuleScheduling(config, log)
+
+
+def _scan(session: pytest.Session) -> dict[str, Any] | None:
     factory = getattr(session.config, "_tmp_path_factory", None)
     basetemp: Path | None = getattr(factory, "_basetemp", None)  # None: no test used a temp dir
     if basetemp is None or not canary.values():
-        return
+        return None
     hits = canary.scan_tree(basetemp, canary.values(), canary.exempted())
+    return {"values": len(canary.values()), "exempted": len(canary.exempted()),
+            "root": str(basetemp), "hits": hits}  # fmt: skip
+
+
+def pytest_testnodedown(node: Any, error: object) -> None:
+    """(xdist controller) A worker ended: keep its scan, None when it sent none."""
+    output = getattr(node, "workeroutput", None) or {}
+    _worker_scans[str(node.gateway.id)] = output.get("canary_scan", {"missing": True})
+
+
+@pytest.hookimpl(tryfirst=True)  # before the tmp_path plugin may clean basetemp up
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    workeroutput = getattr(session.config, "workeroutput", None)
+    if workeroutput is not None:  # an xdist worker: the controller reports and fails
+        workeroutput["canary_scan"] = _scan(session)
+        return
+    scans = dict(_worker_scans) if _worker_scans else {"": _scan(session)}
+    lines: list[tuple[str, bool]] = []
+    failed = False
+    for worker, scan in sorted(scans.items()):
+        who = f"[{worker}] " if worker else ""
+        if scan is None:
+            continue  # no canary made, or no temp dir used: nothing to scan
+        if scan.get("missing"):
+            lines.append((f"{who}ended without its canary scan: the session fails closed", True))
+            failed = True
+            continue
+        hits = scan["hits"]
+        lines.append((
+            f"{who}{scan['values']} canary secrets, {scan['exempted']} source files exempted, "
+            f"every file under {scan['root']} scanned: {len(hits)} found", bool(hits),
+        ))  # fmt: skip
+        lines += [(f"  LEAK {hit}", True) for hit in hits]
+        failed = failed or bool(hits)
     reporter = session.config.pluginmanager.get_plugin("terminalreporter")
-    if reporter is not None:
-        reporter.write_sep("=", "canary scan", red=bool(hits), green=not hits)
-        reporter.write_line(
-            f"{len(canary.values())} canary secrets, {len(canary.exempted())} source files exempted, "
-            f"every file under {basetemp} scanned: {len(hits)} found"
-        )
-        for hit in hits:
-            reporter.write_line(f"  LEAK {hit}", red=True)
-    if hits:
+    if reporter is not None and lines:
+        reporter.write_sep("=", "canary scan", red=failed, green=not failed)
+        for text, red in lines:
+            reporter.write_line(text, red=red)
+    if failed:
         session.exitstatus = pytest.ExitCode.TESTS_FAILED

@@ -33,6 +33,19 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
+_held: list[socket.socket] = []  # dead_port's sockets, open until the process ends
+
+
+def dead_port() -> int:
+    """A loopback port where a connect is refused, held for the session: the socket is bound but
+    never listens (Linux answers a SYN to it with RST), so no other test, nor another xdist
+    worker's server, can take the port between the choice and the refused connect."""
+    s = socket.socket()
+    s.bind(("127.0.0.1", 0))
+    _held.append(s)
+    return int(s.getsockname()[1])
+
+
 class ProxyProcess:
     def __init__(
         self,

@@ -12,6 +12,11 @@ files and WAL are scanned for every canary secret of the session: a hit fails th
 Tests skip, saying why, only when the binaries are absent (``.ci/run`` installs the Debian
 package ``postgresql``). :meth:`Cluster.database` gives each test a fresh database and its URL
 (the password in a ``password_file``, never in the URL).
+
+A test that stops the server (an outage) takes :func:`own_pg_cluster` instead: a cluster of its
+own, made and scanned the same way (:func:`private_cluster`), so the session's cluster is never
+stopped under the other tests. :meth:`Cluster.stop` and :meth:`Cluster.start` stop it (fast
+shutdown, by PID) and start it again on the same port and data directory.
 """
 
 from __future__ import annotations
@@ -26,6 +31,7 @@ import subprocess
 import tempfile
 import time
 from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from urllib.parse import urlsplit
@@ -135,6 +141,20 @@ def _make_root(as_root: bool) -> Path:
 
 @pytest.fixture(scope="session")
 def pg_cluster() -> Iterator[Cluster]:
+    with private_cluster() as cluster:
+        yield cluster
+
+
+@pytest.fixture
+def own_pg_cluster() -> Iterator[Cluster]:
+    """A cluster for one test only (one that stops and starts the server)."""
+    with private_cluster() as cluster:
+        yield cluster
+
+
+@contextmanager
+def private_cluster() -> Iterator[Cluster]:
+    """A new cluster, started; stopped, scanned for canaries and deleted at the end (module docstring)."""
     bindir = binaries()
     if bindir is None:
         pytest.skip("PostgreSQL server binaries (initdb, pg_ctl) not installed: apt-get install postgresql")

@@ -20,7 +20,7 @@ from typing import Any
 
 import httpx
 import pytest
-from harness import ROOT, ProxyProcess, free_port
+from harness import ROOT, ProxyProcess, dead_port
 from jsonschema import Draft202012Validator
 from ocsf_check import ocsf_errors
 from servers import TestCA, Upstream
@@ -268,7 +268,7 @@ class World:
         self.ca = TestCA(tmp)
         names = ["api.test", "other.test", "opaque.test", "dead.test"]
         self.upstream = Upstream(self.ca, names, tmpdir=tmp).start()
-        port, self.dead_port = self.upstream.port, free_port()  # nobody listens on dead_port
+        port, self.dead_port = self.upstream.port, dead_port()  # bound, never listening
         rules = tmp / "rules.yaml"
         rules.write_text(
             textwrap.dedent(

@@ -60,3 +60,73 @@ def test_assert_absent_names_the_artifact() -> None:
     with pytest.raises(AssertionError, match="client bytes: CANARYself"):
         assert_absent({"client bytes": VALUE.encode()}, [VALUE])
     assert_absent({"client bytes": b"clean"}, [VALUE])
+
+
+OTHER = "canary-not-spelled-like-the-others-0123456789"  # as tests/unit/store registers one
+
+
+@pytest.mark.parametrize("offset", [0, 1, 7, 33, 65])
+@pytest.mark.parametrize("form", ["raw", "base64+1", "json-escaped"])
+def test_a_form_across_a_read_chunk_boundary_is_found(tmp_path: Path, offset: int, form: str) -> None:
+    """The scan streams files in chunks: a form that starts ``offset`` bytes before a chunk ends
+    is still found (the chunks overlap by the longest form less one byte)."""
+    chunk = 4096
+    spelled = forms(VALUE)[form]
+    path = tmp_path / "big.bin"
+    path.write_bytes(b"\0" * (chunk - offset) + spelled + b"\xff" * chunk)
+    from canary import _Index
+
+    assert _Index([VALUE, OTHER]).find_file(path, chunk=chunk) == [f"CANARYself… as {form}"]
+
+
+def test_many_values_of_unlike_spellings_each_found_in_their_file(tmp_path: Path) -> None:
+    """One automaton for every form of every value: values that share no prefix (a registered
+    constant beside ``CANARY…`` ones) are each found, in the file that holds them only."""
+    values = [f"CANARYmany{i:03d}{'ab' * 12}" for i in range(300)] + [OTHER]
+    for i in (0, 150, 299):
+        (tmp_path / f"f{i}").write_bytes(b"x" + base64.b64encode(b"k:" + values[i].encode()) + b"y")
+    (tmp_path / "other").write_text(json.dumps({"v": quote(OTHER, safe="")}))
+    (tmp_path / "clean").write_bytes(b"CANARYmany" * 1000)
+    hits = scan_tree(tmp_path, values)
+    assert sorted(h.split(": ")[0].rsplit("/", 1)[1] for h in hits) == ["f0", "f150", "f299", "other"]
+
+
+def test_identical_files_are_each_reported(tmp_path: Path) -> None:
+    """Binary-identical files are searched once, but every one of them is reported."""
+    for name in ("one", "two", "three"):
+        (tmp_path / name).write_text(f"token={VALUE}")
+    (tmp_path / "clean").write_text("token=none")
+    hits = scan_tree(tmp_path, [VALUE])
+    assert sorted(h.split(": ")[0].rsplit("/", 1)[1] for h in hits) == ["one", "three", "two"]
+
+
+_INNER = '''
+import canary
+
+def test_writes(tmp_path):
+    (tmp_path / "out.log").write_text("token=" + canary.make("inner{leak}"))
+
+def test_other(tmp_path):
+    (tmp_path / "clean.log").write_text("nothing")
+'''
+
+
+def test_the_scan_covers_every_xdist_worker_and_fails_the_session(pytester: pytest.Pytester) -> None:
+    """Under ``-n 2`` the canaries and the files are the workers'; a worker's exit status is
+    ignored by xdist's controller. A file a worker's test wrote with a canary fails the session
+    and is named (the clean case is every ``make test`` run: the controller prints each worker's
+    line)."""
+    leak = True
+    here = Path(__file__).parent
+    for name in ("conftest.py", "canary.py", "pg.py"):
+        (pytester.path / name).write_text((here / name).read_text())
+    body = _INNER.replace("{leak}", "") if leak else _INNER.replace('canary.make("inner{leak}")', '"none"')
+    body = "import canary\ncanary.make('unused')\n" + body  # every worker has a canary to scan for
+    pytester.makepyfile(test_inner=body)
+    result = pytester.runpytest_subprocess("-n", "2", "-p", "no:cacheprovider", "-q")
+    out = result.stdout.str()
+    assert "[gw" in out and "canary secrets" in out, out
+    if leak:
+        assert result.ret == pytest.ExitCode.TESTS_FAILED and "LEAK" in out and "out.log" in out, out
+    else:
+        assert result.ret == pytest.ExitCode.OK and "LEAK" not in out, out

@@ -181,6 +181,13 @@ def explain(
     if not request.allowed:
         return Explanation(**steps, verdict=request, request=request, notes=tuple(notes))
 
+    ask = request.rule.approve if request.rule is not None else None
+    if ask is not None and ask.asks(method, target):  # addons/approve.py holds it
+        notes.append(
+            f"asks for approval: rule {request.rule.id if request.rule else ''} holds this request "
+            f"until an operator approves it (timeout {ask.timeout:g} s, scopes {', '.join(ask.scopes)}; "
+            "a matching grant lets it through without asking)"
+        )
     proxy_view = stand_in(claim)
     target_bytes = target.encode("utf-8")
     notes += unregistered(fields, target_bytes, claim)
@@ -205,10 +212,32 @@ def explain(
             "(else 503 credential_unavailable) is not checked (--check-sources reads the rules "
             "file's sources once, when it is loaded)"
         )
+    notes += _kinds(claim, host, tunnelled)
     return Explanation(
         **steps, verdict=request, request=request, placements=tuple(placed),
         carried=tuple(outcome.carried), notes=tuple(notes),
     )  # fmt: skip
+
+
+def _kinds(claim: Claim, host: str, tls: bool) -> list[str]:
+    """What credentials of kind oauth_client and hmac would do here (issue 15), never a value."""
+    out = []
+    for c in claim.credentials:
+        if not (tls and c.bound_to(host)):
+            continue
+        if c.mint is not None:
+            out.append(
+                f"credential {c.name!r} (kind oauth_client): surrogate mints an access token at "
+                f"{c.mint.spec.token_url} (grant {c.mint.spec.grant}) and injects it; if none can be "
+                "minted the request is refused 502 token_mint_failed"
+            )
+        if c.sign is not None:
+            parts = " + ".join(c.sign.parts)
+            out.append(
+                f"credential {c.name!r} (kind hmac): surrogate sets {c.sign.timestamp_header} and "
+                f"{c.sign.header} ({c.sign.algorithm}, {c.sign.encoding}, over {parts})"
+            )
+    return out
 
 
 def _no_pool(claim: Claim, notes: list[str]) -> Decision:
@@ -243,6 +272,14 @@ def _connect(
             **base, host=host, verdict=connect, connect=connect, tunnel="opaque", notes=tuple(notes)
         )
     base["event"] = "request"
+    for c in claim.credentials:  # kind aws_sigv4: signed, not swapped (addons/sigv4.py)
+        if c.sigv4 is not None and c.bound_to(host):
+            a = c.sigv4.allowed
+            notes.append(
+                f"credential {c.name} (kind aws_sigv4): a request signed with its placeholder keys is "
+                "verified and re-signed with the real key, for regions "
+                f"{', '.join(sorted(a.regions))} and services {', '.join(sorted(a.services))}"
+            )
     return Explanation(**base, host=host, verdict=connect, connect=connect, tunnel="intercepted")
 
 

@@ -57,7 +57,7 @@ def _parser() -> argparse.ArgumentParser:
     serve.add_run(sub, state)
     serve.add_control(sub, state)
     client.add_commands(sub, state)
-    for name in ("claims", "creds"):
+    for name in ("claims", "creds", "approvals"):
         sub.choices[name].set_defaults(handler=client.run_command)
     sandbox.add_env(sub, state)
     sandbox.add_transparent_rules(sub)

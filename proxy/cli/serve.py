@@ -147,7 +147,7 @@ def supervise(args: argparse.Namespace, argv: list[str]) -> int:
     ca.ensure_ca(args.state_dir)
     ca.write_sandbox_bundle(args.state_dir, None)  # the bundle the banner names
     ca.write_upstream_bundle(args.state_dir, args.upstream_ca)  # names a bad --upstream-ca once
-    open_store(args.state_dir, args.store, args.key_file).close()
+    open_store(args.state_dir, args.store, args.key_file, wait=False).close()
     table = args.state_dir / counters.FILENAME
     counters.SharedCounters.create(table, args.workers)  # empty: no count outlives the node
     shared = counters.SharedCounters.open(table, 0)
@@ -193,7 +193,8 @@ def run_proxy(args: argparse.Namespace) -> int:
         counters.SharedCounters.create(table, 1)  # the node is this one process
     shared = counters.SharedCounters.open(table, worker or 0)
     shared.release_worker(worker or 0)  # a worker restarted in a dead one's place starts at zero
-    with open_store(args.state_dir, args.store, args.key_file) as store:
+    # a fleet node starts without its database: it refuses store claims until its first read
+    with open_store(args.state_dir, args.store, args.key_file, wait=False) as store:
         config = RunConfig(
             state=State(Registry(policy, store), dict(args.resolve), counters=shared),
             state_dir=args.state_dir,

@@ -38,6 +38,8 @@ _BY_STAGE: dict[str, dict[Reason, str]] = {
         Reason.PROXY_AUTH_REQUIRED: "the proxy credential was missing or wrong",
         Reason.UNKNOWN_SOURCE: "the source address belongs to no claim (transparent mode)",
         Reason.WRONG_INTERFACE: "the connection arrived on another interface than its claim's",
+        Reason.STORE_STALE: "the node's copy of the fleet store was past its staleness bound",
+        Reason.STORE_NEVER_SYNCED: "the node had not yet read the fleet store since it started",
     },
     "request checks": {
         Reason.AUTHORITY_MISMATCH: "the CONNECT host, SNI, Host header or target authority disagreed",
@@ -63,6 +65,15 @@ _BY_STAGE: dict[str, dict[Reason, str]] = {
         Reason.CREDENTIAL_BUDGET_SPENT: "the credential's max_requests were used up (counted in the store)",
         Reason.CREDENTIAL_UNAVAILABLE: "the credential's value source could not be read then",
     },
+    "signing and minting": {
+        Reason.TOKEN_MINT_FAILED: "the oauth_client credential's token endpoint gave no access token",
+        Reason.SIGV4_BAD_SIGNATURE: "the SigV4 signature was not made with the placeholder secret key",
+        Reason.SIGV4_SCOPE_REFUSED: "the SigV4 region or service is outside the credential's allowed set",
+        Reason.SIGV4_UNSIGNED: "the request to an aws_sigv4 host carried no SigV4 signature",
+        Reason.SIGV4_WRONG_KEY: "the SigV4 access key id was not the claim's placeholder for that host",
+        Reason.SIGV4_MALFORMED: "the SigV4 signature or its body could not be read (or was too large)",
+        Reason.SIGV4_BAD_CHUNK: "an aws-chunked chunk's signature did not chain on the placeholder's",
+    },
     "connecting": {
         Reason.UNRESOLVABLE: "the destination name did not resolve",
         Reason.SPECIAL_ADDRESS: "the name resolved to a special-purpose address not in allow_cidrs",
@@ -73,6 +84,10 @@ _BY_STAGE: dict[str, dict[Reason, str]] = {
         Reason.CLIENT_CLOSED: "the client hung up: after the last whole event of a stream, or mid-response",
         Reason.UNSCANNABLE_RESPONSE: "the response body could not be scanned for secrets: not passed",
     },
+    "approval": {
+        Reason.APPROVAL_DENIED: "an operator denied the held request (or the rules in force then refused it)",
+        Reason.APPROVAL_TIMEOUT: "nobody approved the held request before its ask rule's timeout",
+    },
     "hook route": {
         Reason.HOOK_ANSWERED: "a hook route's command answered; the upstream was not contacted",
         Reason.HOOK_TIMEOUT: "the hook route's command ran past its timeout",
@@ -81,7 +96,7 @@ _BY_STAGE: dict[str, dict[Reason, str]] = {
 }
 STAGES = {r: (stage, said) for stage, rows in _BY_STAGE.items() for r, said in rows.items()}
 # Reached only once the egress rules allowed the request: the replay must allow it too.
-_AFTER_STAGES = ("substitution", "connecting", "response", "hook route")
+_AFTER_STAGES = ("substitution", "signing and minting", "connecting", "response", "hook route", "approval")
 _AFTER_EGRESS = {r.value for r, (stage, _) in STAGES.items() if stage in _AFTER_STAGES}
 _AFTER_EGRESS |= {Reason.HOOK_POOL_LIMIT.value, Reason.HOOK_NODE_LIMIT.value}  # a hook route matched
 _EGRESS = {r.value for r in EGRESS}

@@ -43,7 +43,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.routing import Match
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from proxy.control import routes
+from proxy.control import routes, ui
 from proxy.control.apiedge import (
     allowed_authorities,
     encoded_slash_field,
@@ -141,13 +141,16 @@ def make_app(
     listen: tuple[str, int] | None = None,
     readiness: Readiness | None = None,
     names: Sequence[str] = (),
+    tls: bool = False,
 ) -> FastAPI:
     """The API for one listener. ``operator_token``: required as a Bearer token (TCP listener);
     None: no token (the 0600 Unix socket). ``listen``: the TCP listener's address, required with
     a token: ``Host`` (and ``Origin`` when sent) must name it or one of ``names``, else 403
     (:mod:`proxy.control.apiedge`).
     ``/metrics`` serves ``control.metrics``; ``/readyz`` answers ``readiness`` (default: ready while
-    the store answers, for this host's name). Raises ValueError for a token without ``listen``."""
+    the store answers, for this host's name). With a token, the operator's approvals page is
+    served under ``/ui/`` (:mod:`proxy.control.ui`, which checks the token or its own session
+    cookie itself; ``tls``: the cookie is Secure). Raises ValueError for a token without ``listen``."""
     if operator_token is not None and listen is None:
         raise ValueError("a TCP control listener needs its own address for the Host check")
     authorities = allowed_authorities(*listen, names) if listen is not None else None
@@ -169,7 +172,7 @@ def make_app(
                     "(a browser page under another name cannot reach the control API)",
                     bad,
                 )
-        if operator_token is not None and request.url.path not in _PROBES:
+        if operator_token is not None and request.url.path not in _PROBES and not _ui(request.url.path):
             given = request.headers.get("authorization", "")
             scheme, _, token = given.partition(" ")
             if scheme.lower() != "bearer" or not hmac.compare_digest(
@@ -237,4 +240,11 @@ def make_app(
         return response
 
     routes.add_routes(app, control, who, ready)
+    if operator_token is not None:
+        ui.add_ui_routes(app, control, operator_token, tls)
     return app
+
+
+def _ui(path: str) -> bool:
+    """The approvals page's paths: they authenticate by the token or a session cookie themselves."""
+    return path == "/ui" or path.startswith("/ui/")

@@ -17,11 +17,14 @@ from typing import Any
 
 import httpx
 
+from proxy.control import approvalclient
+
 
 def add_commands(sub: Any, state: argparse.ArgumentParser) -> None:
     sock = argparse.ArgumentParser(add_help=False, parents=[state])
     sock.add_argument("--socket", type=Path, help="control socket (default: <state dir>/control.sock)")
 
+    approvalclient.add(sub, sock)  # surrogate approvals ... (issue 16)
     claims = sub.add_parser("claims", help="claims of the control API")
     cs = claims.add_subparsers(dest="action", required=True)
     create = cs.add_parser("create", parents=[sock], help="create a claim; prints its proxy token once")
@@ -141,6 +144,8 @@ def run_command(args: argparse.Namespace) -> int:
 
 def _request(args: argparse.Namespace) -> tuple[str, str, dict[str, Any] | None, dict[str, str]]:
     headers = {"If-Match": f'"{args.if_match}"'} if getattr(args, "if_match", None) else {}
+    if args.command == "approvals":
+        return approvalclient.request(args)
     if args.command == "claims":
         base = "/v1/claims"
         if args.action == "create":

@@ -15,10 +15,13 @@ balancer or a Kubernetes readiness probe, which routes only to ready nodes. Read
   the store's change counter as this node reads it (SQLite: it moves on every change, and each
   process counts from its own start).
 
-Decided for the fleet store (PostgreSQL, issue 14): ready will also mean **synced**: the node has
-read the shared store at least once, its copy is within the staleness bound, and
-``store_version`` is the fleet-wide version that copy is at. A node that has never synced, or
-whose copy is past the bound, will answer 503 (reasons ``never_synced``, ``stale``).
+With the fleet store (PostgreSQL, issue 14) and a proxy node's registry (``registry``), ready
+means **synced** instead: the node has read the shared store at least once and its copy is
+within the staleness bound (:mod:`proxy.store.freshness`; the copy is kept current by the
+revocation poll, every 0.2 s, so the probe itself never waits for the database), and
+``store_version`` is the fleet-wide version that copy is at. A node that has never synced
+answers 503 ``never_synced``, one whose copy is past the bound 503 ``stale``. Within the bound
+while the database is down it stays ready: it serves its last-known-good copy, as do the others.
 
 The answer never holds a secret, a claim or a credential name; the failure message names only
 the error's type (a driver's message may quote a connection string).
@@ -28,9 +31,12 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass
-from typing import Any, Literal, Protocol
+from typing import TYPE_CHECKING, Any, Literal, Protocol
 
 from pydantic import BaseModel
+
+if TYPE_CHECKING:
+    from proxy.store.registry import Registry
 
 log = logging.getLogger("surrogate")
 
@@ -51,6 +57,7 @@ class Readiness:
     node: str
     listening: bool = True
     stopping: bool = False
+    registry: Registry | None = None  # a proxy node's: readiness is its copy's freshness
 
     def check(self) -> tuple[int, dict[str, Any]]:
         """(HTTP status, JSON body) as described in the module docstring."""
@@ -58,6 +65,14 @@ class Readiness:
             return self._not("stopping", "the node is shutting down")
         if not self.listening:
             return self._not("starting", "the proxy's listeners are not up yet")
+        registry = self.registry
+        if registry is not None and registry.store is not None and registry.freshness.bound is not None:
+            state = registry.stale()
+            if state == "never_synced":
+                return self._not(state, "the node has not read the credential store since it started")
+            if state == "stale":
+                return self._not(state, "the node's copy of the credential store is past its staleness bound")
+            return 200, {"ready": True, "node": self.node, "store_version": registry.freshness.version}
         try:
             version = self.store.data_version()
         except Exception as e:  # any failure of the store means: not ready (fail closed)
@@ -82,5 +97,5 @@ class NotReadyOut(BaseModel):
 
     ready: Literal[False]
     node: str
-    reason: Literal["starting", "stopping", "store_unreachable"]
+    reason: Literal["starting", "stopping", "store_unreachable", "never_synced", "stale"]
     message: str

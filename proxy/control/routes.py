@@ -13,6 +13,7 @@ from fastapi import FastAPI, Response
 from fastapi.responses import JSONResponse
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
+from proxy.control.approvalroutes import add_approval_routes
 from proxy.control.checks import ControlError
 from proxy.control.models import (
     ClaimCreated,
@@ -175,3 +176,5 @@ def add_routes(app: FastAPI, control: Control, who: str, ready: Readiness) -> No
         version, _ = _if_match(if_match)
         control.delete_credential(who, claim, name, version)
         return Response(status_code=204)
+
+    add_approval_routes(app, control, who)  # issue 16: /approvals, /grants

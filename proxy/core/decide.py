@@ -71,6 +71,19 @@ class Reason(StrEnum):
     HOOK_NODE_LIMIT = "hook_node_limit"
     WRONG_INTERFACE = "wrong_interface"
     NOT_HTTP = "not_http"
+    STORE_STALE = "store_stale"  # the fleet store's copy is past its staleness bound (issue 14)
+    STORE_NEVER_SYNCED = "store_never_synced"  # the fleet store was never read since the start
+    TOKEN_MINT_FAILED = "token_mint_failed"  # noqa: S105 (a reason code, not a password); oauth_client: no access token (proxy.core.mint)
+    # SigV4 re-signing (proxy.core.sigv4)
+    SIGV4_BAD_SIGNATURE = "sigv4_bad_signature"
+    SIGV4_SCOPE_REFUSED = "sigv4_scope_refused"
+    SIGV4_UNSIGNED = "sigv4_unsigned"
+    SIGV4_WRONG_KEY = "sigv4_wrong_key"
+    SIGV4_MALFORMED = "sigv4_malformed"
+    SIGV4_BAD_CHUNK = "sigv4_bad_chunk"
+    # approvals (issue 16, addons/approve.py)
+    APPROVAL_DENIED = "approval_denied"
+    APPROVAL_TIMEOUT = "approval_timeout"
 
 
 @dataclass(frozen=True, slots=True)
@@ -96,13 +109,20 @@ def deny(reason: Reason, message: str, status: int = 403, rule: EgressRule | Non
         Reason.UNRESOLVABLE,
         Reason.HOOK_TIMEOUT,
         Reason.HOOK_FAILED,
+        Reason.STORE_STALE,
+        Reason.STORE_NEVER_SYNCED,
     ):
         action = Action.ERROR
     return Decision(action, reason, message, rule, status)
 
 
 _VIOLATIONS = frozenset(
-    {Reason.PLACEHOLDER_VIOLATION, Reason.CLEARTEXT_CREDENTIAL, Reason.FORGED_PLACEHOLDER}
+    {
+        Reason.PLACEHOLDER_VIOLATION,
+        Reason.CLEARTEXT_CREDENTIAL,
+        Reason.FORGED_PLACEHOLDER,
+        Reason.SIGV4_WRONG_KEY,
+    }
 )
 
 

@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import TYPE_CHECKING, Protocol
 
+from proxy.core.approvals import Ask
 from proxy.core.errors import Problem, SecretUnavailable
 from proxy.core.hosts import HostPattern
 from proxy.core.limits import Limits
@@ -26,8 +27,11 @@ from proxy.core.slots import DEFAULT_BASIC_PARTS, DEFAULT_HEADERS, BasicPart
 INTERFACE_NAME = re.compile(r"^[A-Za-z0-9_.@-]{1,15}$")
 
 if TYPE_CHECKING:
+    from proxy.core.hmacsign import SignSpec
     from proxy.core.hooks import HookRoute
+    from proxy.core.mint import Minting
     from proxy.core.oauth import OAuthSpec
+    from proxy.core.sigv4 import SigV4Spec
 
 Network = ipaddress.IPv4Network | ipaddress.IPv6Network
 
@@ -71,6 +75,7 @@ class EgressRule:
     intercept: bool
     report: bool = False  # report mode: allow what this rule would refuse, and audit would_deny
     scheme: str = "https"  # "https": CONNECT and https:// requests; "http": plain http:// only
+    approve: Ask | None = None  # requests it allows only once an operator approves (issue 16)
 
     def label(self) -> str:
         return f"{self.id} {self.host}"
@@ -149,6 +154,11 @@ class Credential:
     # parts of Basic credentials the basic surface swaps in
     headers: frozenset[str] = DEFAULT_HEADERS
     basic_parts: frozenset[BasicPart] = DEFAULT_BASIC_PARTS
+    # credential kinds beyond a static value (issue 15): "oauth_client" mints its value
+    kind: str = "static"
+    mint: Minting | None = field(default=None, repr=False)  # oauth_client (proxy.core.mint)
+    sign: SignSpec | None = None  # hmac (proxy.core.hmacsign)
+    sigv4: SigV4Spec | None = None  # kind aws_sigv4: re-signed, never swapped (proxy.core.sigv4)
 
     def enables(self, surface: Surface) -> bool:
         """True when a placeholder found on ``surface`` may be swapped (toward a bound host)."""
@@ -163,6 +173,15 @@ class Credential:
     def swaps_in_basic(self, part: BasicPart) -> bool:
         """True when a placeholder in this part of Basic credentials may be swapped."""
         return self.enables(Surface.BASIC) and part in self.basic_parts
+
+    def placeholders(self) -> tuple[str, ...]:
+        """Every placeholder the sandbox holds for it: an aws_sigv4 credential's secret key and
+        session token placeholders too, so that they are this claim's (never forged) and a
+        violation toward an unbound host wherever they appear."""
+        if self.sigv4 is None:
+            return (self.placeholder,)
+        more = (self.sigv4.placeholder_secret, self.sigv4.placeholder_token)
+        return (self.placeholder, *(p for p in more if p is not None))
 
     def expired(self, now: float) -> bool:
         return self.expires_at is not None and now >= self.expires_at
@@ -210,7 +229,7 @@ class Claim:
             token,
             credentials,
             tuple(c for c in credentials if c.inject is not None),
-            {c.placeholder.encode(): c for c in credentials},
+            {p.encode(): c for c in credentials for p in c.placeholders()},
             origin,
             sources,
             tuple(c for c in credentials if Surface.BODY in c.surfaces),

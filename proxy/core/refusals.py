@@ -107,10 +107,21 @@ ROWS: dict[Reason, Row | None] = {
     Reason.RATE_LIMITED: _LIMITED,
     Reason.HOOK_TIMEOUT: Row("http_response_timeout", Grpc.DEADLINE_EXCEEDED),
     Reason.HOOK_FAILED: Row("proxy_internal_error", Grpc.UNAVAILABLE),
+    Reason.APPROVAL_DENIED: _DENIED,  # an operator denied it (or the rules no longer allow it)
+    Reason.APPROVAL_TIMEOUT: _DENIED,  # nobody decided before the ask rule's timeout
     Reason.HOOK_POOL_LIMIT: _LIMITED,
     Reason.HOOK_NODE_LIMIT: _LIMITED,
     Reason.UNSCANNABLE_RESPONSE: Row("http_response_content_coding", Grpc.INTERNAL),  # audit only
     Reason.NOT_HTTP: Row("http_protocol_error", Grpc.INTERNAL),  # audit only
+    Reason.STORE_STALE: Row("proxy_internal_error", Grpc.UNAVAILABLE),
+    Reason.STORE_NEVER_SYNCED: Row("proxy_internal_error", Grpc.UNAVAILABLE),
+    Reason.TOKEN_MINT_FAILED: Row("proxy_internal_error", Grpc.UNAVAILABLE),  # no access token minted
+    Reason.SIGV4_BAD_SIGNATURE: Row("http_request_denied", Grpc.UNAUTHENTICATED),  # not the placeholder's
+    Reason.SIGV4_SCOPE_REFUSED: _DENIED,
+    Reason.SIGV4_UNSIGNED: _DENIED,
+    Reason.SIGV4_WRONG_KEY: _DENIED,
+    Reason.SIGV4_MALFORMED: _UNREADABLE,
+    Reason.SIGV4_BAD_CHUNK: Row("http_request_error", Grpc.UNAUTHENTICATED),  # audit only: connection closed
 }
 
 # An upstream failure, by what mitmproxy 12.3's message says (lower-cased substrings, first match

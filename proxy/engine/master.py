@@ -192,7 +192,9 @@ def control_servers(
         if not config.operator_token:
             raise ValueError("a TCP control listener needs an operator token (--control-token-file)")
         host, port = config.tcp
-        app = make_app(control, config.operator_token, (host, port), readiness, config.names)
+        app = make_app(
+            control, config.operator_token, (host, port), readiness, config.names, bool(config.tls_cert)
+        )
         tls = {"ssl_certfile": config.tls_cert, "ssl_keyfile": config.tls_key} if config.tls_cert else {}
         server = _ApiServer(uvicorn.Config(app, host=host, port=port, **quiet, **tls))  # type: ignore[arg-type]
         servers.append((server, None))
@@ -204,7 +206,7 @@ async def serve(config: RunConfig, on_ready: Callable[[], None] | None = None, l
     _log_to_stderr(log_prefix)
     registry = config.state.registry
     store = registry.store
-    readiness = Readiness(store, config.node, listening=False) if store is not None else None
+    readiness = None if store is None else Readiness(store, config.node, listening=False, registry=registry)
 
     def listening() -> None:  # the proxy's listeners are up (mitmproxy's `running` hook)
         if readiness is not None:

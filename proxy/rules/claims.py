@@ -25,7 +25,9 @@ from proxy.core.policy import (
     Pool,
     Surface,
 )
+from proxy.core.sigv4 import Allowed, SigV4Spec
 from proxy.core.slots import BasicPart
+from proxy.rules import kinds
 from proxy.rules.marks import Loc, Marks
 from proxy.rules.models import TOKEN, ClaimModel, CredentialModel
 from proxy.rules.risks import credential_host_risk, opaque_shadow
@@ -164,21 +166,58 @@ def build_credential(
         )
     surfaces = _surfaces(km, loc, marks)
     headers, parts = _slots(km, surfaces, loc, marks)
+    spec = sigv4_spec(km, loc, marks)
+    if spec is not None:
+        surfaces = frozenset()  # signed, never swapped as a string (proxy.core.sigv4)
     source = value_source(km.value, base_dir, loc + ("value",), marks, read)
+    minted = kinds.minting(
+        km, hosts, source, lambda spec, at: value_source(spec, base_dir, at, marks, read), loc, marks, read
+    )
+    signs = kinds.signing(km, loc, marks)
     if source is None or len(marks.problems) != before:
         return None
+    if minted is not None:  # the value injected is the minted token; the value minted with stays apart
+        inject = inject or kinds.DEFAULT_INJECT
     return Credential(
         km.name,
         km.placeholder,
         tuple(hosts),
-        source,
+        minted.slot if minted is not None else source,
         inject,
         surfaces=surfaces,
         on_misplaced=Misplaced(km.on_misplaced),
         max_requests=km.max_requests,
         headers=headers,
         basic_parts=parts,
+        kind=km.kind,
+        mint=minted,
+        sign=signs,
+        sigv4=spec,
     )
+
+
+def sigv4_spec(km: CredentialModel, loc: Loc, marks: Marks) -> SigV4Spec | None:
+    """The ``aws_sigv4`` block of a credential of that kind (a problem marked otherwise)."""
+    aws = km.aws_sigv4
+    if km.kind != "aws_sigv4":
+        if aws is not None:
+            marks.add(loc + ("aws_sigv4",), "aws_sigv4 is only for a credential of kind aws_sigv4")
+        return None
+    if aws is None:
+        marks.add(loc + ("aws_sigv4",), "a credential of kind aws_sigv4 needs an aws_sigv4 block")
+        return None
+    if km.inject is not None:
+        marks.add(loc + ("inject",), "a credential of kind aws_sigv4 is signed, not injected")
+    own = (
+        ("secret_placeholder", aws.secret_placeholder),
+        ("session_token_placeholder", aws.session_token_placeholder),
+    )
+    for key, p in own:
+        if p is not None and (not placeholders.is_placeholder(p) or p == km.placeholder):
+            example = placeholders.generate()
+            marks.add(loc + ("aws_sigv4", key), f"{key} must be a placeholder of its own (e.g. {example})")
+    allowed = Allowed(frozenset(aws.regions), frozenset(aws.services))
+    return SigV4Spec(aws.secret_placeholder, aws.session_token_placeholder, allowed)
 
 
 def _slots(

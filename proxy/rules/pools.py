@@ -13,6 +13,8 @@ import os
 from pathlib import Path
 
 from proxy.core import hooks
+from proxy.core.approvals import MAX_TIMEOUT as MAX_ASK_TIMEOUT
+from proxy.core.approvals import Ask, check_scopes
 from proxy.core.errors import HostError
 from proxy.core.hosts import HostPattern
 from proxy.core.limits import MAX_WEBSOCKET_MESSAGE as MAX_WS_MESSAGE
@@ -50,7 +52,8 @@ def build_rule(pool: str, i: int, rm: RuleModel, loc: Loc, marks: Marks) -> Egre
             "tunnel is a CONNECT: scheme https)",
         )
         ok = False
-    if not ok:
+    ask = build_ask(rm, loc + ("approve",), marks) if rm.approve is not None else None
+    if not ok or (rm.approve is not None and ask is None):
         return None
     return EgressRule(
         f"{pool}.egress[{i}]",
@@ -61,7 +64,34 @@ def build_rule(pool: str, i: int, rm: RuleModel, loc: Loc, marks: Marks) -> Egre
         rm.intercept,
         rm.report,
         scheme=rm.scheme,
+        approve=ask,
     )
+
+
+def build_ask(rm: RuleModel, loc: Loc, marks: Marks) -> Ask | None:
+    """An egress rule's ``approve`` (:class:`proxy.core.approvals.Ask`); None when wrong (said)."""
+    am = rm.approve
+    assert am is not None
+    n = len(marks.problems)
+    if not rm.intercept:
+        marks.add(loc, "approve needs intercept: true (an opaque tunnel's requests are never seen)")
+    for j, method in enumerate(am.methods):
+        if not TOKEN.match(method) or method != method.upper():
+            marks.add(loc + ("methods", j), f"method {method!r} must be an upper-case token like POST")
+    for j, prefix in enumerate(am.paths):
+        if (problem := prefix_problem(prefix)) is not None:
+            marks.add(loc + ("paths", j), f"path prefix {prefix!r} {problem}")
+    if not 0 < am.timeout <= MAX_ASK_TIMEOUT:
+        why = f"timeout {am.timeout} must be more than 0 and at most {MAX_ASK_TIMEOUT:g} seconds"
+        marks.add(loc + ("timeout",), why)
+    scopes: tuple[str, ...] = ()
+    try:
+        scopes = check_scopes(am.scopes)
+    except ValueError as e:
+        marks.add(loc + ("scopes",), str(e))
+    if len(marks.problems) > n:
+        return None
+    return Ask(frozenset(am.methods), tuple(am.paths), float(am.timeout), scopes)
 
 
 def build_hook(

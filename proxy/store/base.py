@@ -6,7 +6,8 @@ Errors::
     SurrogateError (proxy.core.errors)
     ├── StoreError               the store cannot be used (newer schema, not a database, busy, down)
     │   ├── NotFound             no such claim / credential
-    │   ├── Conflict             id or placeholder already taken; names the owner, never a value
+    │   ├── Conflict             id or placeholder already taken; names the owner, never a value;
+    │   │                        or an approval that is no longer pending (decided twice)
     │   └── PreconditionFailed   ``if_match`` is stale; ``current`` is the version now (None: absent)
     ├── KeyFileError (keyring)   the key file is unsafe or malformed
     └── DecryptError (keyring)   a stored value does not decrypt
@@ -18,6 +19,7 @@ or TypeError before anything is written.
 from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
+from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from typing import Any, Protocol, Self
 
@@ -105,6 +107,62 @@ class Changes:
     removed_claims: list[str]
     removed_credentials: list[tuple[str, str]]
     oauth: dict[tuple[str, str], dict[str, Any]]
+
+
+APPROVAL_STATES = ("pending", "approved", "denied", "timed_out", "withdrawn")
+GRANT_SCOPES = ("session", "for", "always")
+
+
+@dataclass(frozen=True, slots=True)
+class ApprovalRecord:
+    """One request held for an operator's decision (issue 16; the contract:
+    /work/briefs/approvals-contract.md). ``preview`` is the body up to a bound, redacted by the
+    node before it is stored: placeholders kept, anything the scrubber would scrub removed."""
+
+    id: str  # random, url-safe, 22 characters (secrets.token_urlsafe(16))
+    claim_id: str
+    pool: str
+    method: str
+    host: str
+    port: int
+    path: str  # canonical, with its query
+    credentials: tuple[str, ...]  # the names the request carries (placeholders found)
+    preview: str
+    rule: str  # which ask rule (its label: file:line and host)
+    scopes: tuple[str, ...]  # offered: once, session, for, always
+    created_at: float
+    expires_at: float  # the timeout: a pending approval past it is timed out by its node
+    state: str = "pending"  # APPROVAL_STATES
+    decided_at: float | None = None
+    decided_by: str | None = None
+    scope: str | None = None  # the chosen scope of an approval ("once", "session", "for:600", "always")
+    reason: str | None = None  # why it was withdrawn / timed out
+    session: str | None = None  # the claim's session id at the time of asking (a "session" grant's)
+    request_id: str | None = None  # the held request's audit id (X-Surrogate-Request-Id)
+
+
+@dataclass(frozen=True, slots=True)
+class GrantRecord:
+    """A standing approval: requests of ``claim_id`` to ``host`` with ``method`` under
+    ``path_prefix`` (segment-wise) that carry at most ``credentials`` pass without asking, while
+    not revoked and before ``expires_at`` (scope "for"), within ``session`` (scope "session"), or
+    until revoked (scope "always")."""
+
+    id: str
+    claim_id: str
+    credentials: tuple[str, ...]
+    method: str
+    host: str
+    port: int
+    path_prefix: str
+    scope: str  # GRANT_SCOPES
+    created_at: float
+    expires_at: float | None
+    approved_by: str
+    session: str | None = None
+    revoked_at: float | None = None
+    revoked_by: str | None = None
+    approval_id: str | None = None  # the approval it came from
 
 
 class CredentialStore(Protocol):
@@ -239,10 +297,62 @@ class CredentialStore(Protocol):
         """Every claim and credential, read in one transaction (a consistent view)."""
         ...
 
+    def lease(self, key: str, ttl: float, wait: float = 0.0) -> AbstractContextManager[bool]:
+        """Hold the lease ``key`` (one holder at a time across every process and node of the
+        store) for a ``with`` block: True when held, False when another holder kept it past
+        ``wait`` seconds; a holder that dies loses it ``ttl`` seconds after taking it
+        (:mod:`proxy.store.leases`). ValueError for a bad argument, StoreError when unreachable."""
+        ...
+
     def rotate_keys(self, new_key: bool = True) -> int:
         """Re-encrypt every value under a new key (``new_key=False``: finish an interrupted
         rotation); retires keys no value uses. Returns how many were re-encrypted."""
         ...
+
+    # --- approvals (proxy.store.approvals) ----------------------------------------------------
+
+    def add_approval(self, record: ApprovalRecord) -> None:
+        """Store a new pending approval. Conflict if the id exists; ValueError for a bad field."""
+        ...
+
+    def approvals(self, state: str | None = "pending") -> list[ApprovalRecord]:
+        """Approvals in ``state`` (None: all), oldest first."""
+        ...
+
+    def approval(self, approval_id: str) -> ApprovalRecord | None: ...
+    def decide_approval(
+        self, approval_id: str, verdict: str, scope: str | None, by: str, now: float
+    ) -> ApprovalRecord:
+        """Approve or deny a pending approval, compare-and-set: of concurrent deciders exactly one
+        wins; the others (and any later one) get Conflict naming the state now. NotFound;
+        ValueError for a verdict or scope not offered. A pending one past ``expires_at`` is
+        timed out here (Conflict)."""
+        ...
+
+    def withdraw_approval(
+        self, approval_id: str, reason: str, state: str = "withdrawn"
+    ) -> ApprovalRecord | None:
+        """Close a pending approval (client gone: "withdrawn"; timeout: ``state="timed_out"``);
+        None when it was no longer pending (a decision won the race)."""
+        ...
+
+    def add_grant(self, record: GrantRecord) -> None: ...
+    def grants(self, active_at: float | None = None) -> list[GrantRecord]:
+        """Grants, oldest first; with ``active_at``, only those not revoked nor expired then."""
+        ...
+
+    def revoke_grant(self, grant_id: str, by: str) -> None:
+        """Revoke a grant now (NotFound when absent; revoking twice keeps the first time)."""
+        ...
+
+    def matching_grant(
+        self, claim: str, host: str, method: str, path: str, credential_names: Sequence[str],
+        now: float, *, port: int | None = None, session: str | None = None,
+    ) -> GrantRecord | None:
+        """An active grant of ``claim`` for exactly this host (and port, when given) and method,
+        whose path prefix covers ``path`` segment-wise, whose credentials include every one of
+        ``credential_names``, and (scope "session") whose session is ``session``; else None."""
+        ...  # fmt: skip
 
 
 # The connection shape a backend hands the shared queries (proxy.store.queries): DB-API.

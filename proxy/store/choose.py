@@ -18,9 +18,12 @@ from proxy.store.sqlite import KEY_FILE, open_state_store
 
 
 def open_store(
-    state_dir: Path, url: str | None = None, key_file: Path | None = None, create: bool = True
+    state_dir: Path, url: str | None = None, key_file: Path | None = None, create: bool = True,
+    wait: bool = True,
 ) -> CredentialStore:
-    """The store ``url`` names (None: the state dir's SQLite file), under ``key_file``."""
+    """The store ``url`` names (None: the state dir's SQLite file), under ``key_file``.
+    ``wait=False`` (``surrogate run``): a PostgreSQL database that cannot be reached is no
+    error (:meth:`proxy.store.postgres.PostgresStore.open`)."""
     if url is None:
         return open_state_store(state_dir, create=create, key_file=key_file)
     from proxy.store.postgres import PostgresStore, parse_url  # psycopg only for a fleet store
@@ -29,4 +32,4 @@ def open_store(
     key = key_file or state_dir / KEY_FILE
     if not create and not key.is_file():
         raise ValueError(f"{key}: no key file there (the store's values need it)")
-    return PostgresStore.open(url, KeyRing.load_or_create(key))
+    return PostgresStore.open(url, KeyRing.load_or_create(key), wait=wait)

@@ -1,4 +1,4 @@
-"""The PostgreSQL store's schema and its migrations (``surrogate_state.schema_version``, now 2).
+"""The PostgreSQL store's schema and its migrations (``surrogate_state.schema_version``, now 3).
 
 Tables: the SQLite store's (:mod:`proxy.store.schema`) with PostgreSQL's types (``bytea`` for
 sealed values and token hashes, ``double precision`` for times, ``bigint`` for counts; JSON
@@ -10,6 +10,7 @@ bytes, ``COLLATE "C"``, as in SQLite), plus one row of state::
       -- makes that row the store-wide write lock
     claims.changed, credentials.changed  -- the data_version of the row's last write (version 2)
     removals(claim_id, name, changed)    -- a tombstone per removed claim (name NULL) or credential
+    approvals, grants                    -- issue 16 (version 3), columns as in proxy.store.approvals
 
 Since version 2, triggers stamp ``changed`` on every insert and update of a claim or credential
 and write a tombstone for every delete (cascades included), so that a node reads only what
@@ -36,7 +37,7 @@ from proxy.store.base import StoreError
 if TYPE_CHECKING:
     import psycopg
 
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
 MIGRATE_LOCK = 0x5355_5252_4F47_0001  # pg_advisory_xact_lock key: "SURROG" + 1 (fits in a bigint)
 SCHEMA = (
     """CREATE TABLE surrogate_state (
@@ -68,6 +69,12 @@ SCHEMA = (
       claim_id text NOT NULL, name text NOT NULL, requests_used bigint NOT NULL,
       PRIMARY KEY (claim_id, name))""",
     "INSERT INTO surrogate_state VALUES (1, 1, 0)",
+)
+# Tables created when absent on every open, whatever the schema version (no migration number):
+# leases (proxy.store.leases), one holder at a time of a named job, by the database's clock.
+SIDE_TABLES = (
+    """CREATE TABLE IF NOT EXISTS leases (key text COLLATE "C" PRIMARY KEY, holder text NOT NULL,
+      expires_at double precision NOT NULL)""",
 )
 # MIGRATIONS[n] takes a database from schema version n to n + 1 (a new database runs them all).
 MIGRATIONS: dict[int, tuple[str, ...]] = {
@@ -102,6 +109,23 @@ MIGRATIONS: dict[int, tuple[str, ...]] = {
         """CREATE TRIGGER credentials_removed AFTER DELETE ON credentials
           FOR EACH ROW EXECUTE FUNCTION surrogate_removed()""",
     ),
+    2: (  # approvals and grants (issue 16, proxy.store.approvals); no triggers: not synced data
+        """CREATE TABLE approvals (
+          id text COLLATE "C" PRIMARY KEY, claim_id text NOT NULL, pool text NOT NULL,
+          method text NOT NULL, host text NOT NULL, port integer NOT NULL, path text NOT NULL,
+          credentials text NOT NULL, preview text NOT NULL, rule text NOT NULL, scopes text NOT NULL,
+          created_at double precision NOT NULL, expires_at double precision NOT NULL,
+          state text NOT NULL, decided_at double precision, decided_by text, scope text,
+          reason text, session text, request_id text)""",
+        "CREATE INDEX approvals_state ON approvals(state)",
+        """CREATE TABLE grants (
+          id text COLLATE "C" PRIMARY KEY, claim_id text NOT NULL, credentials text NOT NULL,
+          method text NOT NULL, host text NOT NULL, port integer NOT NULL, path_prefix text NOT NULL,
+          scope text NOT NULL, created_at double precision NOT NULL, expires_at double precision,
+          approved_by text NOT NULL, session text, revoked_at double precision, revoked_by text,
+          approval_id text)""",
+        "CREATE INDEX grants_claim ON grants(claim_id, host)",
+    ),
 }
 
 
@@ -124,3 +148,5 @@ def migrate(conn: psycopg.Connection[tuple[Any, ...]], where: str) -> None:
             for statement in MIGRATIONS[step]:
                 conn.execute(statement.encode())
         conn.execute("UPDATE surrogate_state SET schema_version = %s", (SCHEMA_VERSION,))
+        for statement in SIDE_TABLES:
+            conn.execute(statement.encode())

@@ -58,9 +58,16 @@ class Watcher:
 
     def current(self) -> int | None:
         """The version, if confirmed within 2 × poll seconds; None: read the database."""
+        confirmed = self.confirmed()
+        return None if confirmed is None else confirmed[0]
+
+    def confirmed(self) -> tuple[int, float] | None:
+        """The version and the ``time.monotonic()`` of its last confirmation by a read, if that
+        was within 2 × poll seconds; None: read the database. A version this node wrote itself
+        (:meth:`saw`) is returned, known current as of the last confirmation."""
         with self._lock:
-            if time.monotonic() - self._confirmed <= 2 * self.poll:
-                return self._version
+            if self._version is not None and time.monotonic() - self._confirmed <= 2 * self.poll:
+                return self._version, self._confirmed
         return None
 
     def saw(self, version: int) -> None:

@@ -34,7 +34,15 @@ acknowledged write is used by the very next request on every node. With ``?sync=
 (:mod:`proxy.store.pgwatch`): no round trip per request, and another node's write is seen within
 the notification's latency (milliseconds) or, when one is lost, one poll; this node's own writes
 at once. A node that cannot reach the database gets StoreError, and the registry keeps serving
-its last index (the staleness bound after which it must refuse is the fleet issue's next step).
+its last-known-good copy for at most ``stale=SECONDS`` (default 30, 1 to 3600) after it was last
+known current (:meth:`data_version_at`; :mod:`proxy.store.freshness`), then refuses store
+claims' requests (``store_stale``). The version read waits at most 0.5 s for a connection.
+
+Opening, decided: ``surrogate run`` opens the store with ``wait=False``: when the database
+cannot be reached it starts anyway (the pool connects in the background), refuses store claims
+(``store_never_synced``) and answers ``/readyz`` 503 until the first read succeeds; the schema
+check and the key-file check then run before that first read (a failing one keeps the node
+unsynced, logged). Every other command (``control``, ``admin``) still fails at once.
 Re-reads are incremental: :meth:`PostgresStore.changes_since` gives the rows written and removed
 after a version (stamped by triggers, :mod:`proxy.store.pgschema`), and the registry applies
 them, so one write costs each node the rows it wrote, not a snapshot of every credential.
@@ -46,8 +54,10 @@ Errors: every psycopg error becomes :class:`proxy.store.base.StoreError` naming 
 from __future__ import annotations
 
 import json
+import logging
 import re
 import threading
+import time
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -62,15 +72,18 @@ from psycopg_pool import ConnectionPool, PoolTimeout
 from proxy.store import pgschema, rows
 from proxy.store.base import Changes, Cursor, StoreError
 from proxy.store.keyring import KeyRing
+from proxy.store.leases import take_statement
 from proxy.store.pgwatch import CHANNEL, Watcher
 from proxy.store.queries import SQLStore
 
 SCHEMES = ("postgresql", "postgres")
+log = logging.getLogger(__name__)
 _TOUCH_EVERY = 1.0  # seconds, as in the SQLite store
 _LOCK_TIMEOUT = "5s"  # SQLite's busy_timeout
 _CONNECT_TIMEOUT = 10.0
+_VERSION_TIMEOUT = 0.5  # seconds a version read waits for a pooled connection (on the event loop)
 _PARAM = re.compile(r":([A-Za-z_]\w*)")
-_OWN = ("password_file", "sync", "poll")  # surrogate's options in the URL, not libpq's
+_OWN = ("password_file", "sync", "poll", "stale")  # surrogate's options in the URL, not libpq's
 _PRUNE_EVERY = 1000  # versions
 _QUOTED = re.compile(r'"[^"]*"')
 _SHOWN = ("host", "hostaddr", "port", "dbname", "user")  # named in errors; every other value is blanked
@@ -100,12 +113,13 @@ class Target:
     sync: str = "strict"  # "strict": read the version on each call; "notify": LISTEN/NOTIFY + poll
     poll: float = 1.0  # seconds between version polls in "notify" mode
     hide: tuple[str, ...] = ()  # the URL's option values, never echoed in an error (libpq quotes them)
+    stale: float = 30.0  # seconds a node serves its last-known-good copy (proxy.store.freshness)
 
 
 def parse_url(url: str) -> Target:
     """The :class:`Target` of a ``postgresql://`` URL. Surrogate's own options are taken out of
     the query before libpq reads it: ``password_file=PATH``, ``sync=strict|notify`` and
-    ``poll=SECONDS`` (``notify`` only; 0.05 to 60).
+    ``poll=SECONDS`` (``notify`` only; 0.05 to 60), ``stale=SECONDS`` (1 to 3600, default 30).
 
     Raises ValueError, never echoing the URL or a part of it (a password may have been pasted
     anywhere in it): a password or another secret libpq reads (:data:`SECRET_OPTIONS`) in the
@@ -138,6 +152,12 @@ def parse_url(url: str) -> Target:
         seconds = -1.0
     if not 0.05 <= seconds <= 60:
         raise ValueError("poll= in the store URL: expected seconds from 0.05 to 60")
+    try:
+        stale = float(own.get("stale", "30"))
+    except ValueError:
+        stale = -1.0
+    if not 1 <= stale <= 3600:
+        raise ValueError("stale= in the store URL: expected seconds from 1 to 3600")
     text = urlunsplit(parts._replace(query=urlencode(rest)))
     try:
         params = conninfo.conninfo_to_dict(text)
@@ -161,7 +181,7 @@ def parse_url(url: str) -> Target:
             raise ValueError(f"password_file {path} is empty")
     where = f"{params.get('host') or 'localhost'}:{params.get('port') or 5432}/{params.get('dbname') or ''}"
     hide = tuple(str(v) for k, v in params.items() if k not in _SHOWN and str(v))
-    return Target(text, password, where, sync, seconds, hide)
+    return Target(text, password, where, sync, seconds, hide, stale)
 
 
 def _first_line(e: BaseException, hide: tuple[str, ...] = (), *, quoted: bool = False) -> str:
@@ -196,6 +216,10 @@ class PostgresStore(SQLStore):
     """The credential store on a PostgreSQL database shared by a fleet; thread-safe (a pool)."""
 
     _errors: ClassVar[tuple[type[Exception], ...]] = (psycopg.Error,)
+    # the database's clock, one for every node (no "::" cast: _qmark would read it as a parameter)
+    _LEASE_TAKE: ClassVar[str] = take_statement(
+        "CAST(extract(epoch FROM clock_timestamp()) AS double precision)"
+    )
 
     def __init__(self, pool: ConnectionPool[psycopg.Connection[tuple[Any, ...]]], keyring: KeyRing,
                  where: str, watcher: Watcher | None = None, hide: tuple[str, ...] = ()) -> None:  # fmt: skip
@@ -206,19 +230,31 @@ class PostgresStore(SQLStore):
         self.where = where
         self._touched: dict[tuple[str, str], float] = {}
         self._touch_lock = threading.Lock()
+        self.stale_after = 30.0  # seconds: the staleness bound (parse_url's stale=)
+        self._pending = False  # opened without the database: schema and keys still to check
+        self._setup_lock = threading.Lock()
 
     @classmethod
-    def open(cls, url: str, keyring: KeyRing, *, max_size: int = 4) -> PostgresStore:
+    def open(cls, url: str, keyring: KeyRing, *, max_size: int = 4, wait: bool = True) -> PostgresStore:
         """Connect (waiting up to 10 s), create or migrate the schema, and check that the key
-        file holds every key the stored values use. ValueError for a bad URL, StoreError else."""
+        file holds every key the stored values use. ValueError for a bad URL, StoreError else.
+        ``wait=False``: a database that cannot be reached is no error; the schema and key checks
+        run before the first use that reaches it (module docstring, "Opening")."""
         target = parse_url(url)
         text, where = target.conninfo, target.where
         kwargs: dict[str, Any] = {"autocommit": True, "connect_timeout": int(_CONNECT_TIMEOUT)}
         if target.password is not None:
             kwargs["password"] = target.password
+        later = False
         try:  # one direct connection first: a clear error at once, not a pool's retries
             with psycopg.connect(text, **kwargs) as conn:
                 pgschema.migrate(conn, where)
+        except psycopg.OperationalError as e:
+            if wait:
+                raise StoreError(f"cannot open store {where}: {_first_line(e, target.hide)}") from None
+            log.warning("store %s unreachable at start (%s): not synced until it answers", where,
+                        _first_line(e, target.hide))  # fmt: skip
+            later = True
         except psycopg.Error as e:
             raise StoreError(f"cannot open store {where}: {_first_line(e, target.hide)}") from None
         pool: ConnectionPool[psycopg.Connection[tuple[Any, ...]]] = ConnectionPool(
@@ -226,7 +262,7 @@ class PostgresStore(SQLStore):
             name="surrogate-store", timeout=_CONNECT_TIMEOUT,
         )  # fmt: skip
         try:
-            pool.open(wait=True, timeout=_CONNECT_TIMEOUT)
+            pool.open(wait=not later, timeout=_CONNECT_TIMEOUT)
         except (PoolTimeout, psycopg.Error) as e:
             pool.close()
             raise StoreError(f"cannot open store {where}: {_first_line(e, target.hide)}") from None
@@ -235,6 +271,10 @@ class PostgresStore(SQLStore):
             watch_kwargs = {**kwargs, "application_name": "surrogate-watch"}
             watcher = Watcher(lambda: psycopg.connect(text, **watch_kwargs), target.poll).start()
         store = cls(pool, keyring, where, watcher, target.hide)
+        store.stale_after = target.stale
+        if later:
+            store._pending = True
+            return store
         try:
             store._check_keys()
         except BaseException:
@@ -263,10 +303,29 @@ class PostgresStore(SQLStore):
     def __repr__(self) -> str:
         return f"PostgresStore(where={self.where!r})"
 
+    def _set_up(self) -> None:
+        """Opened without the database (``wait=False``): the schema and key checks, once."""
+        with self._setup_lock:
+            if not self._pending:
+                return
+            try:
+                with self._pool.connection(timeout=_VERSION_TIMEOUT) as conn:
+                    pgschema.migrate(conn, self.where)
+            except (PoolTimeout, psycopg.Error) as e:
+                raise StoreError(f"store {self.where}: {_first_line(e, self._hide)}") from None
+            self._pending = False
+            try:
+                self._check_keys()
+            except StoreError:
+                self._pending = True  # checked again on the next use: the node stays unsynced
+                raise
+
     @contextmanager
-    def _connection(self) -> Iterator[psycopg.Connection[tuple[Any, ...]]]:
+    def _connection(self, timeout: float | None = None) -> Iterator[psycopg.Connection[tuple[Any, ...]]]:
+        if self._pending:
+            self._set_up()
         try:
-            with self._pool.connection() as conn:
+            with self._pool.connection(timeout=timeout) as conn:
                 yield conn
         except (PoolTimeout, psycopg.Error) as e:
             raise StoreError(f"store {self.where}: {_first_line(e, self._hide)}") from None
@@ -312,15 +371,22 @@ class PostgresStore(SQLStore):
         """``surrogate_state.data_version``: bumped by every write of any node. With
         ``sync=notify`` the watcher's confirmed copy (:mod:`proxy.store.pgwatch`), else (and
         whenever that copy is older than 2 × poll) read from the database."""
-        if self._watcher is not None and (cached := self._watcher.current()) is not None:
+        return self.data_version_at()[0]
+
+    def data_version_at(self) -> tuple[int, float]:
+        """:meth:`data_version` and the ``time.monotonic()`` at which it was known current (the
+        read's start, or the watcher's last confirmation): the staleness bound counts from it."""
+        if self._watcher is not None and (cached := self._watcher.confirmed()) is not None:
             return cached
-        row = self._one("SELECT data_version FROM surrogate_state")
+        started = time.monotonic()
+        with self._connection(_VERSION_TIMEOUT) as conn:
+            row = conn.execute(b"SELECT data_version FROM surrogate_state").fetchone()
         if row is None:
             raise self._stateless()
         version = int(row[0])
         if self._watcher is not None:
             self._watcher.saw(version)
-        return version
+        return version, started
 
     def changes_since(self, version: int) -> Changes | None:
         """The rows written and removed after ``version``, read in one snapshot; None when the

@@ -27,6 +27,7 @@ from typing import Any, ClassVar, Self
 from proxy.core import placeholders
 from proxy.core.policy import INTERFACE_NAME
 from proxy.store import rows
+from proxy.store.approvals import ApprovalQueries
 from proxy.store.base import (
     HISTORY_SECONDS,
     HISTORY_VERSIONS,
@@ -40,6 +41,7 @@ from proxy.store.base import (
     StoreError,
 )
 from proxy.store.keyring import DecryptError, KeyRing
+from proxy.store.leases import Leases
 from proxy.store.rotation import KeyRotation
 
 _HISTORY_OF = """SELECT key_id, value, version, superseded_at FROM credential_history
@@ -72,7 +74,7 @@ class _Spent(Exception):
         self.name = name
 
 
-class SQLStore(KeyRotation, ABC):
+class SQLStore(ApprovalQueries, KeyRotation, Leases, ABC):
     """The credential store's operations over a backend's transactions."""
 
     _keyring: KeyRing

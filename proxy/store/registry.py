@@ -9,14 +9,24 @@ Values of store credentials are decrypted on first use after a rebuild and kept 
 that version only. A store that can list its changes since a version (the PostgreSQL store's
 ``changes_since``) is re-read incrementally; others, and a reader too far behind, whole.
 Rules-file claims win on an id clash (the control API refuses such ids).
+
+Staleness (issue 14, :mod:`proxy.store.freshness`): :attr:`Registry.freshness` says when the
+index was last known current; :meth:`Registry.stale` is ``never_synced`` / ``stale`` / None, and
+the identify addon refuses store claims' requests while it is not None. While the store fails,
+it is read at most once a second, and a value or proxy token is answered from what this node
+already read (a value decrypted since the last change, a token that matched before) rather
+than by waiting for the database; previous values not yet read are not scrubbed meanwhile,
+budgets count as spent (fail closed) and last-use times are not recorded.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import functools
+import hmac
 import ipaddress
 import logging
+import time
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -36,6 +46,8 @@ from proxy.core.policy import (
 )
 from proxy.core.secrets import Secret, checked_value
 from proxy.store.base import Changes, ClaimRecord, CredentialRecord
+from proxy.store.freshness import Freshness, State
+from proxy.store.rows import token_hash
 
 if TYPE_CHECKING:
     from proxy.store.base import CredentialStore
@@ -52,9 +64,13 @@ class StoreValue:
     name: str
     _cached: tuple[Secret, int] | None = field(default=None, repr=False)
     _history: list[tuple[Secret, float]] | None = field(default=None, repr=False)
+    freshness: Freshness | None = field(default=None, repr=False, compare=False)
 
     def current(self) -> tuple[Secret, int]:
         if self._cached is None:
+            if self.freshness is not None and self.freshness.failing:  # do not wait for a failing store
+                who = f"credential {self.name!r} of claim {self.claim_id!r}"
+                raise SecretUnavailable(f"{who} cannot be read: the store is unreachable")
             try:
                 raw, version = self.store.secret(self.claim_id, self.name)
                 value = checked_value(raw.decode("utf-8"), f"credential {self.name!r}")
@@ -69,6 +85,8 @@ class StoreValue:
         """Previous values kept by the store, superseded at or after ``since``, newest first
         (decrypted once per version of this credential; unreadable ones are skipped)."""
         if self._history is None:
+            if self.freshness is not None and self.freshness.failing:
+                return []  # not waited for while the store fails (the current value is still scrubbed)
             try:
                 rows = self.store.previous_secrets(self.claim_id, self.name)
             except SurrogateError as e:
@@ -80,14 +98,26 @@ class StoreValue:
 
 @dataclass(frozen=True, slots=True)
 class StoreToken:
+    """A store claim's proxy token check. One is kept per generation of the claim (a rotation
+    bumps the claim's version: another is built), so a token that matched is remembered (its
+    hash, as the store keeps it) and answered from memory while the store fails."""
+
     store: CredentialStore = field(repr=False)
     claim_id: str
+    freshness: Freshness | None = field(default=None, repr=False, compare=False)
+    _matched: set[bytes] = field(default_factory=set, repr=False, compare=False)
 
     def matches(self, token: str) -> bool:
+        digest = token_hash(token)
+        if self.freshness is not None and self.freshness.failing:
+            return any(hmac.compare_digest(digest, known) for known in self._matched)
         try:
-            return self.store.check_token(self.claim_id, token)
+            ok = self.store.check_token(self.claim_id, token)
         except SurrogateError:
             return False
+        if ok:
+            self._matched.add(digest)
+        return ok
 
 
 def oauth_spec(doc: dict[str, Any]) -> OAuthSpec | None:
@@ -126,7 +156,15 @@ class Registry:
         self._claim_records: dict[str, ClaimRecord] = {}
         self._cred_records: dict[str, dict[str, CredentialRecord]] = {}
         self._specs: dict[tuple[str, str], dict[str, Any]] = {}
+        self.freshness = Freshness(getattr(store, "stale_after", None))
         self._index_sources()
+
+    def stale(self, now: float | None = None) -> State:
+        """``never_synced`` / ``stale`` while store claims must be refused, else None (no store,
+        or a copy within the bound). ``now``: ``time.monotonic()``."""
+        if self.store is None:
+            return None
+        return self.freshness.state(time.monotonic() if now is None else now)
 
     def replace_policy(self, policy: Policy) -> None:
         """Put new rules in force (one assignment: the next request sees them)."""
@@ -171,9 +209,14 @@ class Registry:
         credential; a store that cannot, or a reader too far behind, is read whole."""
         if self.store is None:
             return set()
+        now = time.monotonic()
+        if not self.freshness.may_read(now):
+            return set()
         try:
-            version = self.store.data_version()
+            version_at = getattr(self.store, "data_version_at", None)
+            version, known_at = version_at() if version_at is not None else (self.store.data_version(), now)
             if version == self._seen:
+                self.freshness.synced(version, known_at)
                 return set()
             since = getattr(self.store, "changes_since", None)
             changes: Changes | None = since(self._seen) if since and self._seen is not None else None
@@ -183,10 +226,14 @@ class Registry:
                 full = True
             else:
                 full = False
-        except SurrogateError as e:  # keep serving the last good index
-            log.warning("credential store unreadable, keeping the last index: %s", e)
+        except SurrogateError as e:  # keep serving the last good index, within the bound
+            if not self.freshness.failing:
+                log.warning("credential store unreadable, keeping the last index: %s", e)
+            self.freshness.failed(now)
             return set()
-        return self._apply(changes, full)
+        gone = self._apply(changes, full)
+        self.freshness.synced(changes.version, known_at)
+        return gone
 
     def _apply(self, changes: Changes, full: bool) -> set[str]:
         """Put ``changes`` in force (``full``: they are the whole store). Returns the ids of
@@ -226,11 +273,18 @@ class Registry:
                 r = creds[cid][name]
                 built[cid, name] = (_shape(r), cred := self._credential(r, changes.oauth.get((cid, name))))
                 held.append(cred)
-            token = StoreToken(self.store, cid)
+            token = StoreToken(self.store, cid, self.freshness)
+            known = self._store_claims.get(cid)  # the same generation keeps the tokens it matched
+            if known is not None and self._versions.get(cid) == (record.version, record.created_at):
+                token = known.proxy_token if isinstance(known.proxy_token, StoreToken) else token
             sources = tuple(ipaddress.ip_network(s, strict=False) for s in record.sources)
             fresh[cid] = Claim.build(cid, record.pool, token, tuple(held), "store", sources, record.interface)
             versions[cid] = (record.version, record.created_at)
         gone = {cid for cid, v in self._versions.items() if versions.get(cid) != v}
+        # a credential deleted (or deleted and created again) revokes its claim's open tunnels
+        # too: a stream that carried its value ends, on every node (issue 14)
+        gone |= {cid for cid, _ in changes.removed_credentials if cid in self._versions}
+        gone |= {cid for cid in touched if self._cred_records.get(cid, {}).keys() - creds.get(cid, {}).keys()}
         self._claim_records, self._cred_records, self._specs = records, creds, dict(changes.oauth)
         self._built, self._store_claims, self._versions = built, fresh, versions
         self._seen = changes.version
@@ -250,7 +304,7 @@ class Registry:
             r.name,
             r.placeholder,
             tuple(_pattern(h) for h in r.hosts),
-            StoreValue(self.store, r.claim_id, r.name),
+            StoreValue(self.store, r.claim_id, r.name, freshness=self.freshness),
             Injection(r.inject_header, r.inject_format or "{value}") if r.inject_header else None,
             r.expires_at,
             r.max_requests,
@@ -290,6 +344,8 @@ class Registry:
                 self._spent[claim.id, c.name] = self._spent.get((claim.id, c.name), 0) + 1
             return None
         for c in metered:
+            if self.freshness.failing:  # not waited for: a use the store cannot count is refused
+                return c.name
             try:
                 if not self.store.spend(claim.id, c.name):
                     return c.name
@@ -300,6 +356,8 @@ class Registry:
 
     def _spend_rules(self, claim: Claim, metered: list[Credential]) -> str | None:
         assert self.store is not None
+        if self.freshness.failing:  # not waited for: a use the store cannot count is refused
+            return metered[0].name
         try:
             return self.store.spend_rules_budgets(claim.id, [(c.name, c.max_requests or 0) for c in metered])
         except SurrogateError as e:
@@ -308,8 +366,8 @@ class Registry:
 
     def record_use(self, claim: Claim, names: list[str], now: float) -> None:
         """Note the last-used time of store credentials (rate-limited by the store)."""
-        if self.store is None or claim.origin != "store":
-            return
+        if self.store is None or claim.origin != "store" or self.freshness.failing:
+            return  # a hint: not worth a wait for a store that fails
         for name in names:
             try:
                 self.store.touch_used(claim.id, name, now)

@@ -8,12 +8,14 @@ Tables (see :mod:`proxy.store.sqlite` for what each column means)::
                 created_at, updated_at, expires_at, last_used_at, surfaces, on_misplaced,
                 max_requests, requests_used, headers, basic_parts)
     credential_history, credential_oauth -> credentials ON DELETE CASCADE; rules_budgets
+    approvals, grants (issue 16: proxy.store.approvals)
 
 A new file runs the base schema and then every migration; an older one runs the migrations from
 its version on, all in one write transaction, so a failure leaves it at its old version. A
 migration only adds columns (``ALTER TABLE ... ADD COLUMN``, nullable or with a default), so an
 older store keeps every row and reads as the defaults it was written with. The side tables
-(history, OAuth, rules budgets) need no migration: they are created when absent on every open.
+(history, OAuth, rules budgets, approvals, grants) need no migration: they are created when
+absent on every open.
 
 Errors: :class:`proxy.store.base.StoreError` for a schema newer than this code reads;
 ``sqlite3.DatabaseError`` passes through (the caller names the file).
@@ -69,7 +71,23 @@ OAUTH = """CREATE TABLE IF NOT EXISTS credential_oauth (
 RULES_BUDGETS = """CREATE TABLE IF NOT EXISTS rules_budgets (
       claim_id TEXT NOT NULL, name TEXT NOT NULL, requests_used INTEGER NOT NULL,
       PRIMARY KEY (claim_id, name)) STRICT"""
-SIDE_TABLES = {"credential_history": HISTORY, "credential_oauth": OAUTH, "rules_budgets": RULES_BUDGETS}
+# Leases (proxy.store.leases): one holder at a time of a named job; created when absent on open.
+LEASES = """CREATE TABLE IF NOT EXISTS leases (
+      key TEXT PRIMARY KEY, holder TEXT NOT NULL, expires_at REAL NOT NULL) STRICT"""
+# Approvals and grants (issue 16, proxy.store.approvals): side tables, created when absent on open.
+APPROVALS = """CREATE TABLE IF NOT EXISTS approvals (
+      id TEXT PRIMARY KEY, claim_id TEXT NOT NULL, pool TEXT NOT NULL, method TEXT NOT NULL,
+      host TEXT NOT NULL, port INTEGER NOT NULL, path TEXT NOT NULL, credentials TEXT NOT NULL,
+      preview TEXT NOT NULL, rule TEXT NOT NULL, scopes TEXT NOT NULL, created_at REAL NOT NULL,
+      expires_at REAL NOT NULL, state TEXT NOT NULL, decided_at REAL, decided_by TEXT, scope TEXT,
+      reason TEXT, session TEXT, request_id TEXT) STRICT"""
+GRANTS = """CREATE TABLE IF NOT EXISTS grants (
+      id TEXT PRIMARY KEY, claim_id TEXT NOT NULL, credentials TEXT NOT NULL, method TEXT NOT NULL,
+      host TEXT NOT NULL, port INTEGER NOT NULL, path_prefix TEXT NOT NULL, scope TEXT NOT NULL,
+      created_at REAL NOT NULL, expires_at REAL, approved_by TEXT NOT NULL, session TEXT,
+      revoked_at REAL, revoked_by TEXT, approval_id TEXT) STRICT"""
+SIDE_TABLES = {"credential_history": HISTORY, "credential_oauth": OAUTH, "rules_budgets": RULES_BUDGETS,
+               "leases": LEASES, "approvals": APPROVALS, "grants": GRANTS}  # fmt: skip
 
 
 def _user_version(db: sqlite3.Connection) -> int:

@@ -74,6 +74,7 @@ from proxy.store.base import (
     StoreError,
 )
 from proxy.store.keyring import KeyRing
+from proxy.store.leases import take_statement
 from proxy.store.queries import SQLStore
 
 __all__ = [  # the names other modules have imported from here since before the split
@@ -109,6 +110,7 @@ class Store(SQLStore):
     """The SQLite credential store: one connection, safe to share between threads."""
 
     _errors: ClassVar[tuple[type[Exception], ...]] = (sqlite3.Error,)
+    _LEASE_TAKE: ClassVar[str] = take_statement("((julianday('now') - 2440587.5) * 86400.0)")
 
     def __init__(self, db: sqlite3.Connection, keyring: KeyRing, path: Path) -> None:
         self.path = path

@@ -26,10 +26,11 @@ def missing(*tools: str) -> str | None:
     for tool in ("ip", "iptables", "ip6tables", "nft", "curl", *tools):
         if shutil.which(tool) is None:
             return f"fence tests need {tool!r} (apt-get install iproute2 iptables nftables curl iputils-ping)"
-    probe = subprocess.run(["ip", "netns", "add", "sg-probe"], capture_output=True, text=True, check=False)
+    probe_ns = f"sg-probe-{os.getpid()}"  # one per process: xdist workers probe at once
+    probe = subprocess.run(["ip", "netns", "add", probe_ns], capture_output=True, text=True, check=False)
     if probe.returncode != 0:
         return f"cannot create a network namespace here: {probe.stderr.strip()}"
-    subprocess.run(["ip", "netns", "del", "sg-probe"], check=False)
+    subprocess.run(["ip", "netns", "del", probe_ns], check=False)
     return None
 
 
@@ -47,7 +48,7 @@ def sh(
 class Lab:
     """Namespaces joined by veth pairs; ``ns(role)`` is a namespace's name."""
 
-    tag: str = field(default_factory=lambda: secrets.token_hex(2))
+    tag: str = field(default_factory=lambda: secrets.token_hex(4))  # "sg-hs-" + 8: 14 chars
     spaces: list[str] = field(default_factory=list)
 
     def ns(self, role: str) -> str:

@@ -114,8 +114,11 @@ def test_a_credential_written_through_one_process_is_used_by_the_next_request_of
             assert patched.status_code == 200, patched.text
             assert client.get(fleet.target("/fleet/2"), headers=auth).status_code == 200  # same tunnel
             assert api.delete("/v1/claims/sbx/credentials/gh").status_code == 204
-            gone = client.get(fleet.target("/fleet/3"), headers=auth)
-            assert gone.status_code == 403 and "placeholder" in gone.text  # unknown now: never sent
+            try:  # a credential delete closes the claim's tunnels (issue 14): refused or closed, never sent
+                gone = client.get(fleet.target("/fleet/3"), headers=auth)
+                assert gone.status_code == 403 and "placeholder" in gone.text  # unknown now: never sent
+            except httpx.RemoteProtocolError:
+                pass
             rotated = api.post("/v1/claims/sbx/token")
             assert rotated.status_code == 200, rotated.text
             with pytest.raises(httpx.HTTPError):  # the old token's tunnel is closed / refused

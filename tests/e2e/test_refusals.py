@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 import grpc
 import http_sf
 import pytest
-from harness import ProxyProcess, free_port
+from harness import ProxyProcess, dead_port
 from servers import TestCA, Upstream
 from world import Stage, claim, credential, egress, rules
 
@@ -121,7 +121,7 @@ def world(tmp_path_factory: pytest.TempPathFactory) -> Iterator[World]:
         upstream = st.upstream(["api.test"])
         hangup = Hangup(st.ca, secret)
         st.defer(hangup.stop)
-        dead = free_port()  # nothing listens there: connection refused
+        dead = dead_port()  # bound, never listening: connection refused
         pins = ["api.test", "dead.test", "mismatch.test", "hangup.test", "own.test"]
         proxy = st.proxy(st.write(""), pins, start=False)
         proxy.rules.write_text(_rules(upstream.port, dead, hangup.port, proxy.port))

@@ -16,14 +16,15 @@ import socket
 import ssl
 import subprocess
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from urllib.parse import quote, unquote
 
 import canary
+import h11
 import http_sf
 import pytest
-from harness import Env, ProxyProcess, free_port
+from harness import Env, ProxyProcess, dead_port
 from servers import TestCA
 from world import Stage, claim, credential, egress, rules
 
@@ -37,14 +38,42 @@ GRPC_SPELLINGS = [
 ]
 
 
+def _complete(method: bytes) -> Callable[[bytes], bool]:
+    """Whether the bytes read so far hold one whole response to a ``method`` request (framed as
+    h11 reads it): a kept-alive connection (a refused CONNECT stays open for the retry with
+    credentials, RFC 9110 §9.3.6) is not waited on until it goes quiet."""
+    reader = h11.Connection(h11.CLIENT)
+    reader.send(h11.Request(method=method, target="/", headers=[("Host", "x")]))
+    reader.send(h11.EndOfMessage())
+    seen = 0
+
+    def done(got: bytes) -> bool:
+        nonlocal seen
+        reader.receive_data(got[seen:])
+        seen = len(got)
+        while (event := reader.next_event()) is not h11.NEED_DATA:
+            if isinstance(event, h11.EndOfMessage | h11.ConnectionClosed):
+                return True
+        return False
+
+    return done
+
+
 def _raw(env: Env, data: bytes, timeout: float = 5) -> bytes:
-    """Send ``data`` to the proxy's listener; every byte read back until it closes or goes quiet."""
+    """Send ``data`` to the proxy's listener; every byte read back until one whole response is in
+    (when it is one h11 can frame), it closes, or it goes quiet."""
     got = b""
+    complete: Callable[[bytes], bool] | None = _complete(data.split(b" ", 1)[0])
     with socket.create_connection(("127.0.0.1", env.proxy.port), timeout=timeout) as s:
         try:
             s.sendall(data)
             while chunk := s.recv(65536):
                 got += chunk
+                try:
+                    if complete is not None and complete(got):
+                        break
+                except h11.ProtocolError:
+                    complete = None  # not a response h11 frames: read on until the end
         except (ConnectionError, TimeoutError):
             pass
     env.received.append(got)
@@ -195,7 +224,7 @@ def liar(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LiarWorld]:
         token = st.token(secrets.token_hex(8), newline=False)
         server = Liar(st.ca, secret)
         st.defer(server.stop)
-        dead = free_port()  # nothing listens there: connection refused
+        dead = dead_port()  # bound, never listening: connection refused
         text = rules(
             [egress("liar.test", server.port), egress("dead.test", dead)],
             claims=[claim("agent", [credential("api", PH, ["liar.test", "dead.test"], "file:secret")])],

@@ -405,3 +405,23 @@ def test_rules_explain_help_documents_the_exit_status(capsys: pytest.CaptureFixt
         "2  usage",
     ):
         assert line in out
+
+
+def test_explain_says_a_request_an_ask_rule_covers_asks_for_approval(tmp_path: Path) -> None:
+    from proxy.rules.loader import load_rules  # noqa: PLC0415 - only this test loads its own file
+
+    path = tmp_path / "r.yaml"
+    path.write_text(
+        "version: 1\npools:\n  p:\n    egress:\n      - host: api.test\n"
+        "        approve: {methods: [POST], paths: [/v1], timeout: 30, scopes: [once, for]}\n"
+        "claims:\n  - {id: c1, pool: p, proxy_token: 'file:token'}\n"
+    )
+    (tmp_path / "token").write_text("tok-explain-0001\n")
+    policy = load_rules(path)
+    asked = explain(policy, "c1", "POST", "https://api.test/v1/x", [], now=0.0)
+    assert asked.verdict.allowed
+    [note] = [n for n in asked.notes if n.startswith("asks for approval")]
+    assert "p.egress[0]" in note and "30 s" in note and "once, for" in note
+    assert "asks for approval" in render(asked)
+    unasked = explain(policy, "c1", "GET", "https://api.test/v1/x", [], now=0.0)
+    assert not [n for n in unasked.notes if n.startswith("asks for approval")]

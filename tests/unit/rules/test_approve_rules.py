@@ -1,0 +1,88 @@
+"""An egress rule's ``approve:`` (issue 16): read into :class:`proxy.core.approvals.Ask`, each wrong
+field reported at its place, and what it asks for (methods, path prefixes as a catch)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from proxy.core.approvals import SCOPES, Ask
+from proxy.core.errors import RulesError
+from proxy.rules.loader import load_rules
+
+
+def _load(tmp_path: Path, approve: str, extra: str = "") -> Path:
+    path = tmp_path / "r.yaml"
+    path.write_text(
+        "version: 1\npools:\n  p:\n    egress:\n"
+        f"      - host: api.test\n{extra}        approve: {approve}\n"
+    )
+    return path
+
+
+def test_approve_is_read_with_its_defaults(tmp_path: Path) -> None:
+    [rule] = load_rules(_load(tmp_path, "{}")).pools["p"].egress
+    assert rule.approve == Ask(frozenset(), ("/",), 60.0, SCOPES)
+    [rule] = load_rules(
+        _load(tmp_path, "{methods: [POST], paths: [/v1], timeout: 5, scopes: [once, for]}")
+    ).pools["p"].egress
+    assert rule.approve == Ask(frozenset({"POST"}), ("/v1",), 5.0, ("once", "for"))
+
+
+def test_a_rule_without_approve_asks_nothing(tmp_path: Path) -> None:
+    path = tmp_path / "r.yaml"
+    path.write_text("version: 1\npools:\n  p:\n    egress:\n      - host: api.test\n")
+    assert load_rules(path).pools["p"].egress[0].approve is None
+
+
+@pytest.mark.parametrize(
+    ("approve", "extra", "field", "said"),
+    [
+        ("{methods: [post]}", "", "pools.p.egress[0].approve.methods[0]", "upper-case token"),
+        ("{paths: [v1]}", "", "pools.p.egress[0].approve.paths[0]", "path prefix"),
+        ("{paths: ['/a/../b']}", "", "pools.p.egress[0].approve.paths[0]", "path prefix"),
+        ("{timeout: 0}", "", "pools.p.egress[0].approve.timeout", "more than 0"),
+        ("{timeout: 3601}", "", "pools.p.egress[0].approve.timeout", "at most 3600"),
+        ("{timeout: -1}", "", "pools.p.egress[0].approve.timeout", "more than 0"),
+        ("{scopes: []}", "", "pools.p.egress[0].approve.scopes", "non-empty"),
+        ("{scopes: [forever]}", "", "pools.p.egress[0].approve.scopes", "unknown scope"),
+        ("{scopes: [once, once]}", "", "pools.p.egress[0].approve.scopes", "twice"),
+        ("{}", "        intercept: false\n", "pools.p.egress[0].approve", "intercept: true"),
+        ("{ask: yes}", "", "pools.p.egress[0].approve.ask", ""),
+        ("yes", "", "pools.p.egress[0].approve", ""),
+    ],
+)
+def test_a_wrong_approve_field_is_reported_where_it_is(
+    tmp_path: Path, approve: str, extra: str, field: str, said: str
+) -> None:
+    with pytest.raises(RulesError) as info:
+        load_rules(_load(tmp_path, approve, extra))
+    found = [p for p in info.value.problems if p.field == field]
+    assert found, info.value.problems
+    assert said in found[0].message
+    assert found[0].line is not None
+
+
+@pytest.mark.parametrize(
+    ("method", "target", "asks"),
+    [
+        ("POST", "/v1", True),
+        ("POST", "/v1/x?y=1", True),
+        ("POST", "/V1/x", True),  # a catch: the upstream may route it to /v1
+        ("POST", "/%761/x", True),  # an escaped spelling of /v1
+        ("POST", "/v1;x", True),  # an ambiguous path asks
+        ("POST", "/a/../v1/x", True),
+        ("POST", "/v2", False),
+        ("POST", "/v1x", False),
+        ("GET", "/v1", False),
+        ("post", "/v1", True),  # an upstream may upper-case it: asked (fail closed)
+        ("Post", "/v1", True),
+    ],
+)
+def test_what_an_ask_asks_for(method: str, target: str, asks: bool) -> None:
+    assert Ask(frozenset({"POST"}), ("/v1",)).asks(method, target) is asks
+
+
+def test_an_ask_without_methods_asks_for_every_method() -> None:
+    assert all(Ask().asks(m, "/anything") for m in ("GET", "HEAD", "DELETE", "PATCH"))
