@@ -67,7 +67,6 @@ import json
 import logging
 import logging.handlers
 import os
-import re
 import socket
 import sys
 import threading

@@ -116,7 +116,8 @@ def check_files(files: list[Path], read_sources: bool = False) -> int:
             for claim in policy.claims.values():  # the template of each format-valid placeholder
                 for cred in claim.credentials:
                     if placeholders.template_of(cred.placeholder) is not None:
-                        print(f"  claim {claim.id} credential {cred.name}: placeholder {placeholders.describe(cred.placeholder)}")
+                        shown = placeholders.describe(cred.placeholder)
+                        print(f"  claim {claim.id} credential {cred.name}: placeholder {shown}")
         except RulesError as e:  # every error and warning of the file, then how many
             print(e, file=sys.stderr)
             print(f"{f}: {_count(e.problems, 'error')}, {_count(e.warnings, 'warning')}", file=sys.stderr)

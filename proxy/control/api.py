@@ -76,7 +76,10 @@ _PATTERN_ERRORS = {
         "invalid_value",
         "value must be 1-16384 characters with no control characters (CR, LF, NUL...)",
     ),
-    "placeholder": (422, "invalid_placeholder", "placeholder must be 'surr_' + 16..64 letters or digits, or a template shape"),
+    "placeholder": (
+        422, "invalid_placeholder",
+        "placeholder must be 'surr_' + 16..64 letters or digits, or a template shape",
+    ),
     "set_header": (422, "invalid_inject", "inject.set_header must be an HTTP header name"),
     "format": (422, "invalid_inject", "inject.format must contain '{value}' and no control characters"),
     "if-match": (400, "invalid_if_match", 'If-Match must be a quoted version like "3", or *'),

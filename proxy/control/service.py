@@ -37,9 +37,9 @@ from proxy.control.checks import (
     check_inject,
     check_name,
     check_placeholder,
-    templated,
     check_value,
     coverage,
+    templated,
 )
 from proxy.core.errors import SurrogateError
 from proxy.core.oauth import parse_spec

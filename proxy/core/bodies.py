@@ -3,7 +3,8 @@
 Pure: bytes in, bytes out. :class:`Swapper` is fed the reads of a body (mitmproxy hands a
 callable ``stream`` reads of up to 64 KiB) and returns what may be forwarded now. A placeholder
 may straddle two reads, so only a tail that could still become one is held back: at most
-``HOLD`` bytes, the longest placeholder (``surr_`` or a template's). The output is the same whatever the chunking: the
+``HOLD`` bytes, the longest placeholder (``surr_`` or a template's).
+The output is the same whatever the chunking: the
 matches are exactly those :func:`proxy.core.placeholders.find` gives over the whole body.
 
 What a placeholder becomes is asked of a ``resolve`` callable (``proxy.core.substitute.BodyResolver``):

@@ -29,7 +29,6 @@ and has no valid surrogate checksum stays inert, exactly as an unregistered ``su
 
 from __future__ import annotations
 
-import hashlib
 import re
 import secrets
 import string
@@ -82,7 +81,10 @@ def _like(prefix: str) -> str:
 # letters and digits after it (the audit's redaction of names a sandbox chose).
 LIKE = re.compile(
     "|".join(
-        [f"{_like(PREFIX)}[A-Za-z0-9]{{16,}}", *(f"{_like(t.prefix)}[A-Za-z0-9]{{{t.length},}}" for t in TEMPLATES)]
+        [
+            f"{_like(PREFIX)}[A-Za-z0-9]{{16,}}",
+            *(f"{_like(t.prefix)}[A-Za-z0-9]{{{t.length},}}" for t in TEMPLATES),
+        ]
     )
 )
 LIKE_HINTS: tuple[str, ...] = tuple(dict.fromkeys(p[:2].lower() for p in PREFIXES))
@@ -112,20 +114,9 @@ FORMATS = "'surr_' + 16..64 letters or digits, or a template shape (" + ", ".joi
     t.describe() for t in TEMPLATES
 ) + ")"
 
-CHECKSUM_LENGTH = 6
+CHECKSUM_LENGTH = templates.CHECKSUM_LENGTH
+checksum_in = templates.checksum_in
 _CHECKSUM_SPACE = len(_ALPHABET) ** CHECKSUM_LENGTH
-
-
-def checksum_in(stem: str, alphabet: str) -> str:
-    """``CHECKSUM_LENGTH`` characters of ``alphabet``: BLAKE2b-64 of ``stem`` modulo
-    len(alphabet)**6, most significant first."""
-    digest = hashlib.blake2b(stem.encode("ascii"), digest_size=8).digest()
-    n = int.from_bytes(digest, "big") % len(alphabet) ** CHECKSUM_LENGTH
-    out = []
-    for _ in range(CHECKSUM_LENGTH):
-        n, d = divmod(n, len(alphabet))
-        out.append(alphabet[d])
-    return "".join(reversed(out))
 
 
 def checksum(stem: str) -> str:

@@ -87,7 +87,8 @@ def hidden(value: bytes, registered: Container[bytes]) -> list[bytes]:
 
 def candidates(value: bytes) -> tuple[bytes, ...]:
     """Every ``surr_`` (or template prefix) run in any spelling of ``value``, each with the
-    letters and digits after it, at most one more than its placeholders have (so that one longer than a placeholder's 64 shows it): what
+    letters and digits after it, at most one more than its placeholders have
+    (so that one longer than a placeholder's 64 shows it): what
     :func:`hidden` checks against the registered placeholders, and :mod:`proxy.core.forgery` for
     checksums. Pure in ``value`` (no claim's placeholders are involved), so cached."""
     if len(value) < _SHORTEST:

@@ -4,7 +4,7 @@ check a token's format before sending it (issue 15, "Format-valid placeholders")
 Pure (no I/O). A template is a fixed prefix and a fixed number of characters of one alphabet.
 A placeholder minted from it (:func:`mint`) is ``prefix`` + random characters + 6 characters of
 surrogate's checksum (BLAKE2b-64 of everything before them, written in the template's own
-alphabet: :func:`proxy.core.placeholders.checksum_in`), so a forged one is still detected
+alphabet: :func:`checksum_in`), so a forged one is still detected
 (:mod:`proxy.core.forgery`). Where the provider has a checksum of its own, it stays valid:
 GitHub's tokens end in 6 base62 characters (``0-9A-Za-z``, zero-padded) of the CRC32 of the
 characters between the prefix and them, and a minted GitHub placeholder puts surrogate's checksum
@@ -24,6 +24,7 @@ compiled per rules load in every worker; a new provider shape is a one-line addi
 from __future__ import annotations
 
 import binascii
+import hashlib
 import secrets
 import string
 from dataclasses import dataclass
@@ -92,7 +93,8 @@ SHIPPED: dict[str, Template] = {
         ),
         Template(
             "aws_access_key_id", "AKIA", 16, UPPER36,
-            "https://docs.aws.amazon.com/IAM/latest/UserGuide/reference_identifiers.html#identifiers-unique-ids "
+            "https://docs.aws.amazon.com/IAM/latest/UserGuide/"
+            "reference_identifiers.html#identifiers-unique-ids "
             "(AKIA = long-term access key id; 20 characters)",
         ),
         Template(
@@ -111,6 +113,18 @@ def _github_crc32(body: str) -> str:
     for _ in range(CHECKSUM_LENGTH):
         n, d = divmod(n, 62)
         out.append(_GH62[d])
+    return "".join(reversed(out))
+
+
+def checksum_in(stem: str, alphabet: str) -> str:
+    """``CHECKSUM_LENGTH`` characters of ``alphabet``: BLAKE2b-64 of ``stem`` modulo
+    len(alphabet)**6, most significant first."""
+    digest = hashlib.blake2b(stem.encode("ascii"), digest_size=8).digest()
+    n = int.from_bytes(digest, "big") % len(alphabet) ** CHECKSUM_LENGTH
+    out = []
+    for _ in range(CHECKSUM_LENGTH):
+        n, d = divmod(n, len(alphabet))
+        out.append(alphabet[d])
     return "".join(reversed(out))
 
 
@@ -136,13 +150,11 @@ def get(name: str) -> Template:
 
 def mint(template: Template) -> str:
     """A fresh placeholder of ``template``: random, then surrogate's checksum (then GitHub's)."""
-    from proxy.core import placeholders  # placeholders imports this module for the shapes
-
     start, _ = checksum_span(template)
     stem = template.prefix + "".join(
         secrets.choice(template.alphabet) for _ in range(start - len(template.prefix))
     )
-    text = stem + placeholders.checksum_in(stem, template.alphabet)
+    text = stem + checksum_in(stem, template.alphabet)
     if template.github_crc32:
         text += _github_crc32(text[len(template.prefix) :])
     return text
