@@ -49,7 +49,7 @@ from proxy.core.decide import Reason, deny
 from proxy.core.policy import EgressRule
 from proxy.core.scrub import Scrubber
 from proxy.engine.state import State
-from proxy.store.base import ApprovalRecord, CredentialStore
+from proxy.store.base import ApprovalRecord, CredentialStore, new_id
 from proxy.store.live import live_values
 
 APPROVAL = "surrogate.approval"  # the request's audit event's ``approval``
@@ -104,7 +104,7 @@ class Approve:
             flow.metadata[APPROVAL] = {"grant": grant.id}
             return
         record = ApprovalRecord(
-            id=secrets.token_urlsafe(16), claim_id=claim.id, pool=claim.pool, method=method, host=host,
+            id=new_id(), claim_id=claim.id, pool=claim.pool, method=method, host=host,
             port=port, path=target, credentials=tuple(names), preview=_preview(flow, claim, now),
             rule=rule.id, scopes=ask.scopes, created_at=now, expires_at=now + ask.timeout,
             session=session, request_id=flow.metadata.get(facts.REQUEST_ID, flow.id),

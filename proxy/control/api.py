@@ -165,7 +165,12 @@ def make_app(
     @app.middleware("http")
     async def guard(request: Request, call_next: Callable[[Request], Awaitable[Response]]) -> Response:
         if authorities is not None:
-            bad = foreign_authority(request.headers.get("host"), request.headers.get("origin"), authorities)
+            bad = foreign_authority(
+                request.headers.get("host"),
+                request.headers.get("origin"),
+                authorities,
+                "https" if tls else "http",
+            )
             if bad is not None:
                 calls.labels(request.method, "4xx").inc()
                 return _error(

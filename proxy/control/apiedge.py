@@ -11,7 +11,9 @@ because of a plain slash is told which field it broke (:func:`plain_slash_field`
 DNS rebinding (a web page in an operator's browser whose name is re-pointed at 127.0.0.1): the
 browser then sends ``Host: evil.example:9090`` and ``Origin: http://evil.example:9090``. The TCP
 listener accepts only a ``Host`` that is its own address (or ``localhost``) with its port, and an
-``Origin``, when present, that is ``http://`` + one of those (:func:`foreign_authority`). Names
+``Origin``, when present, that is ``http://`` + one of those (:func:`foreign_authority`); a TLS
+listener accepts exactly ``https://`` + one of those instead (a browser sends its page's own https
+origin on POST), never the other scheme. Names
 other than ``localhost`` are never accepted: the operator's resolver is not the attacker's, but
 any other name may be. Sources: RFC 9110 §7.2 (Host), RFC 6454 §7 (Origin).
 """
@@ -79,9 +81,12 @@ def allowed_authorities(host: str, port: int, names: Sequence[str] = ()) -> froz
     return frozenset(f"{n}:{port}" for n in own | named)
 
 
-def foreign_authority(host: str | None, origin: str | None, allowed: frozenset[str]) -> str | None:
+def foreign_authority(
+    host: str | None, origin: str | None, allowed: frozenset[str], scheme: str = "http"
+) -> str | None:
     """``"Host"`` or ``"Origin"`` when that header names another authority than the listener's
-    (a missing Host counts as another); None when the request may be served."""
+    (a missing Host counts as another); None when the request may be served. ``scheme``: the
+    listener's own (``"https"`` when it serves TLS); an Origin of any other scheme is foreign."""
     if host is None or host.strip().lower() not in allowed:
         return "Host"
     if origin is not None:
@@ -90,6 +95,6 @@ def foreign_authority(host: str | None, origin: str | None, allowed: frozenset[s
             netloc = parts.netloc.lower()
         except ValueError:
             return "Origin"
-        if parts.scheme.lower() != "http" or netloc not in allowed or parts.path not in ("", "/"):
+        if parts.scheme.lower() != scheme or netloc not in allowed or parts.path not in ("", "/"):
             return "Origin"
     return None

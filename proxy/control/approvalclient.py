@@ -6,6 +6,9 @@ from __future__ import annotations
 
 import argparse
 from typing import Any
+from urllib.parse import quote
+
+_ID = "the id from list/grants (one that begins with '-' goes after '--': revoke -- -0tE...)"
 
 
 def add(sub: Any, sock: argparse.ArgumentParser) -> None:
@@ -18,16 +21,15 @@ def add(sub: Any, sock: argparse.ArgumentParser) -> None:
         choices=["pending", "approved", "denied", "timed_out", "withdrawn", "all"],
     )
     approve = acts.add_parser("approve", parents=[sock], help="let a held request through")
-    approve.add_argument("id")
+    approve.add_argument("id", help=_ID)
     approve.add_argument(
         "--scope", default="once", help="once (default), session, for:DURATION (for:10m), always"
     )
-    acts.add_parser("deny", parents=[sock], help="refuse a held request (403 approval_denied)").add_argument(
-        "id"
-    )
+    deny = acts.add_parser("deny", parents=[sock], help="refuse a held request (403 approval_denied)")
+    deny.add_argument("id", help=_ID)
     grants = acts.add_parser("grants", parents=[sock], help="standing grants (active ones unless --all)")
     grants.add_argument("--all", action="store_true")
-    acts.add_parser("revoke", parents=[sock], help="revoke a grant").add_argument("id")
+    acts.add_parser("revoke", parents=[sock], help="revoke a grant").add_argument("id", help=_ID)
 
 
 def request(args: argparse.Namespace) -> tuple[str, str, dict[str, Any] | None, dict[str, str]]:
@@ -35,9 +37,9 @@ def request(args: argparse.Namespace) -> tuple[str, str, dict[str, Any] | None, 
     if args.action == "list":
         return "GET", f"/approvals?state={args.state}", None, {}
     if args.action == "approve":
-        return "POST", f"/approvals/{args.id}/approve", {"scope": args.scope}, {}
+        return "POST", f"/approvals/{quote(args.id, safe='')}/approve", {"scope": args.scope}, {}
     if args.action == "deny":
-        return "POST", f"/approvals/{args.id}/deny", None, {}
+        return "POST", f"/approvals/{quote(args.id, safe='')}/deny", None, {}
     if args.action == "grants":
         return "GET", "/grants" + ("?all=true" if args.all else ""), None, {}
-    return "DELETE", f"/grants/{args.id}", None, {}
+    return "DELETE", f"/grants/{quote(args.id, safe='')}", None, {}

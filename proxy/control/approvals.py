@@ -19,7 +19,6 @@ Errors: :class:`proxy.control.checks.ControlError`: 404 ``not_found``, 409
 from __future__ import annotations
 
 import contextlib
-import secrets
 import threading
 import time
 from collections.abc import Callable
@@ -29,7 +28,7 @@ from typing import Any
 from proxy import audit
 from proxy.control.checks import ControlError
 from proxy.core.errors import SurrogateError
-from proxy.store.base import ApprovalRecord, Conflict, CredentialStore, GrantRecord, NotFound
+from proxy.store.base import ApprovalRecord, Conflict, CredentialStore, GrantRecord, NotFound, new_id
 
 _waiters: dict[str, list[Callable[[ApprovalRecord], None]]] = {}
 _watchers: list[Callable[[ApprovalRecord], None]] = []
@@ -135,7 +134,7 @@ def _grant_for(record: ApprovalRecord, who: str, now: float) -> GrantRecord:
 
     kind, _, seconds = (record.scope or "").partition(":")
     return GrantRecord(
-        id=secrets.token_urlsafe(16), claim_id=record.claim_id, credentials=record.credentials,
+        id=new_id(), claim_id=record.claim_id, credentials=record.credentials,
         method=record.method, host=record.host, port=record.port,
         path_prefix=canonical_path(record.path).canonical, scope=kind, created_at=now,
         expires_at=now + int(seconds) if kind == "for" else None, approved_by=who,

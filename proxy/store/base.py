@@ -18,6 +18,7 @@ or TypeError before anything is written.
 
 from __future__ import annotations
 
+import secrets
 from collections.abc import Iterator, Sequence
 from contextlib import AbstractContextManager
 from dataclasses import dataclass
@@ -113,13 +114,23 @@ APPROVAL_STATES = ("pending", "approved", "denied", "timed_out", "withdrawn")
 GRANT_SCOPES = ("session", "for", "always")
 
 
+def new_id() -> str:
+    """A random approval or grant id: 22 url-safe characters (128 bits, ``secrets.token_urlsafe``)
+    that never begin with ``-``, so the id an operator copies is never read as an option by the CLI
+    (``surrogate approvals revoke -0tE…`` was; a stored id that does can still be given after
+    ``--``)."""
+    while (value := secrets.token_urlsafe(16)).startswith("-"):
+        pass
+    return value
+
+
 @dataclass(frozen=True, slots=True)
 class ApprovalRecord:
     """One request held for an operator's decision (issue 16; the contract:
     /work/briefs/approvals-contract.md). ``preview`` is the body up to a bound, redacted by the
     node before it is stored: placeholders kept, anything the scrubber would scrub removed."""
 
-    id: str  # random, url-safe, 22 characters (secrets.token_urlsafe(16))
+    id: str  # random, url-safe, 22 characters, never a leading "-" (new_id())
     claim_id: str
     pool: str
     method: str
@@ -346,8 +357,16 @@ class CredentialStore(Protocol):
         ...
 
     def matching_grant(
-        self, claim: str, host: str, method: str, path: str, credential_names: Sequence[str],
-        now: float, *, port: int | None = None, session: str | None = None,
+        self,
+        claim: str,
+        host: str,
+        method: str,
+        path: str,
+        credential_names: Sequence[str],
+        now: float,
+        *,
+        port: int | None = None,
+        session: str | None = None,
     ) -> GrantRecord | None:
         """An active grant of ``claim`` for exactly this host (and port, when given) and method,
         whose path prefix covers ``path`` segment-wise, whose credentials include every one of

@@ -85,15 +85,21 @@ def _ports(own: Own) -> dict[str, int]:
     return {"proxy": own.proxy.port, "control": own.control_port}
 
 
+# the control listener's routes a sandbox would most like to reach: credentials, the approvals
+# API (approving its own held request) and the approvals page (issue 16)
+OWN_PATHS = ["/v1/claims", "/approvals", "/approvals/stream", "/ui/approvals", "/ui/login"]
+
+
+@pytest.mark.parametrize("path", OWN_PATHS)
 @pytest.mark.parametrize("which", ["proxy", "control"])
 @pytest.mark.parametrize("spelling", SPELLINGS)
 def test_plain_http_to_an_own_listener_is_refused_in_any_spelling(
-    own: Own, spelling: str, which: str
+    own: Own, spelling: str, which: str, path: str
 ) -> None:
     authority = f"{spelling}:{_ports(own)[which]}"
     answer = _exchange(
         own,
-        f"GET http://{authority}/v1/claims HTTP/1.1\r\nHost: {authority}\r\n"
+        f"GET http://{authority}{path} HTTP/1.1\r\nHost: {authority}\r\n"
         f"Proxy-Authorization: {own.auth}\r\nConnection: close\r\n\r\n".encode(),
     )
     assert status_line(answer) == b"403" and b"own_listener" in answer, answer[:300]

@@ -5,7 +5,6 @@ refused, the grant revoked; the answers and the audit hold no canary."""
 from __future__ import annotations
 
 import json
-import secrets
 import subprocess
 import sys
 import time
@@ -16,7 +15,7 @@ import pytest
 from harness import ROOT
 from test_control_process import listening, start_control, stop, wait_for
 
-from proxy.store.base import ApprovalRecord
+from proxy.store.base import ApprovalRecord, new_id
 from proxy.store.keyring import KeyRing
 from proxy.store.sqlite import Store
 
@@ -24,9 +23,9 @@ pytestmark = pytest.mark.e2e
 SECRET = canary.make("approvals-cli")
 
 
-def _cli(state: Path, *args: str) -> subprocess.CompletedProcess[str]:
+def _cli(state: Path, action: str, *args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [sys.executable, "-m", "proxy", "approvals", *args, "--state-dir", str(state)],
+        [sys.executable, "-m", "proxy", "approvals", action, "--state-dir", str(state), *args],
         cwd=ROOT, capture_output=True, text=True, timeout=60, check=False,
     )  # fmt: skip
 
@@ -38,7 +37,7 @@ def test_list_approve_for_a_while_then_revoke_through_the_cli(tmp_path: Path) ->
         wait_for(lambda: listening(state / "control.sock"))
         now = time.time()
         asked = ApprovalRecord(
-            id=secrets.token_urlsafe(16), claim_id="c1", pool="p", method="POST", host="api.test",
+            id="-" + new_id()[1:], claim_id="c1", pool="p", method="POST", host="api.test",
             port=443, path="/v1/x", credentials=("k",), preview='{"q": "REDACTED"}', rule="r",
             scopes=("once", "for"), created_at=now, expires_at=now + 60, request_id="req-9",
         )  # fmt: skip
@@ -47,13 +46,15 @@ def test_list_approve_for_a_while_then_revoke_through_the_cli(tmp_path: Path) ->
         listed = _cli(state, "list")
         assert listed.returncode == 0, listed.stderr
         assert [a["id"] for a in json.loads(listed.stdout)] == [asked.id]
-        bad = _cli(state, "approve", asked.id, "--scope", "always")
+        # an id that begins with "-" (a stored one could: before new_id, 1 in 64 did) goes after "--"
+        bad = _cli(state, "approve", "--scope", "always", "--", asked.id)
         assert bad.returncode == 1 and "not offered" in bad.stderr
-        done = _cli(state, "approve", asked.id, "--scope", "for:10m")
+        done = _cli(state, "approve", "--scope", "for:10m", "--", asked.id)
         assert done.returncode == 0, done.stderr
         grant = json.loads(done.stdout)["grant"]
         assert grant["scope"] == "for" and grant["path_prefix"] == "/v1/x"
-        again = _cli(state, "deny", asked.id)
+        assert not grant["id"].startswith("-")  # the ids surrogate makes never need "--"
+        again = _cli(state, "deny", "--", asked.id)
         assert again.returncode == 1 and "409" in again.stderr and "no longer pending" in again.stderr
         assert [g["id"] for g in json.loads(_cli(state, "grants").stdout)] == [grant["id"]]
         assert _cli(state, "revoke", grant["id"]).returncode == 0

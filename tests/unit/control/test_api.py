@@ -130,7 +130,7 @@ async def test_a_slash_in_a_claim_id_or_credential_name_is_a_422_naming_the_fiel
         ({"Host": "127.0.0.1.evil.test:9090"}, 403),
         ({"Origin": "http://evil.test:9090"}, 403),
         ({"Origin": "null"}, 403),
-        ({"Origin": "https://127.0.0.1:9090"}, 403),
+        ({"Origin": "https://127.0.0.1:9090"}, 403),  # a plain listener's origin is http only
         ({"Host": "evil.test:9090", "Origin": "http://evil.test:9090"}, 403),
     ],
     ids=lambda v: str(v),
@@ -146,6 +146,36 @@ async def test_the_tcp_listener_answers_only_its_own_host_and_origin(
             assert r.status_code == status, (path, r.text)
             if status == 403:
                 assert r.json()["error"] == "foreign_host"
+
+
+@pytest.mark.parametrize(
+    ("origin", "status"),
+    [
+        # A browser on the page of a TLS listener sends its own https origin on POST (RFC 6454 §7):
+        # that one is the listener itself and must be served, else the page breaks over TLS.
+        ("https://127.0.0.1:9090", 200),
+        ("https://localhost:9090", 200),
+        ("HTTPS://127.0.0.1:9090", 200),
+        ("http://127.0.0.1:9090", 403),  # not the TLS listener's scheme
+        ("https://127.0.0.1:9091", 403),
+        ("https://evil.test:9090", 403),
+        ("https://127.0.0.1:9090/ui/", 403),
+        ("null", 403),
+        ("wss://127.0.0.1:9090", 403),
+    ],
+)
+async def test_a_tls_listener_accepts_exactly_its_own_https_origin(
+    control: Control, origin: str, status: int
+) -> None:
+    app = make_app(control, operator_token="operator-token-0123456789", listen=("127.0.0.1", 9090), tls=True)
+    transport = httpx.ASGITransport(app=app)
+    async with httpx.AsyncClient(transport=transport, base_url="http://127.0.0.1:9090") as tcp:
+        r = await tcp.get(
+            "/v1/claims", headers={"Authorization": "Bearer operator-token-0123456789", "Origin": origin}
+        )
+        assert r.status_code == status, (origin, r.text)
+        if status == 403:
+            assert r.json()["error"] == "foreign_host"
 
 
 def test_a_tcp_listener_without_its_address_is_refused(control: Control) -> None:

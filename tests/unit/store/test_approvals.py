@@ -12,7 +12,7 @@ from dataclasses import replace
 
 import pytest
 
-from proxy.store.base import ApprovalRecord, Conflict, CredentialStore, GrantRecord, NotFound
+from proxy.store.base import ApprovalRecord, Conflict, CredentialStore, GrantRecord, NotFound, new_id
 from tests.unit.store import test_conformance as conformance
 from tests.unit.store.test_conformance import Backend
 
@@ -173,3 +173,13 @@ def test_a_grant_and_a_decision_survive_a_reopen_and_are_seen_by_another_handle(
     store.close()
     again = backend.open()
     assert again.grants() == [g] and again.approval(a.id).state == "denied"  # type: ignore[union-attr]
+
+
+def test_an_id_never_begins_with_a_dash_so_the_cli_never_reads_it_as_an_option() -> None:
+    """CI on 4432628 failed: a grant id from ``token_urlsafe`` began with ``-`` (1 in 64 do) and
+    ``surrogate approvals revoke -0tE…`` was refused by argparse as an unknown option."""
+    ids = [new_id() for _ in range(20_000)]  # without the rule, P(no leading "-") ~ e^-312
+    assert not [i for i in ids if i.startswith("-")]
+    assert {len(i) for i in ids} == {22}
+    assert set("".join(ids)) <= set("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_")
+    assert len(set(ids)) == len(ids)
