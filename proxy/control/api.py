@@ -53,6 +53,7 @@ from proxy.control.apiedge import (
 from proxy.control.checks import ControlError
 from proxy.control.ready import Readiness
 from proxy.control.service import Control
+from proxy.core import placeholders
 
 log = logging.getLogger("surrogate")
 
@@ -78,7 +79,7 @@ _PATTERN_ERRORS = {
     ),
     "placeholder": (
         422, "invalid_placeholder",
-        "placeholder must be 'surr_' + 16..64 letters or digits, or a template shape",
+        f"placeholder must be {placeholders.FORMATS}",
     ),
     "set_header": (422, "invalid_inject", "inject.set_header must be an HTTP header name"),
     "format": (422, "invalid_inject", "inject.format must contain '{value}' and no control characters"),

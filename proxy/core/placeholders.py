@@ -126,8 +126,9 @@ def checksum(stem: str) -> str:
 
 
 def has_valid_checksum(text: str) -> bool:
-    """True when ``text`` is exactly one placeholder carrying surrogate's checksum, i.e. one
-    surrogate generated or minted from a template (or a lucky 1-in-len(alphabet)**6 string)."""
+    """True when ``text`` is exactly one placeholder carrying surrogate's checksum (and, for a
+    GitHub template, GitHub's CRC32 too), i.e. one surrogate generated or minted from a template
+    (or a lucky 1-in-len(alphabet)**6 string)."""
     if not is_placeholder(text):
         return False
     t = template_of(text)
@@ -135,6 +136,8 @@ def has_valid_checksum(text: str) -> bool:
         stem, tail = text[:-CHECKSUM_LENGTH], text[-CHECKSUM_LENGTH:]
         return checksum(stem) == tail
     start, end = templates.checksum_span(t)
+    if t.github_crc32 and not templates.github_checksum_ok(text, t):
+        return False  # every minted GitHub placeholder carries both: this one was not minted
     return checksum_in(text[:start], t.alphabet) == text[start:end]
 
 
