@@ -14,6 +14,8 @@ import zlib
 from pathlib import Path
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from proxy import audit
 from proxy.core import bodies, forgery, placeholders, spellings, templates
@@ -272,3 +274,51 @@ def test_the_scanner_is_one_alternation_bounded_by_the_templates() -> None:
     assert placeholders.PATTERN.pattern.count("|") == len(SHIPPED)
     assert placeholders.PATTERN_BYTES.pattern == placeholders.PATTERN.pattern.encode()
     assert set(placeholders.PREFIXES) == {"surr_", *(t.prefix for t in SHIPPED)}
+
+
+# -- find() is PATTERN_BYTES.finditer, family by family ----------------------------------------
+
+_PIECES = [
+    *(t.prefix.encode() for t in SHIPPED),
+    b"surr_",
+    b"sk",
+    b"gh",
+    b"AKIA",
+    b"-",
+    b"_",
+    b" ",
+    b"A" * 14,
+    b"z9" * 8,
+    b"Q" * 30,
+    b"B1" * 24,
+    b"7" * 36,
+]
+
+
+def _matches(ms: list[re.Match[bytes]]) -> list[tuple[int, int]]:
+    return [m.span() for m in ms]
+
+
+@given(
+    st.lists(
+        st.one_of(
+            st.sampled_from(_PIECES),
+            st.sampled_from(SHIPPED).map(lambda t: templates.mint(t).encode()),
+            st.binary(max_size=8),
+        ),
+        max_size=30,
+    )
+)
+@settings(max_examples=400, deadline=None)
+def test_find_is_exactly_the_one_patterns_matches(pieces: list[bytes]) -> None:
+    value = b"".join(pieces)
+    assert _matches(placeholders.find(value)) == _matches(list(placeholders.PATTERN_BYTES.finditer(value)))
+
+
+def test_find_looks_again_inside_a_match_another_family_cut_short() -> None:
+    """``surr_…sk`` ends where ``sk-`` begins: the first ``sk-`` run is cut by the surr_ match,
+    and a second ``sk-`` starting inside that run is the next match (as PATTERN_BYTES finds)."""
+    value = b"surr_" + b"A" * 14 + b"sk-" + b"B" * 46 + b"sk-" + b"C" * 48 + b" "
+    want = _matches(list(placeholders.PATTERN_BYTES.finditer(value)))
+    assert len(want) == 2
+    assert _matches(placeholders.find(value)) == want
