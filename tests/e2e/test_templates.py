@@ -21,6 +21,7 @@ import string
 import subprocess
 import sys
 import textwrap
+import time
 import zlib
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -31,7 +32,7 @@ from _apis import STREAM_WORDS, Apis
 from _sandboxenv import printed_env, sandbox
 from harness import ProxyProcess
 from servers import Upstream
-from world import Stage, claim, credential, egress, rules
+from world import Stage, claim, control, credential, egress, rules
 
 from proxy.core import placeholders, templates
 
@@ -95,9 +96,9 @@ class World:
     def events(self, host: str) -> list[dict[str, object]]:
         return [e for e in self.proxy.audit_events() if e.get("event") == "request" and e.get("host") == host]
 
-    def curl(self, *args: str) -> tuple[int, bytes]:
+    def curl(self, *args: str, proxy: str | None = None) -> tuple[int, bytes]:
         done = subprocess.run(
-            ["curl", "-sS", "--max-time", "20", "-x", self.env["HTTPS_PROXY"]]
+            ["curl", "-sS", "--max-time", "20", "-x", proxy or self.env["HTTPS_PROXY"]]
             + ["--cacert", str(self.proxy.ca_pem), "-w", "\n%{http_code}", *args],
             capture_output=True,
             timeout=30,
@@ -316,3 +317,34 @@ def test_a_response_reflecting_the_secret_split_in_two_reads_is_scrubbed_to_the_
     assert got == f"you sent: Bearer {UPLOAD}\n".encode()
     (rec,) = [r for r in world.upstream.requests if r.path == "/reflect-split"]
     assert ("authorization", f"Bearer {world.secrets['upload']}") in [(n.lower(), v) for n, v in rec.headers]
+
+
+def test_a_placeholder_the_control_api_mints_of_a_template_is_swapped(world: World) -> None:
+    """PUT with ``placeholder_template`` and no placeholder: the API mints one of the template's
+    shape and returns it; sent by the claim, the upstream gets the real secret."""
+    with control(world.proxy, timeout=10) as api:
+        made = api.post("/v1/claims", json={"id": "minted", "pool": "p"})
+        assert made.status_code == 201, made.text
+        token = made.json()["proxy_token"]
+        put = api.put(
+            "/v1/claims/minted/credentials/gh",
+            json={
+                "hosts": ["api.test"],
+                "value": world.secrets["upload"],
+                "placeholder_template": "github_oauth",
+            },
+        )
+        assert put.status_code == 201, put.text
+        ph = put.json()["placeholder"]
+    assert placeholders.template_of(ph) is templates.SHIPPED["github_oauth"] and ph.startswith("gho_")
+    assert placeholders.has_valid_checksum(ph)
+    proxy = world.proxy.url("minted", token)
+    url = f"https://api.test:{world.upstream.port}/api-minted"
+    for _ in range(50):  # the registry picks the new claim up on its next refresh
+        status, _ = world.curl("-H", f"Authorization: token {ph}", url, proxy=proxy)
+        if status != 407:
+            break
+        time.sleep(0.1)
+    assert status == 200
+    (rec,) = [r for r in world.upstream.requests if r.path == "/api-minted"]
+    assert ("authorization", f"token {world.secrets['upload']}") in [(n.lower(), v) for n, v in rec.headers]
