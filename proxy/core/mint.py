@@ -28,6 +28,7 @@ import base64
 import contextlib
 import json
 import re
+from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from typing import Protocol
 from urllib.parse import quote, urlencode, urlsplit
@@ -40,6 +41,17 @@ class SecretSource(Protocol):
     """Where a value is read (proxy.core.policy.SecretSource; repeated here: no import circle)."""
 
     def current(self) -> tuple[Secret, int]: ...
+
+
+class RefreshKeeper(Protocol):
+    """Where a credential's refresh token lives beyond this process (the store, for a credential
+    the control API wrote): the newest one any worker kept, and keeping a rotated one."""
+
+    def latest(self) -> Secret | None: ...
+    def keep(self, token: Secret) -> None: ...
+    def hold(self) -> AbstractContextManager[bool]:
+        """One minter at a time (across processes): True when held, False when waited out."""
+        ...
 
 
 GRANTS = ("client_credentials", "refresh_token", "jwt_bearer")
@@ -175,12 +187,20 @@ class Minting:
     secret: SecretSource = field(repr=False)
     refresh: SecretSource | None = field(default=None, repr=False)
     slot: TokenSlot = field(default_factory=TokenSlot, repr=False, compare=False)
+    # a store credential's refresh tokens persist (a rotated one survives a restart, and every
+    # worker reads the newest); None: rules-file credentials keep a rotated one in memory
+    kept: RefreshKeeper | None = field(default=None, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         self.slot.also = (self.secret,) + ((self.refresh,) if self.refresh is not None else ())
 
     def refresh_token(self) -> Secret | None:
-        """The newest refresh token: one the endpoint rotated in, else the configured one."""
+        """The newest refresh token: the store's when it keeps them (another worker may have
+        rotated it), else one the endpoint rotated in, else the configured one."""
+        if self.kept is not None:
+            with contextlib.suppress(SecretUnavailable):  # the store fails: this process's newest
+                if (latest := self.kept.latest()) is not None:
+                    return latest
         if self.slot.refresh_token is not None:
             return self.slot.refresh_token
         return self.refresh.current()[0] if self.refresh is not None else None

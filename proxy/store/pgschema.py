@@ -75,6 +75,17 @@ SCHEMA = (
 SIDE_TABLES = (
     """CREATE TABLE IF NOT EXISTS leases (key text COLLATE "C" PRIMARY KEY, holder text NOT NULL,
       expires_at double precision NOT NULL)""",
+    # credential kinds (issue 15, proxy.store.kinds): written with their credential's row in one
+    # transaction, so the row's ``changed`` stamp carries them to every node
+    """CREATE TABLE IF NOT EXISTS credential_kinds (
+      claim_id text COLLATE "C" NOT NULL, name text COLLATE "C" NOT NULL, kind text NOT NULL,
+      spec text NOT NULL, PRIMARY KEY (claim_id, name),
+      FOREIGN KEY (claim_id, name) REFERENCES credentials(claim_id, name) ON DELETE CASCADE)""",
+    """CREATE TABLE IF NOT EXISTS credential_tokens (
+      claim_id text COLLATE "C" NOT NULL, name text COLLATE "C" NOT NULL, generation bigint NOT NULL,
+      updated_at double precision NOT NULL, key_id text NOT NULL, value bytea NOT NULL,
+      PRIMARY KEY (claim_id, name),
+      FOREIGN KEY (claim_id, name) REFERENCES credentials(claim_id, name) ON DELETE CASCADE)""",
 )
 # MIGRATIONS[n] takes a database from schema version n to n + 1 (a new database runs them all).
 MIGRATIONS: dict[int, tuple[str, ...]] = {
