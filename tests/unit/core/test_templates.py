@@ -224,6 +224,7 @@ _NOT_RECOGNISERS = {
     ("proxy/cli/admin.py", "ghp_demo"): "the demo's fake GitHub secret value, not a placeholder",
     ("proxy/control/approvalroutes.py", "^[A-Za-z0-9_-]{16,64}$"): "approval ids",
     ("proxy/control/ui.py", "^[A-Za-z0-9_-]{16,64}$"): "approval ids",
+    ("proxy/control/kinds.py", "^[A-Za-z0-9_-]{16,200}$"): "the same bound, for aws_sigv4 placeholders",
     ("proxy/control/models.py", "^[A-Za-z0-9_-]{16,200}$"): (
         "a length and alphabet bound for pydantic; the shape is checked by check_placeholder"
     ),
