@@ -67,7 +67,6 @@ import json
 import logging
 import logging.handlers
 import os
-import re
 import socket
 import sys
 import threading
@@ -81,7 +80,7 @@ from urllib.parse import quote
 import structlog
 
 from proxy.core import chain as hashchain
-from proxy.core import ocsf, paths
+from proxy.core import ocsf, paths, placeholders
 from proxy.core.paths import redact
 
 TIME = "time"
@@ -130,7 +129,7 @@ LOGGER_NAME = "surrogate.audit"
 # refusal, a method), in any letter case (hosts are lower-cased) or with its "_" percent-encoded.
 # The whole run of letters and digits goes: a placeholder with more of them after it is still
 # in the text (the scanner's bounded pattern would not see it, so neither did this one).
-_PLACEHOLDER_LIKE = re.compile(r"(?i:surr)(?:_|%5[Ff])[A-Za-z0-9]{16,}")
+_PLACEHOLDER_LIKE = placeholders.LIKE  # surr_ and every template shape (the one scanner)
 _NAMED_FIELDS = (HOST, MESSAGE, METHOD)  # the method too: any token, a sandbox's choice
 
 
@@ -140,7 +139,7 @@ def hide_placeholders(fields: dict[str, Any]) -> None:
     hosts and headers, and refusals quote them: the audit holds no placeholder either way."""
     for key in _NAMED_FIELDS:
         value = fields.get(key)
-        if isinstance(value, str) and "surr" in value.lower():
+        if isinstance(value, str) and any(h in value.lower() for h in placeholders.LIKE_HINTS):
             fields[key] = _PLACEHOLDER_LIKE.sub(paths.REDACTED, value)
     forged = fields.get(FORGED)
     if forged:

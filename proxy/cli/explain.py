@@ -55,6 +55,7 @@ from proxy.cli.dryrun import (
     unregistered,
     url_host,
 )
+from proxy.core import placeholders
 from proxy.core.decide import Action, Decision, Reason, check_path, decide_connect, decide_request, deny
 from proxy.core.errors import HostError
 from proxy.core.hosts import canonical_host
@@ -212,6 +213,12 @@ def explain(
             "(else 503 credential_unavailable) is not checked (--check-sources reads the rules "
             "file's sources once, when it is loaded)"
         )
+    names = {p.credential for p in placed}
+    notes += [  # format-valid placeholders (issue 15): which template each one is of
+        f"credential {c.name}: its placeholder is of {placeholders.describe(c.placeholder)}"
+        for c in claim.credentials
+        if c.name in names and placeholders.template_of(c.placeholder) is not None
+    ]
     notes += _kinds(claim, host, tunnelled)
     return Explanation(
         **steps, verdict=request, request=request, placements=tuple(placed),

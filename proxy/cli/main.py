@@ -65,6 +65,7 @@ def _parser() -> argparse.ArgumentParser:
     sandbox.add_ca(sub, state)
     offline.add_rules(sub)
     offline.add_audit(sub)
+    offline.add_placeholder(sub)
     admin.add_demo(sub, state)
     return p
 

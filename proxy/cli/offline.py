@@ -1,6 +1,6 @@
 """Commands that read files and start nothing: ``surrogate rules check``, ``surrogate rules
 explain`` (answered by :mod:`proxy.cli.explain`), ``surrogate audit why`` (:mod:`proxy.cli.why`)
-and ``surrogate audit verify`` (:mod:`proxy.cli.verify`)."""
+``surrogate audit verify`` (:mod:`proxy.cli.verify`) and ``surrogate placeholder mint|templates``."""
 
 from __future__ import annotations
 
@@ -15,6 +15,7 @@ from proxy.cli.explain import main_explain
 from proxy.cli.verify import add_parser as add_verify_parser
 from proxy.cli.verify import main_verify
 from proxy.cli.why import main_why
+from proxy.core import placeholders, templates
 from proxy.core.errors import RulesError, SurrogateError
 from proxy.rules.loader import load_rules
 
@@ -53,6 +54,29 @@ def add_rules(sub: Any) -> None:
     explain.set_defaults(handler=main_explain)
 
 
+def add_placeholder(sub: Any) -> None:
+    """``surrogate placeholder mint TEMPLATE`` / ``surrogate placeholder templates``: offline, no
+    secret involved (a rules file then holds the minted placeholder written out)."""
+    ph = sub.add_parser("placeholder", help="mint placeholders of a provider's format (offline)")
+    ph_sub = ph.add_subparsers(dest="placeholder_command", required=True)
+    mint = ph_sub.add_parser("mint", help="print a fresh placeholder of a shipped template")
+    mint.add_argument("template", choices=sorted(templates.SHIPPED), metavar="TEMPLATE")
+    mint.set_defaults(handler=lambda args: _mint(args.template))
+    ls = ph_sub.add_parser("templates", help="list the shipped templates and their sources")
+    ls.set_defaults(handler=lambda args: _templates())
+
+
+def _mint(name: str) -> int:
+    print(templates.mint(templates.get(name)))
+    return 0
+
+
+def _templates() -> int:
+    for t in templates.SHIPPED.values():
+        print(f"{t.name}: {t.describe()}  [{t.source}]")
+    return 0
+
+
 def add_audit(sub: Any) -> None:
     audit_p = sub.add_parser("audit", help="audit events")
     audit_sub = audit_p.add_subparsers(dest="audit_command", required=True)
@@ -89,6 +113,11 @@ def check_files(files: list[Path], read_sources: bool = False) -> int:
             for w in policy.warnings:
                 print(w, file=sys.stderr)
             print(f"{f}: ok" + (f" ({len(policy.warnings)} warnings)" if policy.warnings else ""))
+            for claim in policy.claims.values():  # the template of each format-valid placeholder
+                for cred in claim.credentials:
+                    if placeholders.template_of(cred.placeholder) is not None:
+                        shown = placeholders.describe(cred.placeholder)
+                        print(f"  claim {claim.id} credential {cred.name}: placeholder {shown}")
         except RulesError as e:  # every error and warning of the file, then how many
             print(e, file=sys.stderr)
             print(f"{f}: {_count(e.problems, 'error')}, {_count(e.warnings, 'warning')}", file=sys.stderr)

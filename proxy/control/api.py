@@ -53,6 +53,7 @@ from proxy.control.apiedge import (
 from proxy.control.checks import ControlError
 from proxy.control.ready import Readiness
 from proxy.control.service import Control
+from proxy.core import placeholders
 
 log = logging.getLogger("surrogate")
 
@@ -76,7 +77,10 @@ _PATTERN_ERRORS = {
         "invalid_value",
         "value must be 1-16384 characters with no control characters (CR, LF, NUL...)",
     ),
-    "placeholder": (422, "invalid_placeholder", "placeholder must be 'surr_' + 16..64 letters or digits"),
+    "placeholder": (
+        422, "invalid_placeholder",
+        f"placeholder must be {placeholders.FORMATS}",
+    ),
     "set_header": (422, "invalid_inject", "inject.set_header must be an HTTP header name"),
     "format": (422, "invalid_inject", "inject.format must contain '{value}' and no control characters"),
     "if-match": (400, "invalid_if_match", 'If-Match must be a quoted version like "3", or *'),

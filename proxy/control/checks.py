@@ -12,13 +12,14 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from proxy.core import placeholders, slots
+from proxy.core import placeholders, slots, templates
 from proxy.core.errors import HostError, SecretUnavailable, SurrogateError
 from proxy.core.hosts import HostPattern
 from proxy.core.oauth import OAuthSpec, endpoint_bound
 from proxy.core.policy import Pool
 from proxy.core.secrets import checked_value
 from proxy.rules.loader import credential_host_risk, opaque_shadow
+from proxy.store.base import CredentialRecord
 
 MAX_VALUE_BYTES = 16 * 1024
 ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,62}$")
@@ -150,12 +151,34 @@ def check_name(name: str) -> None:
         )
 
 
+def templated(name: str | None, placeholder: str | None, old: CredentialRecord | None) -> str | None:
+    """The placeholder a PUT stores given its ``placeholder_template`` ``name``: ``placeholder``
+    when given (it must fit the template), the old one when it already has the template's shape,
+    else a fresh one minted of it (None: the store's default). Raises ControlError 422
+    ``invalid_placeholder_template`` / ``invalid_placeholder``."""
+    if name is None:
+        return placeholder
+    try:
+        template = templates.get(name)
+    except KeyError as e:
+        raise ControlError(422, "invalid_placeholder_template", e.args[0], "placeholder_template") from None
+    if placeholder is not None:
+        if placeholders.template_of(placeholder) is not template:
+            raise ControlError(
+                422, "invalid_placeholder",
+                f"placeholder is not of template {name!r} ({template.describe()})", "placeholder",
+            )
+        return placeholder
+    if old is not None and placeholders.template_of(old.placeholder) is template:
+        return None  # kept: a PUT that repeats itself does not change the sandbox's placeholder
+    return templates.mint(template)
+
+
 def check_placeholder(placeholder: str | None) -> None:
     if placeholder is not None and not placeholders.is_placeholder(placeholder):
         raise ControlError(
             422,
             "invalid_placeholder",
-            f"placeholder must be '{placeholders.PREFIX}' + 16..64 letters or digits, "
-            f"e.g. {placeholders.generate()}",
+            f"placeholder must be {placeholders.FORMATS}, e.g. {placeholders.generate()}",
             "placeholder",
         )

@@ -38,7 +38,9 @@ from proxy.core.policy import Pool
 from proxy.store.base import CredentialRecord
 from proxy.store.kinds import parts, spec_json
 
-_PH = r"^surr_[A-Za-z0-9]{16,64}$"
+# a bound only (pydantic's regex engine lacks the one scanner's lookahead): the shape is checked
+# by placeholders.is_placeholder in _aws, so a template placeholder is taken as in the rules file
+_PH = r"^[A-Za-z0-9_-]{16,200}$"
 _PRINTABLE = r"^[\x21-\x7e]+$"  # AWS keys and tokens: visible ASCII, no space
 _NAME = r"^(\*|[a-z0-9][a-z0-9-]{0,62})$"  # an AWS region or service name, or * for any
 _HEADER = r"^[!#$%&'*+.^_`|~0-9A-Za-z-]+$"  # RFC 9110 §5.6.2 token
@@ -168,6 +170,14 @@ def _aws(body: dict[str, Any], aws: AwsSigV4In) -> Prepared:
     for name in ("surfaces", "headers", "basic_parts"):
         if body.get(name) is not None:
             raise _refuse(name, f"kind aws_sigv4 is re-signed, never swapped: remove {name}")
+    for field, given_ph in (
+        ("secret_placeholder", aws.secret_placeholder),
+        ("session_token_placeholder", aws.session_token_placeholder),
+    ):
+        if given_ph is not None and not placeholders.is_placeholder(given_ph):
+            raise _refuse(
+                f"aws_sigv4.{field}", f"{field} must be {placeholders.FORMATS}", "invalid_placeholder"
+            )
     secret_ph = aws.secret_placeholder or placeholders.generate()
     token_ph = aws.session_token_placeholder or (placeholders.generate() if aws.session_token else None)
     if token_ph is not None and aws.session_token is None:

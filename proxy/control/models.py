@@ -27,7 +27,9 @@ CredName = Annotated[str, PathParam(pattern=ID_PATTERN, description="credential 
 IfMatch = Annotated[str | None, Header(pattern=r'^\s*("[0-9]+"|\*)\s*$', description='"<version>" or *')]
 
 
-PLACEHOLDER_PATTERN = r"^surr_[A-Za-z0-9]{16,64}$"
+# the shape is checked by proxy.control.checks.check_placeholder (the one scanner, whose
+# lookahead pydantic's regex engine lacks); this only bounds the alphabet and length
+PLACEHOLDER_PATTERN = r"^[A-Za-z0-9_-]{16,200}$"
 Host = Annotated[str, Field(min_length=1, max_length=253, pattern=r"^[^\s/:@]+$")]
 Value = Annotated[str, Field(min_length=1, max_length=16384, pattern=r"^[^\x00-\x1f\x7f]+$")]
 # a credential's value: checked for control characters after parsing (proxy.control.checks), so
@@ -96,6 +98,12 @@ class CredentialPut(_In):
     mint: MintIn | None = Field(None, description="kind oauth_client: how the access token is minted")
     sign: SignIn | None = Field(None, description="kind hmac: what is signed and where it goes")
     placeholder: str | None = Field(None, pattern=PLACEHOLDER_PATTERN, description="generated when absent")
+    placeholder_template: str | None = Field(
+        None,
+        max_length=64,
+        description="a shipped template (proxy/core/templates.py): the placeholder, when absent, is "
+        "minted of its shape (kept if the credential already has one of it); when given, must fit it",
+    )
     inject: InjectIn | None = None
     expires_at: Expiry | None = None
     max_requests: int | None = Field(None, ge=1, le=MAX_REQUESTS, description="request budget; absent: none")

@@ -120,6 +120,7 @@ def add_routes(app: FastAPI, control: Control, who: str, ready: Readiness) -> No
             "hosts": body.hosts,
             "value": body.value,
             "placeholder": body.placeholder,
+            "placeholder_template": body.placeholder_template,
             "inject_header": body.inject.set_header if body.inject else None,
             "inject_format": body.inject.format if body.inject else None,
             "expires_at": body.expires_at.timestamp() if body.expires_at else None,

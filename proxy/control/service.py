@@ -40,6 +40,7 @@ from proxy.control.checks import (
     check_placeholder,
     check_value,
     coverage,
+    templated,
 )
 from proxy.core.errors import SurrogateError
 from proxy.core.oauth import parse_spec
@@ -218,6 +219,9 @@ class Control:
         made = kinds.prepare(pool, body)  # issue 15: the kind's block checked, its secrets sealed
         placeholder = body.get("placeholder")
         check_placeholder(placeholder)
+        placeholder = templated(
+            body.get("placeholder_template"), placeholder, self.store.get_credential(claim_id, name)
+        )
         kinds.check_placeholders(self.store.list_credentials(claim_id), name, placeholder, made.spec)
         try:
             oauth = parse_spec(body["oauth"]) if body.get("oauth") is not None else None

@@ -3,7 +3,8 @@
 Pure: bytes in, bytes out. :class:`Swapper` is fed the reads of a body (mitmproxy hands a
 callable ``stream`` reads of up to 64 KiB) and returns what may be forwarded now. A placeholder
 may straddle two reads, so only a tail that could still become one is held back: at most
-``HOLD`` (69) bytes, the longest placeholder. The output is the same whatever the chunking: the
+``HOLD`` bytes, the longest placeholder (``surr_`` or a template's).
+The output is the same whatever the chunking: the
 matches are exactly those :func:`proxy.core.placeholders.find` gives over the whole body.
 
 What a placeholder becomes is asked of a ``resolve`` callable (``proxy.core.substitute.BodyResolver``):
@@ -47,10 +48,20 @@ from proxy.core import placeholders
 
 Resolve = Callable[[bytes], bytes | None]
 
-HOLD = len(placeholders.PREFIX) + 64
-# What may still grow into a placeholder at the end of what was read: a prefix of "surr_", or
-# "surr_" and up to 64 letters or digits (the whole run must end to know it is one).
-_PARTIAL = re.compile(rb"(?:s|su|sur|surr|surr_[A-Za-z0-9]{0,64})\Z")
+HOLD = placeholders.LONGEST
+# What may still grow into a placeholder at the end of what was read: a proper beginning of any
+# placeholder prefix ("surr_", "ghp_", ...), or a prefix and up to its placeholders' letters or
+# digits (the whole run must end to know it is one).
+_PARTIAL = re.compile(
+    b"(?:"
+    + b"|".join(
+        sorted(
+            {re.escape(p[:i]) for p in placeholders.MAX_BODY for i in range(1, len(p))}
+            | {re.escape(p) + b"[A-Za-z0-9]{0,%d}" % n for p, n in placeholders.MAX_BODY.items()}
+        )
+    )
+    + rb")\Z"
+)
 _UNRESERVED = "-._~"  # RFC 3986 §2.3, with ALPHA / DIGIT which quote() never escapes
 
 MAX_DECODED = 256 * 1024 * 1024  # default bound on a decoded (decompressed) request body, bytes

@@ -16,8 +16,8 @@ Forms caught, for a secret S and its placeholder P:
   character's UTF-8 bytes with upper- or lower-case hex (RFC 3986 §2.1), ``+`` for a space
   (application/x-www-form-urlencoded), JSON ``\\uXXXX`` of any character, upper- or lower-case
   hex, with a surrogate pair beyond the BMP (RFC 8259 §7), and JSON's ``\\/``, ``\\"``, ``\\\\``.
-  Replaced by P as it is: a placeholder is ``surr_`` and ASCII letters and digits, which need no
-  escaping in a URL, a form or a JSON string.
+  Replaced by P as it is: a placeholder is ASCII letters, digits, ``_`` and ``-`` (a template's
+  prefix), which need no escaping in a URL, a form or a JSON string.
 - **Base64 of S**, standard and URL-safe alphabets (RFC 4648 §4, §5), its characters possibly
   percent- or JSON-escaped as above (``%2B``, ``\\/``): the whole encoding of S alone, padded or
   not, becomes P's encoding (so a client that decodes it reads P); S inside a longer run

@@ -46,10 +46,13 @@ from urllib.parse import unquote_to_bytes
 from proxy.core import placeholders
 
 MAX_LAYERS = 3
-_PREFIX = placeholders.PREFIX.encode("ascii")
-_MIN_BODY, _MAX_BODY = 16, 64  # placeholders.PATTERN: 16..64 letters or digits after the prefix
+# Every placeholder prefix (``surr_`` and the templates'), with the most letters or digits a
+# placeholder has after it: the one scanner's shapes (placeholders.PATTERN).
+_PREFIXES = tuple(placeholders.MAX_BODY.items())
+_PREFIX_BYTES = tuple(p for p, _ in _PREFIXES)
+_MIN_BODY = 16  # surr_'s shortest; template placeholders have a fixed, longer body
 _ALNUM = re.compile(rb"[A-Za-z0-9]*")
-_MIN_RUN = -(-(len(_PREFIX) + _MIN_BODY) * 4 // 3)  # 28: base64 characters of 21 bytes
+_MIN_RUN = -(-placeholders.SHORTEST * 4 // 3)  # base64 characters of the shortest placeholder
 _RUN = re.compile(rb"[A-Za-z0-9+/_-]{%d,}" % _MIN_RUN)
 _URLSAFE = bytes.maketrans(b"-_", b"+/")
 _B64_CHARS = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/_-"
@@ -61,7 +64,7 @@ _PCT_U = re.compile(rb"%[uU]([0-9A-Fa-f]{4})")
 _WHITESPACE = b" \t\r\n"  # what base64 decoders skip (RFC 2045 §6.8 lines, Python, Node)
 
 
-_SHORTEST = len(_PREFIX) + _MIN_BODY  # 21: no spelling of a placeholder is shorter
+_SHORTEST = placeholders.SHORTEST  # no spelling of a placeholder is shorter
 _CACHED = 4096  # bytes: longer values are scanned every time, so the cache stays under 16 MiB
 
 
@@ -72,7 +75,9 @@ def hidden(value: bytes, registered: Container[bytes]) -> list[bytes]:
         return []
     out: list[bytes] = []
     for candidate in candidates(value):
-        for length in range(_SHORTEST, min(len(candidate), _SHORTEST + _MAX_BODY - _MIN_BODY) + 1):
+        for length in placeholders.LENGTHS:
+            if length > len(candidate):
+                break
             if candidate[:length] in registered:
                 if candidate[:length] not in out:
                     out.append(candidate[:length])
@@ -81,8 +86,9 @@ def hidden(value: bytes, registered: Container[bytes]) -> list[bytes]:
 
 
 def candidates(value: bytes) -> tuple[bytes, ...]:
-    """Every ``surr_`` run in any spelling of ``value``, each with the letters and digits after
-    it, at most 65 of them (so that one longer than a placeholder's 64 shows it): what
+    """Every ``surr_`` (or template prefix) run in any spelling of ``value``, each with the
+    letters and digits after it, at most one more than its placeholders have
+    (so that one longer than a placeholder's 64 shows it): what
     :func:`hidden` checks against the registered placeholders, and :mod:`proxy.core.forgery` for
     checksums. Pure in ``value`` (no claim's placeholders are involved), so cached."""
     if len(value) < _SHORTEST:
@@ -136,7 +142,7 @@ def _runs(value: bytes, layers: int, out: list[bytes], done: Container[bytes] = 
             except binascii.Error:  # pragma: no cover - every character is valid
                 continue
             if (
-                _PREFIX in decoded
+                any(p in decoded for p in _PREFIX_BYTES)
                 or b"%" in decoded
                 or b"\x00" in decoded
                 or _LONG_RUN in decoded.translate(_CLASS, _WHITESPACE)
@@ -146,12 +152,14 @@ def _runs(value: bytes, layers: int, out: list[bytes], done: Container[bytes] = 
 
 
 def _raw(value: bytes, out: list[bytes]) -> None:
-    """Each ``surr_`` of ``value`` with the letters or digits after it (at most 65)."""
-    at = value.find(_PREFIX)
-    while at != -1:
-        start = at + len(_PREFIX)
-        body = _ALNUM.match(value, start)
-        end = min(body.end() if body else start, start + _MAX_BODY + 1)
-        if end - start >= _MIN_BODY and value[at:end] not in out:
-            out.append(value[at:end])
-        at = value.find(_PREFIX, start)
+    """Each placeholder prefix of ``value`` with the letters or digits after it (at most one more
+    than its placeholders have, so that a longer run shows)."""
+    for prefix, most in _PREFIXES:
+        at = value.find(prefix)
+        while at != -1:
+            start = at + len(prefix)
+            body = _ALNUM.match(value, start)
+            end = min(body.end() if body else start, start + most + 1)
+            if end - start >= _MIN_BODY and value[at:end] not in out:
+                out.append(value[at:end])
+            at = value.find(prefix, start)

@@ -12,7 +12,7 @@ from __future__ import annotations
 import ipaddress
 from pathlib import Path
 
-from proxy.core import placeholders, slots
+from proxy.core import placeholders, slots, templates
 from proxy.core.errors import HostError, SecretUnavailable
 from proxy.core.hosts import HostPattern
 from proxy.core.policy import (
@@ -84,6 +84,23 @@ def value_source(spec: str, base_dir: Path, loc: Loc, marks: Marks, read: bool =
     return source
 
 
+def _template_problem(km: CredentialModel) -> str | None:
+    """Why ``km.placeholder`` does not fit its ``placeholder_template``, or None. A rules file
+    holds its placeholder written out (stable across reloads: the sandbox is configured with it);
+    ``surrogate placeholder mint TEMPLATE`` prints one, and the message shows a fresh one."""
+    assert km.placeholder_template is not None  # noqa: S101 - the caller's guard
+    try:
+        template = templates.get(km.placeholder_template)
+    except KeyError as e:
+        return str(e.args[0])
+    if placeholders.template_of(km.placeholder) is not template:
+        return (
+            f"placeholder is not of template {template.name!r} ({template.describe()}), "
+            f"e.g. {templates.mint(template)}"
+        )
+    return None
+
+
 def build_credential(
     km: CredentialModel,
     loc: Loc,
@@ -99,8 +116,10 @@ def build_credential(
         marks.add(
             loc + ("placeholder",),
             f"placeholder {km.placeholder!r} does not have the recognisable format "
-            f"'{placeholders.PREFIX}' + 16..64 letters or digits (e.g. {placeholders.generate()})",
+            f"{placeholders.FORMATS} (e.g. {placeholders.generate()})",
         )
+    elif km.placeholder_template is not None and (problem := _template_problem(km)):
+        marks.add(loc + ("placeholder",), problem)
     elif km.placeholder in seen:
         marks.add(loc + ("placeholder",), f"placeholder already used by {seen[km.placeholder]}")
     else:

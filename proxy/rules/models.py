@@ -121,6 +121,7 @@ class CredentialModel(_Model):
     name: str
     value: str
     placeholder: str
+    placeholder_template: str | None = None  # a shipped template (proxy/core/templates.py)
     hosts: list[str] = Field(min_length=1)
     inject: InjectModel | None = None
     max_requests: int | None = None

@@ -126,7 +126,7 @@ def placeholder(text: str) -> str:
     if not isinstance(text, str) or not placeholders.is_placeholder(text):
         raise ValueError(
             f"placeholder {text!r} is not of the recognisable format: "
-            f"{placeholders.PREFIX} then 16 to 64 ASCII letters or digits"
+            f"{placeholders.FORMATS}"
         )
     return text
 

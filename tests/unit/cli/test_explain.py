@@ -13,9 +13,11 @@ import pytest
 
 from proxy.cli.explain import Explanation, explain, main_explain, parse_header, render, to_json
 from proxy.cli.main import main as cli_main
+from proxy.core import templates
 from proxy.core.errors import SecretUnavailable
 from proxy.core.policy import Claim, Policy
 from proxy.core.secrets import Secret
+from proxy.rules.loader import load_rules
 from proxy.store.keyring import KeyRing
 from proxy.store.registry import Registry
 from proxy.store.sqlite import Store
@@ -425,3 +427,24 @@ def test_explain_says_a_request_an_ask_rule_covers_asks_for_approval(tmp_path: P
     assert "asks for approval" in render(asked)
     unasked = explain(policy, "c1", "GET", "https://api.test/v1/x", [], now=0.0)
     assert not [n for n in unasked.notes if n.startswith("asks for approval")]
+
+
+def test_explain_names_the_template_of_a_format_valid_placeholder(tmp_path: Path) -> None:
+    """Issue 15: a credential whose placeholder is of a shipped template is said to be (the
+    template and its shape; neither the placeholder's characters beyond that nor any value)."""
+    ph = templates.mint(templates.SHIPPED["github_classic"])
+    (tmp_path / "tok").write_text("t\n")
+    (tmp_path / "s").write_text("CANARYexplain-template-01\n")
+    rules = tmp_path / "r.yaml"
+    rules.write_text(
+        "version: 1\npools:\n  p:\n    egress:\n      - host: api.github.com\n"
+        "claims:\n  - id: c\n    pool: p\n    proxy_token: file:tok\n    credentials:\n"
+        f"      - name: gh\n        value: file:s\n        placeholder: {ph}\n"
+        "        placeholder_template: github_classic\n        hosts: [api.github.com]\n"
+    )
+    headers = [("Authorization", f"token {ph}")]
+    e = explain(load_rules(rules), "c", "GET", "https://api.github.com/user", headers)
+    text = render(e)
+    assert "credential gh: swapped in header Authorization" in text
+    assert "credential gh: its placeholder is of template github_classic (ghp_ + 36 of [A-Za-z0-9])" in text
+    assert "CANARYexplain" not in text

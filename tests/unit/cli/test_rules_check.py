@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from proxy.cli.main import main
+from proxy.core import placeholders, templates
 from proxy.core.errors import RulesError
 from proxy.rules.loader import load_rules
 
@@ -137,3 +138,28 @@ def test_loading_for_run_still_reads_every_source(fresh_clone: Path) -> None:
     with pytest.raises(RulesError) as info:
         load_rules(fresh_clone)
     assert [(p.line, p.field) for p in info.value.problems] == SOURCE_PROBLEMS
+
+
+def test_rules_check_shows_each_template_placeholder_and_the_cli_mints(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert main(["placeholder", "mint", "github_classic"]) == 0
+    ph = capsys.readouterr().out.strip()
+    assert placeholders.template_of(ph) is templates.SHIPPED["github_classic"]
+    assert placeholders.has_valid_checksum(ph)
+    (tmp_path / "tok").write_text("t\n")
+    (tmp_path / "s").write_text("CANARYcheck-template-01\n")
+    rules = tmp_path / "r.yaml"
+    rules.write_text(
+        "version: 1\npools:\n  p:\n    egress:\n      - host: api.github.com\n"
+        "claims:\n  - id: c\n    pool: p\n    proxy_token: file:tok\n    credentials:\n"
+        f"      - name: gh\n        value: file:s\n        placeholder: {ph}\n"
+        "        placeholder_template: github_classic\n        hosts: [api.github.com]\n"
+    )
+    assert main(["rules", "check", str(rules)]) == 0
+    out = capsys.readouterr().out
+    assert "credential gh: placeholder template github_classic (ghp_ + 36 of [A-Za-z0-9])" in out
+    assert ph not in out
+    assert main(["placeholder", "templates"]) == 0
+    listed = capsys.readouterr().out.splitlines()
+    assert [line.split(":", 1)[0] for line in listed] == list(templates.SHIPPED)

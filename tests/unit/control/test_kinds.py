@@ -13,6 +13,7 @@ import httpx
 import pytest
 
 from proxy.control.service import Control
+from proxy.core import templates
 from proxy.store.registry import Registry
 from proxy.store.sqlite import Store
 from unit.control.world import SECRET, claim, cred
@@ -144,6 +145,12 @@ REFUSALS = [
         | {"placeholder": "surr_SamePlaceholder00000001"},
         "aws_sigv4.secret_placeholder",
     ),
+    ("aws-short-placeholder", aws(secret_placeholder="surr_" + "A" * 15), "aws_sigv4.secret_placeholder"),
+    (
+        "aws-token-placeholder-shape",
+        aws(session_token_placeholder="ghp_" + "A" * 35),
+        "aws_sigv4.session_token_placeholder",
+    ),
     ("mint-on-static", {"hosts": ["api.test"], "value": SECRET, "mint": oauth()["mint"]}, "mint"),
     ("sign-on-oauth", oauth() | {"sign": {}}, "sign"),
     ("oauth-no-value", {k: v for k, v in oauth().items() if k != "value"}, "value"),
@@ -264,3 +271,12 @@ async def test_an_aws_placeholder_may_not_be_another_credentials(
     assert moved.status_code == 409
     no_secret(moved)
     assert store.get_credential("c1", "gh2") is None
+
+
+async def test_an_aws_secret_placeholder_may_be_of_a_template(api: httpx.AsyncClient) -> None:
+    """Issue 15: the control API takes any shape the one scanner recognises, as the rules file."""
+    await claim(api)
+    ph = templates.mint(templates.SHIPPED["stripe_test"])
+    r = await cred(api, aws(secret_placeholder=ph), name="aws")
+    assert r.status_code == 201, r.text
+    assert r.json()["aws_sigv4"]["secret_placeholder"] == ph

@@ -11,6 +11,7 @@ from structlog.testing import capture_logs
 
 from proxy import audit
 from proxy.control.service import Control
+from proxy.core import placeholders, templates
 from proxy.store.sqlite import Store
 from unit.control.world import SECRET, claim, cred, problem
 
@@ -147,3 +148,54 @@ async def test_an_unknown_claim_is_still_not_found(api: httpx.AsyncClient) -> No
     for method, path, body, headers in RULES_FILE_CLAIM_ROUTES:
         r = await api.request(method, path.replace("static", "ghost"), json=body, headers=headers)
         assert problem(r, 404, "not_found")["message"] == "no claim 'ghost'"
+
+
+# -- placeholder templates (issue 15): minted on PUT ------------------------------------------
+
+
+async def test_a_put_with_a_placeholder_template_mints_one_of_its_shape_and_keeps_it(
+    api: httpx.AsyncClient, control: Control
+) -> None:
+    await claim(api)
+    body = {"hosts": ["api.test"], "value": SECRET, "placeholder_template": "github_classic"}
+    made = await cred(api, body)
+    assert made.status_code == 201, made.text
+    ph = made.json()["placeholder"]
+    assert placeholders.template_of(ph) is templates.SHIPPED["github_classic"]
+    assert placeholders.has_valid_checksum(ph)
+    again = await cred(api, body)  # a PUT that repeats itself keeps the sandbox's placeholder
+    assert again.status_code == 200 and again.json()["placeholder"] == ph
+    other = await cred(api, {**body, "placeholder_template": "openai"})  # another template: a new one
+    assert other.status_code == 200
+    assert placeholders.template_of(other.json()["placeholder"]) is templates.SHIPPED["openai"]
+    control.registry.refresh()
+    assert control.registry.claim("c1") is not None
+
+
+async def test_a_put_with_a_placeholder_of_its_template_keeps_it(api: httpx.AsyncClient) -> None:
+    await claim(api)
+    ph = templates.mint(templates.SHIPPED["anthropic"])
+    body = {"hosts": ["api.test"], "value": SECRET, "placeholder": ph, "placeholder_template": "anthropic"}
+    made = await cred(api, body)
+    assert made.status_code == 201 and made.json()["placeholder"] == ph, made.text
+    # and a template-shaped placeholder without the template field is accepted as written
+    plain = templates.mint(templates.SHIPPED["aws_access_key_id"])
+    put = await cred(api, {"hosts": ["api.test"], "value": SECRET, "placeholder": plain}, name="aws")
+    assert put.status_code == 201 and put.json()["placeholder"] == plain, put.text
+
+
+@pytest.mark.parametrize(
+    ("extra", "code"),
+    [
+        ({"placeholder_template": "no-such-provider"}, "invalid_placeholder_template"),
+        ({"placeholder_template": "openai", "placeholder": "surr_" + "A1" * 12}, "invalid_placeholder"),
+        ({"placeholder_template": "github_classic", "placeholder": "ghp_" + "A" * 35}, "invalid_placeholder"),
+        ({"placeholder": "ghp_" + "A" * 37}, "invalid_placeholder"),
+    ],
+    ids=["unknown-template", "surr-for-template", "short-ghp", "long-ghp-no-template"],
+)
+async def test_a_put_whose_placeholder_does_not_fit_is_refused(
+    api: httpx.AsyncClient, extra: dict[str, str], code: str
+) -> None:
+    await claim(api)
+    problem(await cred(api, {"hosts": ["api.test"], "value": SECRET, **extra}), 422, code)

@@ -118,7 +118,8 @@ BAD = [
         "bad-unknown-key.yaml",
         16,
         "claims[0].credentials[0].comment",
-        "unknown field 'comment'; expected one of: name, value, placeholder, hosts, inject",
+        "unknown field 'comment'; expected one of: name, value, placeholder, "
+        "placeholder_template, hosts, inject",
     ),
     (
         "bad-unknown-key-top-level.yaml",
