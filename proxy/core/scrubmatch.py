@@ -23,7 +23,7 @@ from typing import Any
 import ahocorasick  # type: ignore[import-not-found]  # no stubs
 
 from proxy.core import base64run
-from proxy.core.scrubforms import ESCAPE, KINDS, View, secret_spellings
+from proxy.core.scrubforms import ESCAPE, KINDS, View, secret_spellings, unescape
 
 _NEVER = 1 << 62  # a search start past any data: "not searched yet"
 _FIND_LIMIT = 32  # strings: up to this, one bytes.find per string (see Literals)
@@ -162,6 +162,17 @@ def _compile(pairs: tuple[tuple[bytes, bytes], ...], escapes: bool) -> Compiled:
         + [(False, True, False)] * backslash
         + [(False, backslash, True)] * non_ascii  # per-byte JSON escapes a backslash as JSON does
     )
+    if escapes:
+        # a secret that itself holds escape-like text (a literal "%00", "+", "\\u0041") is read
+        # by the escaped views as what that text decodes to, so the decoded window would never
+        # hold it when a server escaped the rest: each view's reading of a spelling is sought
+        # too, as the same secret (a hypothesis case, "000\xa0%00" per-byte JSON-escaped)
+        for spelling, placeholder in list(spellings.items()):
+            for view in views:
+                read = unescape(spelling, 0, len(spelling), view)[0]
+                if read != spelling and read:
+                    spellings.setdefault(read, placeholder)
+        joined = b"".join(spellings)
     base = Compiled(
         spellings=spellings,
         runs=runs,
