@@ -223,12 +223,13 @@ def test_the_audit_names_the_kind_and_what_was_applied(world: World) -> None:
         for c in e.get("credentials", [])
     }
     kinds = {
-        c["name"]: (c.get("kind"), c.get("signature"))
+        c["name"]: (c.get("kind"), c.get("signature") or c.get("grant"))
         for e in world.proxy.audit_events()
         if e.get("event") == "request"
         for c in e.get("credentials", [])
     }
-    assert kinds["aws"] == ("aws_sigv4", "sigv4")  # hmac and oauth_client say it in "applied"
+    assert kinds["aws"] == ("aws_sigv4", "sigv4")
+    assert kinds["sig"] == ("hmac", "hmac-sha256") and kinds["cc"] == ("oauth_client", "client_credentials")
     assert applied.get("sig") == "hmac_signed"
     assert applied.get("cc") in ("token_minted", "token_cached")
 

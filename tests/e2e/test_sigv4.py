@@ -198,6 +198,7 @@ def test_audit_names_kind_and_signature(world: World) -> None:
     last = json.loads(world.proxy.audit_path.read_text().strip().splitlines()[-1])
     assert last["path"] == "/b/small.txt" and last["status"] == 200
     assert last["credentials"][0]["kind"] == "aws_sigv4" and last["credentials"][0]["signature"] == "sigv4"
+    assert last["credentials"][0]["applied"] == "sigv4_signed"
 
 
 def _chunked_put(
