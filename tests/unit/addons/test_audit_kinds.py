@@ -33,7 +33,8 @@ def _claim(tmp_path: Path, **cred: Any) -> Claim:
     (tmp_path / "token").write_text("proxy-token-value\n")
     (tmp_path / "secret").write_text(SECRET + "\n")
     (tmp_path / "refresh").write_text("refresh-" + SECRET + "\n")
-    (tmp_path / "aws.json").write_text(json.dumps({"access_key_id": "AKIAEXAMPLE", "secret_access_key": SECRET}))
+    aws = {"access_key_id": "AKIAEXAMPLE", "secret_access_key": SECRET}
+    (tmp_path / "aws.json").write_text(json.dumps(aws))
     c = {"name": "k", "value": "file:secret", "placeholder": PH, "hosts": ["api.test"], **cred}
     doc = {
         "version": 1,
@@ -57,28 +58,31 @@ def _entry(claim: Claim, applied: dict[str, str], signed: dict[str, str]) -> dic
     return entry
 
 
+ONE = {"name": "k", "version": 1}
 CASES = [
-    ("static", {}, {}, {}, {"name": "k", "version": 1}),
+    ("static", {}, {}, {}, ONE),
     *[
-        (f"hmac-{alg}", {"kind": "hmac", "sign": {"algorithm": alg, "header": "X-Sig"}}, {"k": "hmac_signed"}, {},
-         {"name": "k", "version": 1, "kind": "hmac", "applied": "hmac_signed", "signature": alg, "header": "X-Sig"})
+        (f"hmac-{alg}", {"kind": "hmac", "sign": {"algorithm": alg, "header": "X-Sig"}}, {"k": "hmac_signed"},
+         {}, {**ONE, "kind": "hmac", "applied": "hmac_signed", "signature": alg, "header": "X-Sig"})
         for alg in hmacsign.ALGORITHMS
     ],
     ("oauth-client-credentials-minted", {"kind": "oauth_client", "mint": MINT}, {"k": "token_minted"}, {},
-     {"name": "k", "version": 1, "kind": "oauth_client", "applied": "token_minted", "grant": "client_credentials"}),
+     {**ONE, "kind": "oauth_client", "applied": "token_minted", "grant": "client_credentials"}),
     ("oauth-refresh-token-cached",
      {"kind": "oauth_client", "mint": {**MINT, "grant": "refresh_token", "refresh_token": "file:refresh"}},
      {"k": "token_cached"}, {},
-     {"name": "k", "version": 1, "kind": "oauth_client", "applied": "token_cached", "grant": "refresh_token"}),
+     {**ONE, "kind": "oauth_client", "applied": "token_cached", "grant": "refresh_token"}),
     ("aws-sigv4", {"kind": "aws_sigv4", "value": "file:aws.json", "aws_sigv4": AWS}, {}, {"k": "sigv4"},
-     {"name": "k", "version": 1, "kind": "aws_sigv4", "applied": "sigv4_signed", "signature": "sigv4"}),
+     {**ONE, "kind": "aws_sigv4", "applied": "sigv4_signed", "signature": "sigv4"}),
 ]  # fmt: skip
 
 
-@pytest.mark.parametrize(("cred", "applied", "signed", "expected"), [c[1:] for c in CASES], ids=[c[0] for c in CASES])
-def test_every_kind_names_itself_and_what_was_applied(
-    tmp_path: Path, cred: dict[str, Any], applied: dict[str, str], signed: dict[str, str], expected: dict[str, Any]
-) -> None:
+Row = tuple[dict[str, Any], dict[str, str], dict[str, str], dict[str, Any]]
+
+
+@pytest.mark.parametrize("row", [c[1:] for c in CASES], ids=[c[0] for c in CASES])
+def test_every_kind_names_itself_and_what_was_applied(tmp_path: Path, row: Row) -> None:
+    cred, applied, signed, expected = row
     assert _entry(_claim(tmp_path, **cred), applied, signed) == expected
 
 
