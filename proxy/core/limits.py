@@ -17,7 +17,8 @@ every rule here is tested with tables. The glue is ``addons/limits.py``.
 
 Connection counts and buckets are the node's (every worker's), kept in :mod:`proxy.store.counters`;
 the tolerance of the rate limit is none beyond float rounding: over any T seconds at most
-``burst + rate × T`` of a claim's CONNECTs and requests are admitted on the node.
+``burst + rate × T`` of a claim's CONNECTs and requests are admitted on the node. With the
+PostgreSQL store both also hold for the fleet, within the tolerances of :mod:`proxy.core.fleet`.
 
 Defaults never bother a normal agent (a busy agent makes a few requests per second over a few
 connections) and stop one claim from taking the proxy for itself.
