@@ -198,3 +198,13 @@ def test_two_concurrent_puts_with_one_secret_placeholder_only_one_lands(
         assert sorted(outcomes) == ["conflict", "ok"], round_
         held = [r for r in store.list_credentials("c1") if shared in (r.spec or "")]
         assert len(held) == 1
+
+
+def test_a_patch_to_another_credentials_aws_placeholder_is_refused(store: CredentialStore) -> None:
+    _put_pair(store, "a", (PH[0], _aws_spec(PH[1], PH[3])))
+    _put_pair(store, "b", (PH[2], None))
+    for taken in (PH[1], PH[3]):
+        with pytest.raises(Conflict, match="credential 'a'"):
+            store.patch_credential("c1", "b", placeholder=taken)
+    got = store.get_credential("c1", "b")
+    assert got is not None and got.placeholder == PH[2]
