@@ -15,7 +15,10 @@ and every address checked (:func:`addons.resolve.checked`: special-purpose addre
 pool's ``allow_cidrs`` lists them, the proxy's own listeners; ``--resolve`` pins honoured), the
 connection goes to the checked address with SNI and certificate verification for the name
 (httpx with ``sni_hostname``; the upstream trust bundle mitmproxy verifies upstreams with), no
-redirects, no environment proxies. The answer is read up to :data:`proxy.core.mint.MAX_BODY`.
+redirects, no environment proxies. The answer is read up to :data:`proxy.core.mint.MAX_BODY`,
+and the whole exchange (connect, TLS, request, every read of the answer) has one deadline,
+:data:`TIMEOUT`: httpx's own timeouts bound each read, so an endpoint dripping a byte at a time
+would otherwise hold the credential's lock, and every request waiting on it, as long as it liked.
 
 A failure refuses the request ``token_mint_failed`` (502; 503 when the endpoint cannot be
 reached), with the endpoint's status and OAuth ``error`` code only: never its body. A 401 from
@@ -163,6 +166,7 @@ class Mint:
             target = target.copy_with(query=query.encode())
         try:
             async with (
+                asyncio.timeout(TIMEOUT),  # the whole exchange: httpx's timeouts are per read
                 httpx.AsyncClient(verify=self._context(), trust_env=False, timeout=TIMEOUT) as client,
                 client.stream(
                     "POST",
@@ -180,7 +184,7 @@ class Mint:
                 return mint.parse_token_response(
                     r.status_code, r.headers.get("content-type", ""), _decoded(r, data), time.time()
                 )
-        except httpx.HTTPError as e:
+        except (httpx.HTTPError, TimeoutError) as e:
             facts.log.warning("credential %r: token endpoint unreachable: %s", c.name, type(e).__name__)
             raise mint.MintError("unreachable", "token endpoint unreachable") from None
 

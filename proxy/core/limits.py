@@ -35,6 +35,7 @@ DEFAULT_CONNECTIONS = 256
 DEFAULT_RATE = 100.0
 DEFAULT_BURST = 200
 DEFAULT_HOOK_PROCESSES = 8  # per pool: its hook commands running at once, all its claims together
+DEFAULT_APPROVALS = 128  # per claim: its requests held for an operator at once (addons/approve.py)
 DEFAULT_NODE_HOOK_PROCESSES = 32  # per node: ``surrogate run --hook-processes``
 # The largest WebSocket message (bytes, decompressed) the proxy assembles (addons/wslimit.py):
 # mitmproxy holds a whole message before any hook sees it, so past this the connection is closed
@@ -51,13 +52,15 @@ class Limits:
     ``rate``: sustained requests per second per claim (> 0); ``burst``: requests allowed at once
     after a quiet spell (≥ 1); ``hook_processes``: hook commands of the pool running at once on
     the node, every claim of the pool together (≥ 1); ``websocket_message``: the largest
-    WebSocket message in bytes, either direction (1 KiB to 1 GiB)."""
+    WebSocket message in bytes, either direction (1 KiB to 1 GiB); ``approvals``: requests of a
+    claim held for an operator's decision at once, counted in the store (every node; ≥ 1)."""
 
     connections: int = DEFAULT_CONNECTIONS
     rate: float = DEFAULT_RATE
     burst: int = DEFAULT_BURST
     hook_processes: int = DEFAULT_HOOK_PROCESSES
     websocket_message: int = DEFAULT_WEBSOCKET_MESSAGE
+    approvals: int = DEFAULT_APPROVALS
 
 
 @dataclass(slots=True)

@@ -343,8 +343,9 @@ class CredentialStore(Protocol):
 
     # --- approvals (proxy.store.approvals) ----------------------------------------------------
 
-    def add_approval(self, record: ApprovalRecord) -> None:
-        """Store a new pending approval. Conflict if the id exists; ValueError for a bad field."""
+    def add_approval(self, record: ApprovalRecord, *, max_pending: int | None = None) -> None:
+        """Store a new pending approval. Conflict if the id exists, or (a Conflict subclass,
+        ``PendingLimit``) when the claim has ``max_pending`` pending ones; ValueError for a bad field."""
         ...
 
     def approvals(self, state: str | None = "pending") -> list[ApprovalRecord]:

@@ -174,9 +174,23 @@ class SQLStore(ApprovalQueries, KindQueries, KeyRotation, Leases, ABC):
             return rows.claim(db.execute(_CLAIM, (claim_id,)).fetchone()), token
 
     def delete_claim(self, claim_id: str) -> bool:
-        """Delete a claim and all its credentials; False when it did not exist."""
+        """Delete a claim and all its credentials, revoke its grants and withdraw its pending
+        approvals (in the same transaction: a claim made again under this id, another sandbox,
+        inherits none of them); False when it did not exist."""
         with self._write() as db:
-            return db.execute("DELETE FROM claims WHERE id = ?", (claim_id,)).rowcount > 0
+            if db.execute("DELETE FROM claims WHERE id = ?", (claim_id,)).rowcount == 0:
+                return False
+            db.execute(
+                "UPDATE grants SET revoked_at = ?, revoked_by = 'claim deleted' "
+                "WHERE claim_id = ? AND revoked_at IS NULL",
+                (time.time(), claim_id),
+            )
+            db.execute(
+                "UPDATE approvals SET state = 'withdrawn', reason = 'claim deleted', preview = '' "
+                "WHERE claim_id = ? AND state = 'pending'",
+                (claim_id,),
+            )
+            return True
 
     # --- credentials --------------------------------------------------------------------------
 
