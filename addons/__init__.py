@@ -117,7 +117,7 @@ def chain(state: State) -> list[Any]:
         Forgery(),
         Hooks(state),
         Mint(state),
-        SigV4(),
+        SigV4(state),
         Substitute(state),
         Sign(state),
         RefreshLease(state),

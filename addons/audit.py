@@ -39,6 +39,7 @@ from addons import ending, facts
 from addons.limits import REFUSED_CONNECTIONS, REFUSED_RATE
 from proxy import audit as a
 from proxy.core.decide import Action, Decision, Reason
+from proxy.core.policy import Claim
 
 
 def _event(flow: http.HTTPFlow, kind: str) -> dict[str, Any]:
@@ -74,7 +75,7 @@ def _event(flow: http.HTTPFlow, kind: str) -> dict[str, Any]:
         a.MESSAGE: None if decision is None or decision.allowed else decision.message,
         a.WOULD_DENY: decision.would_deny.value if decision and decision.would_deny else None,
         a.CREDENTIALS: [
-            {**c, **_signed(flow, c["name"])}
+            {**c, **_kind(claim, c["name"], flow.metadata.get("surrogate.sigv4_signed", {}))}
             for c in _credentials(used, flow.metadata.get(facts.APPLIED, {}))
         ],
         a.CARRIED: flow.metadata.get(facts.CARRIED, []),
@@ -200,7 +201,20 @@ class Audit:
                 )
 
 
-def _signed(flow: http.HTTPFlow, name: str) -> dict[str, str]:
-    """The kind and the signature applied, for a credential addons/sigv4.py re-signed with."""
-    signed = flow.metadata.get("surrogate.sigv4_signed", {})
-    return {"kind": "aws_sigv4", "signature": signed[name]} if name in signed else {}
+def _kind(claim: Claim | None, name: str, signed: dict[str, str]) -> dict[str, str]:
+    """What a credential of a kind other than ``static`` applied, for its audit entry (issue 15:
+    the kind and which signature or token, never a value): ``kind`` always; ``signature`` and
+    ``header`` for ``hmac`` (the algorithm, the header it set); ``grant`` for ``oauth_client``
+    (``applied`` says minted or cached); ``signature`` ``sigv4`` and ``applied`` ``sigv4_signed``
+    for ``aws_sigv4`` once addons/sigv4.py re-signed with it. ``{}`` for a static credential."""
+    cred = next((c for c in claim.credentials if c.name == name), None) if claim is not None else None
+    if cred is None or cred.kind == "static":
+        return {}
+    out = {"kind": cred.kind}
+    if cred.sign is not None:
+        out |= {"signature": cred.sign.algorithm, "header": cred.sign.header}
+    if cred.mint is not None:
+        out["grant"] = cred.mint.spec.grant
+    if name in signed:
+        out |= {"signature": signed[name], "applied": "sigv4_signed"}
+    return out

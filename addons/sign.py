@@ -23,7 +23,9 @@ toward a host of a credential of kind ``hmac``:
 - otherwise, when the request is complete (``request``), ``timestamp_header`` is set to the
   current Unix time and ``header`` to the signature, whatever the sandbox sent (every field of
   either name, in any case, is replaced); the credential is listed in the audit event's
-  credentials like an injection.
+  credentials like an injection; past the credential's ``max_requests`` the request is refused
+  ``credential_budget_spent`` (counted by the registry's ``spend``, as a swap is) before it is
+  signed.
 """
 
 from __future__ import annotations
@@ -131,6 +133,12 @@ class Sign:
                 why = f"credential {c.name!r} is unavailable; nothing was sent"
                 facts.refuse(flow, deny(Reason.CREDENTIAL_UNAVAILABLE, why, status=502))
                 return False
+            if self.state.registry.spend(flow.metadata[facts.CLAIM], [c.name]):  # max_requests
+                allowed = flow.metadata.get(facts.DECISION)
+                why = f"credential {c.name!r} has used up its request budget (max_requests); nothing was sent"
+                rule = allowed.rule if allowed is not None else None
+                facts.refuse(flow, deny(Reason.CREDENTIAL_BUDGET_SPENT, why, rule=rule))
+                return False
             now = int(time.time())
             target = req.data.path.decode("latin-1")
             message = hmacsign.string_to_sign(spec, now, req.method, target, body if spec.signs_body else b"")
@@ -138,6 +146,7 @@ class Sign:
             req.headers[spec.header] = hmacsign.signature(spec, secret, message)
             used[c.name] = version
             flow.metadata.setdefault(facts.APPLIED, {})[c.name] = "hmac_signed"
+            self.state.registry.record_use(flow.metadata[facts.CLAIM], [c.name], now)
         return True
 
 

@@ -24,12 +24,17 @@ Refusals (403, reason codes in :class:`proxy.core.decide.Reason`): ``sigv4_bad_s
 wrong session token: a violation), ``sigv4_malformed`` (also: another credential's placeholder in
 a signed header or the signed target, which substitute would swap after the re-signing),
 ``sigv4_unsigned`` (the placeholder access key id sent in a request that is not SigV4-signed),
-``placeholder_violation`` (the credential is not bound to this host).
+``placeholder_violation`` (the credential is not bound to this host); ``credential_budget_spent``
+(403) once the credential's ``max_requests`` are used up: a request verified as the placeholder's
+is counted, like a swap, by the registry's ``spend`` (the store's counter for a store credential,
+on every worker and node), right before the real signature is set — a refused request is not
+counted.
 """
 
 from __future__ import annotations
 
 import hashlib
+import time
 from urllib.parse import unquote_to_bytes
 
 from mitmproxy import http
@@ -40,6 +45,7 @@ from proxy.core.decide import Reason, deny
 from proxy.core.policy import Claim, Credential
 from proxy.core.sigv4 import STREAMING, Resigned, Signed, SigV4Error, parse, real_keys, resign, signing_key
 from proxy.core.sigv4chunks import ChunkResigner
+from proxy.engine.state import State
 
 MAX_HASHED_BODY = 1024 * 1024
 HOLD = "surrogate.sigv4_hold"  # (credential, claim): the body is read whole, signed in ``request``
@@ -76,6 +82,9 @@ def _swappable(claim: Claim | None, cred: Credential, signed: Signed, req: http.
 
 
 class SigV4:
+    def __init__(self, state: State) -> None:
+        self.state = state
+
     @facts.fail_closed
     def requestheaders(self, flow: http.HTTPFlow) -> None:
         if flow.response or flow.error or facts.HOOK in flow.metadata:
@@ -158,6 +167,14 @@ class SigV4:
             )  # fmt: skip
         except SigV4Error as e:
             return self._refuse(flow, e)
+        claim: Claim = flow.metadata[facts.CLAIM]
+        if self.state.registry.spend(claim, [cred.name]):  # max_requests, as addons/substitute.py counts
+            allowed = flow.metadata.get(facts.DECISION)
+            why = f"credential {cred.name!r} has used up its request budget (max_requests); nothing was sent"
+            rule = allowed.rule if allowed is not None else None
+            facts.refuse(flow, deny(Reason.CREDENTIAL_BUDGET_SPENT, why, rule=rule))
+            return
+        self.state.registry.record_use(claim, [cred.name], time.time())
         req.headers.fields = tuple(out.fields)
         req.data.path = out.target.encode("ascii")
         flow.metadata.setdefault(facts.USED, {})[cred.name] = version

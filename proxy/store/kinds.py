@@ -37,7 +37,7 @@ from typing import TYPE_CHECKING, Any
 from proxy.core import hmacsign, mint
 from proxy.core.sigv4 import Allowed, SigV4Spec
 from proxy.store import rows
-from proxy.store.base import NotFound
+from proxy.store.base import Conflict, NotFound
 
 if TYPE_CHECKING:
     from proxy.store.base import Conn
@@ -45,11 +45,24 @@ if TYPE_CHECKING:
 
 KINDS = ("static", "aws_sigv4", "oauth_client", "hmac")
 _TOKEN = "SELECT key_id, value, generation FROM credential_tokens WHERE claim_id = ? AND name = ?"  # noqa: S105
+_CLAIM_PLACEHOLDERS = (
+    "SELECT c.name, c.placeholder, k.kind, k.spec FROM credentials c LEFT JOIN credential_kinds k "
+    "ON k.claim_id = c.claim_id AND k.name = c.name WHERE c.claim_id = ? AND c.name <> ?"
+)
 
 
 def spec_json(spec: dict[str, Any]) -> str:
     """The canonical text of a spec (sorted keys: an unchanged spec compares equal)."""
     return json.dumps(spec, sort_keys=True, separators=(",", ":"))
+
+
+def spec_placeholders(kind: str | None, spec: str | None) -> set[str]:
+    """The placeholders a kind's spec gives the sandbox beside ``placeholder``: an aws_sigv4
+    credential's secret key and session token placeholders; none for the other kinds."""
+    if kind != "aws_sigv4" or not spec:
+        return set()
+    doc = json.loads(spec)
+    return {p for p in (doc.get("secret_placeholder"), doc.get("session_token_placeholder")) if p}
 
 
 @dataclass(frozen=True, slots=True)
@@ -126,6 +139,21 @@ class KindQueries:
 
     @abstractmethod
     def _auto(self) -> AbstractContextManager[Conn]: ...
+
+    def _check_placeholders(
+        self, db: Conn, claim_id: str, name: str, placeholder: str, kind: str, spec: str | None
+    ) -> None:
+        """Inside the credential's write transaction: none of its placeholders (an aws_sigv4
+        spec's too) is one of another credential of the claim; Conflict naming the holder.
+        The write transaction serialises writers on both backends (SQLite ``BEGIN IMMEDIATE``,
+        PostgreSQL's ``data_version`` row lock), so two concurrent PUTs cannot both pass: the
+        control API's check before the write only answers early. (``credentials.placeholder`` is
+        UNIQUE across the store; a spec's placeholders live in its JSON, so they are checked here.)"""
+        mine = {placeholder} | spec_placeholders(kind, spec)
+        others = db.execute(_CLAIM_PLACEHOLDERS, (claim_id, name)).fetchall()
+        for other, theirs, other_kind, other_spec in others:
+            if taken := mine & ({theirs} | spec_placeholders(other_kind, other_spec)):
+                raise Conflict(f"placeholder {min(taken)} is already used by credential {other!r}")
 
     def _save_kind(self, db: Conn, claim_id: str, name: str, kind: str, spec: str | None) -> None:
         """Inside the credential's write transaction: its kind row (none for ``static``)."""

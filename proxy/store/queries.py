@@ -421,6 +421,7 @@ class SQLStore(ApprovalQueries, KindQueries, KeyRotation, Leases, ABC):
                 f"placeholder {new.placeholder} is already used by credential {owner[1]!r} "
                 f"of claim {owner[0]!r}"
             )
+        self._check_placeholders(db, new.claim_id, new.name, new.placeholder, new.kind, new.spec)
         key_id, blob = self._keyring.encrypt(value, rows.aad(new.claim_id, new.name, new.version))
         row = rows.credential_row(new, key_id, blob)
         db.execute(_UPSERT, row)

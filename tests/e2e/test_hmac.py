@@ -22,11 +22,13 @@ import httpx
 import pytest
 from _authserver import AuthServer
 from harness import ProxyProcess
-from world import Stage, credential, egress, rules
+from world import Stage, claim, credential, egress, rules
 
 pytestmark = pytest.mark.e2e
 
 PH = "surr_HmacE2ePlaceholder00000001"
+METERED_PH = "surr_HmacE2eMeteredPlaceholder1"  # claim c2's hmac credential, max_requests 2
+BUDGET = 2
 
 
 @dataclass
@@ -37,9 +39,9 @@ class World:
     ca: str
     received: list[bytes] = field(default_factory=list)
 
-    def client(self, proxied: bool = True) -> httpx.Client:
+    def client(self, proxied: bool = True, claim: str = "c1") -> httpx.Client:
         cafile = str(self.proxy.ca_pem) if proxied else self.ca
-        proxy = self.proxy.url("c1", self.token) if proxied else None
+        proxy = self.proxy.url(claim, self.token) if proxied else None
         verify = ssl.create_default_context(cafile=cafile)
         return httpx.Client(proxy=proxy, verify=verify, timeout=30, trust_env=False)
 
@@ -59,7 +61,12 @@ def world(tmp_path_factory: pytest.TempPathFactory) -> Iterator[World]:
         server.hmac_secret = st.secret("sig")
         st.serve(server)
         cred = credential("sig", PH, ["sig.test"], kind="hmac", sign={"max_body": 4096})
-        text = rules([egress("sig.test", server.port)], credentials=[cred])
+        metered = credential(
+            "metered", METERED_PH, ["sig.test"], value="file:secret-sig", kind="hmac", max_requests=BUDGET
+        )
+        st.token(token, file="token2")
+        claims = [claim("c1", [cred]), claim("c2", [metered], token="file:token2")]
+        text = rules([egress("sig.test", server.port)], claims=claims)
         proxy = st.proxy(text, ["sig.test"])
         yield World(proxy, token, server, str(st.ca.ca_pem), st.received)
 
@@ -93,7 +100,10 @@ def test_through_the_proxy_the_signature_is_accepted(
     events = [
         json.loads(x) for x in lines if x.strip() and json.loads(x).get("path", "").startswith(path[:10])
     ]
-    assert {"name": "sig", "version": 1, "applied": "hmac_signed"} in events[-1]["credentials"]
+    entry = {"name": "sig", "version": 1, "applied": "hmac_signed"}
+    # the kind, the algorithm and the header it set (issue 15), never the signature's value
+    entry |= {"kind": "hmac", "signature": "hmac-sha256", "header": "X-Signature"}
+    assert entry in events[-1]["credentials"]
 
 
 def test_a_body_past_max_body_is_refused_before_it_is_sent(world: World) -> None:
@@ -137,3 +147,18 @@ def test_every_refusal_that_closes_the_connection_closes_it(world: World) -> Non
             assert time.monotonic() - start < 10.5
     assert hung == []
     assert not [p for p in world.server.paths if p.startswith("/hmac/chunked-")]
+
+
+def test_max_requests_counts_signed_requests_and_refuses_past_it(world: World) -> None:
+    """An hmac credential's max_requests is spent like a swapped one's: BUDGET signed requests
+    reach the upstream, the next is refused credential_budget_spent and never sent."""
+    with world.client(claim="c2") as c:
+        for _ in range(BUDGET):
+            r = world.keep(c.get(world.url("/hmac/plain"), headers={"X-Signature": METERED_PH}))
+            assert r.status_code == 200, r.text
+        before = len(world.server.paths)
+        r = world.keep(c.get(world.url("/hmac/plain"), headers={"X-Signature": METERED_PH}))
+    assert r.status_code == 403 and r.json()["error"] == "credential_budget_spent"
+    assert len(world.server.paths) == before  # never reached the upstream
+    last = json.loads(world.proxy.audit_path.read_text().strip().splitlines()[-1])
+    assert (last["claim"], last["reason"], last["credentials"]) == ("c2", "credential_budget_spent", [])

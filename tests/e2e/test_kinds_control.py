@@ -16,12 +16,15 @@ import asyncio
 import json
 import os
 import ssl
+import threading
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import boto3
+import botocore.exceptions
 import canary
 import httpx
 import pytest
@@ -32,6 +35,8 @@ from cryptography.hazmat.primitives.asymmetric import rsa
 from harness import ProxyProcess
 from sigv4_upstream import SigV4Upstream
 from world import Stage, control, egress, rules
+
+from proxy.core import placeholders
 
 pytestmark = pytest.mark.e2e
 
@@ -52,6 +57,7 @@ class World:
     s3: SigV4Upstream
     auth: dict[str, AuthServer]
     written: list[dict[str, Any]]
+    real: dict[str, str]  # the aws_sigv4 keys the upstream verifies with
 
     def keep(self, data: bytes) -> bytes:
         self.stage.received.append(data)
@@ -146,7 +152,7 @@ def world(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFacto
             listed = api.get("/v1/claims/c1/credentials")
             st.received.append(listed.content)
             st.received += [json.dumps(w).encode() for w in written]
-        yield World(st, proxy, token, s3, auth, written)
+        yield World(st, proxy, token, s3, auth, written, real)
         for server in auth.values():
             st.watch(*server.handed, *([server.refresh] if server.refresh else []))
 
@@ -223,12 +229,13 @@ def test_the_audit_names_the_kind_and_what_was_applied(world: World) -> None:
         for c in e.get("credentials", [])
     }
     kinds = {
-        c["name"]: (c.get("kind"), c.get("signature"))
+        c["name"]: (c.get("kind"), c.get("signature") or c.get("grant"))
         for e in world.proxy.audit_events()
         if e.get("event") == "request"
         for c in e.get("credentials", [])
     }
-    assert kinds["aws"] == ("aws_sigv4", "sigv4")  # hmac and oauth_client say it in "applied"
+    assert kinds["aws"] == ("aws_sigv4", "sigv4")
+    assert kinds["sig"] == ("hmac", "hmac-sha256") and kinds["cc"] == ("oauth_client", "client_credentials")
     assert applied.get("sig") == "hmac_signed"
     assert applied.get("cc") in ("token_minted", "token_cached")
 
@@ -291,3 +298,62 @@ def test_the_cli_puts_a_kind_from_its_block_file(world: World, tmp_path: Path) -
         )
     world.keep(r.content)
     assert r.status_code == 200, r.text
+
+
+def _aws_body(world: World, placeholder: str, secret_placeholder: str, **extra: Any) -> dict[str, Any]:
+    block = {**world.real, "regions": ["us-east-1"], "services": ["s3"]}
+    block["secret_placeholder"] = secret_placeholder
+    body = {"hosts": ["s3.test"], "kind": "aws_sigv4", "placeholder": placeholder, "aws_sigv4": block}
+    return {**body, **extra}
+
+
+def test_max_requests_of_a_stored_aws_sigv4_credential(world: World) -> None:
+    """The store's counter spends a stored aws_sigv4 credential's budget: two re-signed requests
+    reach the upstream, the third is refused credential_budget_spent and never sent."""
+    akid, secret = placeholders.generate(), placeholders.generate()
+    with control(world.proxy, timeout=30) as api:
+        _put(api, "metered", _aws_body(world, akid, secret, max_requests=2))
+    s3 = boto3.session.Session().client(
+        "s3", endpoint_url=f"https://s3.test:{world.s3.port}", region_name="us-east-1",
+        aws_access_key_id=akid, aws_secret_access_key=secret, verify=str(world.proxy.ca_pem),
+        config=Config(proxies={"https": world.proxy_url}, s3={"addressing_style": "path"},
+                      retries={"max_attempts": 1}),
+    )  # fmt: skip
+    deadline = time.monotonic() + 20
+    while True:  # until the proxy has read the new credential (a request before is refused, uncounted)
+        try:
+            s3.put_object(Bucket="b", Key="metered.txt", Body=b"metered")
+            break
+        except botocore.exceptions.ClientError:
+            assert time.monotonic() < deadline, "the proxy never used the new credential"
+            time.sleep(0.2)
+    assert world.keep(s3.get_object(Bucket="b", Key="metered.txt")["Body"].read()) == b"metered"
+    before = len(world.s3.accepted) + len(world.s3.refused)
+    with pytest.raises(botocore.exceptions.ClientError) as e:
+        s3.get_object(Bucket="b", Key="metered.txt")
+    assert e.value.response["ResponseMetadata"]["HTTPStatusCode"] == 403
+    assert len(world.s3.accepted) + len(world.s3.refused) == before  # never reached the upstream
+    reasons = [e.get("reason") for e in world.proxy.audit_events() if e.get("event") == "request"]
+    assert reasons[-1] == "credential_budget_spent"
+
+
+def test_two_concurrent_puts_sharing_a_secret_placeholder_one_lands(world: World) -> None:
+    """Two control API PUTs of aws_sigv4 credentials with one secret key placeholder, sent at
+    the same moment (threads), many times: exactly one is created, the other answered 409."""
+
+    def put(name: str, shared: str, start: threading.Barrier, codes: list[int]) -> None:
+        with control(world.proxy, timeout=30) as api:
+            body = _aws_body(world, placeholders.generate(), shared)
+            start.wait()
+            codes.append(api.put(f"/v1/claims/c1/credentials/{name}", json=body).status_code)
+
+    for round_ in range(5):
+        shared, start, codes = placeholders.generate(), threading.Barrier(2), []
+        threads = [
+            threading.Thread(target=put, args=(f"race{round_}{i}", shared, start, codes)) for i in range(2)
+        ]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(60)
+        assert sorted(codes) == [201, 409], round_

@@ -116,6 +116,9 @@ def test_fifty_concurrent_requests_cause_one_token_request(world: World) -> None
     assert len(set(world.auth["cc.test"].api_auth)) == 1  # all 50 carried the one token
     applied = [c.get("applied") for e in _audit(world) for c in e.get("credentials", []) if c["name"] == "cc"]
     assert sorted(applied) == ["token_cached"] * 49 + ["token_minted"]
+    entries = [c for e in _audit(world) for c in e.get("credentials", []) if c["name"] == "cc"]
+    kinds = {(c.get("kind"), c.get("grant")) for c in entries}
+    assert kinds == {("oauth_client", "client_credentials")}  # the kind and grant of every entry (issue 15)
 
 
 def _audit(world: World) -> list[dict[str, object]]:

@@ -20,7 +20,7 @@ import httpx
 import pytest
 from botocore.config import Config
 from sigv4_upstream import SigV4Upstream
-from world import Stage, credential, egress, rules
+from world import Stage, claim, credential, egress, rules
 
 pytestmark = pytest.mark.e2e
 
@@ -28,6 +28,9 @@ AKID = "surr_AwsKeyIdPlaceholder0001"
 SECRET_PH = "surr_AwsSecretPlaceholder0001"
 TOKEN_PH = "surr_AwsTokenPlaceholder00001"
 NAMES = ["s3.test", "sts.test"]
+METERED_AKID = "surr_AwsMeteredKeyIdPlacehold1"  # claim c2's aws_sigv4 credential, max_requests 3
+METERED_SECRET_PH = "surr_AwsMeteredSecretPlacehol1"
+BUDGET = 3
 
 
 class World:
@@ -39,18 +42,19 @@ class World:
         return str(self.proxy.url("c1", self.token))
 
     def client(self, service: str, via_proxy: bool = True, secret: str = SECRET_PH, region: str = "us-east-1",
+               akid: str = AKID, token: str | None = TOKEN_PH, claim: str = "c1",
                **cfg: Any) -> Any:  # fmt: skip
         host = "sts.test" if service == "sts" else "s3.test"
         return boto3.session.Session().client(
             service,
             endpoint_url=f"https://{host if via_proxy else '127.0.0.1'}:{self.up.port}",
             region_name=region,
-            aws_access_key_id=AKID,
+            aws_access_key_id=akid,
             aws_secret_access_key=secret,
-            aws_session_token=TOKEN_PH,
+            aws_session_token=token,
             verify=str(self.proxy.ca_pem if via_proxy else self.stage.ca.ca_pem),
             config=Config(
-                proxies={"https": self.proxy_url} if via_proxy else {},
+                proxies={"https": str(self.proxy.url(claim, self.token))} if via_proxy else {},
                 s3={"addressing_style": "path"},
                 retries={"max_attempts": 1},
                 **cfg,
@@ -79,7 +83,15 @@ def world(tmp_path_factory: pytest.TempPathFactory) -> Iterator[World]:
             aws_sigv4={"secret_placeholder": SECRET_PH, "session_token_placeholder": TOKEN_PH,
                        "regions": ["us-east-1"], "services": ["s3", "sts"]},
         )  # fmt: skip
-        text = rules(egress=[egress(n, up.port) for n in NAMES], credentials=[aws])
+        metered = credential(
+            "metered", METERED_AKID, NAMES, value="file:secret-aws", kind="aws_sigv4", max_requests=BUDGET,
+            aws_sigv4={"secret_placeholder": METERED_SECRET_PH, "regions": ["us-east-1"], "services": ["s3"]},
+        )  # fmt: skip
+        st.token(token, file="token2")
+        text = rules(
+            egress=[egress(n, up.port) for n in NAMES],
+            claims=[claim("c1", [aws]), claim("c2", [metered], token="file:token2")],
+        )
         proxy = st.proxy(text, resolve=NAMES)
         w = World(st, up, proxy, token, real)
         yield w
@@ -198,6 +210,7 @@ def test_audit_names_kind_and_signature(world: World) -> None:
     last = json.loads(world.proxy.audit_path.read_text().strip().splitlines()[-1])
     assert last["path"] == "/b/small.txt" and last["status"] == 200
     assert last["credentials"][0]["kind"] == "aws_sigv4" and last["credentials"][0]["signature"] == "sigv4"
+    assert last["credentials"][0]["applied"] == "sigv4_signed"
 
 
 def _chunked_put(
@@ -271,3 +284,24 @@ def test_sigv2_presigned_url_with_the_placeholder_refused(world: World) -> None:
         capture_output=True, timeout=60, check=True,
     )  # fmt: skip
     assert b"sigv4_unsigned" in _keep(world, out.stdout)
+
+
+def test_max_requests_counts_resigned_requests_and_refuses_past_it(world: World) -> None:
+    """An aws_sigv4 credential's max_requests is spent like any other credential's: BUDGET
+    re-signed requests reach the upstream, the next is refused credential_budget_spent before it
+    is sent (the upstream never sees it), and a request refused by surrogate is not counted."""
+    s3 = world.client("s3", akid=METERED_AKID, secret=METERED_SECRET_PH, token=None, claim="c2")
+    with pytest.raises(botocore.exceptions.ClientError):  # wrong placeholder secret: refused, not counted
+        world.client("s3", akid=METERED_AKID, secret=SECRET_PH, token=None, claim="c2").get_object(
+            Bucket="b", Key="metered.txt"
+        )
+    s3.put_object(Bucket="b", Key="metered.txt", Body=b"counted")
+    for _ in range(BUDGET - 1):
+        assert s3.get_object(Bucket="b", Key="metered.txt")["Body"].read() == b"counted"
+    before = len(world.up.accepted) + len(world.up.refused)
+    with pytest.raises(botocore.exceptions.ClientError) as e:
+        s3.get_object(Bucket="b", Key="metered.txt")
+    assert e.value.response["ResponseMetadata"]["HTTPStatusCode"] == 403
+    assert len(world.up.accepted) + len(world.up.refused) == before  # never reached the upstream
+    last = json.loads(world.proxy.audit_path.read_text().strip().splitlines()[-1])
+    assert (last["claim"], last["reason"], last["credentials"]) == ("c2", "credential_budget_spent", [])

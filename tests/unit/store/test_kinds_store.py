@@ -7,15 +7,18 @@ a stored kind that no longer parses fails closed."""
 from __future__ import annotations
 
 import sqlite3
+import threading
 from collections.abc import Callable
 
 import canary
 import pytest
 
+from proxy.core import placeholders
 from proxy.core.errors import SecretUnavailable
 from proxy.core.policy import Policy
-from proxy.store.base import CredentialStore
+from proxy.store.base import Conflict, CredentialStore
 from proxy.store.keyring import DecryptError
+from proxy.store.kinds import spec_json
 from proxy.store.registry import Registry
 from unit.store.test_conformance import Backend, backend, other, store
 
@@ -130,3 +133,78 @@ def test_a_worker_scrubs_the_refresh_token_another_worker_rotated(
     assert here.current()[0].reveal() == REFRESH.decode()  # within RECHECK: from memory
     monkeypatch.setattr(kindbuild, "RECHECK", 0.0)
     assert here.current()[0].reveal() == ROTATED.decode()
+
+
+def _aws_spec(secret: str, token: str | None = None) -> str:
+    doc = {"regions": ["us-east-1"], "services": ["s3"], "secret_placeholder": secret,
+           "session_token_placeholder": token}  # fmt: skip
+    return spec_json(doc)
+
+
+PH = [placeholders.generate() for _ in range(4)]
+# (first credential, second credential): the second takes a placeholder the first holds
+COLLISIONS = [
+    ("secret-secret", (PH[0], _aws_spec(PH[1])), (PH[2], _aws_spec(PH[1]))),
+    ("token-token", (PH[0], _aws_spec(PH[1], PH[3])), (PH[2], _aws_spec(placeholders.generate(), PH[3]))),
+    ("secret-vs-key-id", (PH[0], _aws_spec(PH[1])), (PH[2], _aws_spec(PH[0]))),
+    ("key-id-vs-secret", (PH[0], _aws_spec(PH[1])), (PH[1], None)),
+]  # fmt: skip
+
+
+def _put_pair(store: CredentialStore, name: str, cred: tuple[str, str | None]) -> object:
+    placeholder, spec = cred
+    kind = "aws_sigv4" if spec else "static"
+    return store.put_credential("c1", name, value=b'{"access_key_id":"AKIAX","secret_access_key":"s"}',
+                                hosts=["s3.test"], placeholder=placeholder, kind=kind, spec=spec)  # fmt: skip
+
+
+@pytest.mark.parametrize(("first", "second"), [c[1:] for c in COLLISIONS], ids=[c[0] for c in COLLISIONS])
+def test_a_placeholder_another_credential_of_the_claim_holds_is_refused_by_the_store(
+    store: CredentialStore, first: tuple[str, str | None], second: tuple[str, str | None]
+) -> None:
+    _put_pair(store, "a", first)
+    version = store.data_version()
+    with pytest.raises(Conflict, match="credential 'a'"):
+        _put_pair(store, "b", second)
+    assert [r.name for r in store.list_credentials("c1")] == ["a"] and store.data_version() == version
+    _put_pair(store, "a", second if second[1] else first)  # its own placeholders: a replace, not a clash
+
+
+def test_two_concurrent_puts_with_one_secret_placeholder_only_one_lands(
+    store: CredentialStore, other: Callable[[], CredentialStore]
+) -> None:
+    """Two handles (two workers, or two nodes on PostgreSQL) PUT aws_sigv4 credentials that share
+    a secret key placeholder at the same moment, many times: exactly one lands each time."""
+    handles = [store, other()]
+
+    def put(i: int, name: str, shared: str, start: threading.Barrier, outcomes: list[str]) -> None:
+        start.wait()
+        try:
+            _put_pair(handles[i], name, (placeholders.generate(), _aws_spec(shared)))
+            outcomes.append("ok")
+        except Conflict:
+            outcomes.append("conflict")
+
+    for round_ in range(10):
+        shared, start, outcomes = placeholders.generate(), threading.Barrier(2), []
+        threads = [
+            threading.Thread(target=put, args=(i, f"r{round_}-{i}", shared, start, outcomes))
+            for i in range(2)
+        ]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(30)
+        assert sorted(outcomes) == ["conflict", "ok"], round_
+        held = [r for r in store.list_credentials("c1") if shared in (r.spec or "")]
+        assert len(held) == 1
+
+
+def test_a_patch_to_another_credentials_aws_placeholder_is_refused(store: CredentialStore) -> None:
+    _put_pair(store, "a", (PH[0], _aws_spec(PH[1], PH[3])))
+    _put_pair(store, "b", (PH[2], None))
+    for taken in (PH[1], PH[3]):
+        with pytest.raises(Conflict, match="credential 'a'"):
+            store.patch_credential("c1", "b", placeholder=taken)
+    got = store.get_credential("c1", "b")
+    assert got is not None and got.placeholder == PH[2]
