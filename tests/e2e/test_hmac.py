@@ -144,7 +144,9 @@ def test_every_refusal_that_closes_the_connection_closes_it(world: World) -> Non
                 pass
             except httpx.TimeoutException:
                 hung.append(i)
-            assert time.monotonic() - start < 10.5
+            took = time.monotonic() - start
+            assert took < 10.5
+            time.sleep(max(0.0, 0.025 - took))  # a CONNECT and a request each: under the pool's rate
     assert hung == []
     assert not [p for p in world.server.paths if p.startswith("/hmac/chunked-")]
 

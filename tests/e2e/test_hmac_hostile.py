@@ -133,7 +133,14 @@ def test_an_http2_request_without_a_body_is_signed_and_accepted(world: World, me
     else:  # _authserver's http.server answers 501 to a method it has no handler for: reached
         assert r.status_code == 501, r.status_code
     (event,) = world.audit(path.partition("?")[0])
-    assert {"name": "sig", "version": 1, "applied": "hmac_signed"} in event["credentials"]  # type: ignore[operator]
+    entry = {
+        "name": "sig",
+        "version": 1,
+        "applied": "hmac_signed",
+        "kind": "hmac",
+        "signature": "hmac-sha256",
+    }
+    assert entry | {"header": "X-Signature"} in event["credentials"]  # type: ignore[operator]
 
 
 @pytest.mark.parametrize("http2", [False, True], ids=["h1", "h2"])
