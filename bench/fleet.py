@@ -2,7 +2,7 @@
 private PostgreSQL cluster (tests/pg.py's, started here in a temporary directory and stopped by
 its PID). A script, not a timed test::
 
-    .venv/bin/python bench/fleet.py [--quick]
+    .venv/bin/python bench/fleet.py [--quick] [--only latency|rps|write] [--per-claim N]
 
 It prints:
 
@@ -75,6 +75,9 @@ def start_cluster(stack: ExitStack) -> pg.Cluster:
     return cluster
 
 
+PARTS = ("latency", "rps", "write")
+
+
 def pct(values: list[float], p: float) -> float:
     ordered = sorted(values)
     return ordered[min(len(ordered) - 1, max(0, round(p / 100 * len(ordered) + 0.5) - 1))]
@@ -84,7 +87,9 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--quick", action="store_true", help="fewer rounds, shorter load, 2,000 credentials")
     ap.add_argument("--per-claim", type=int, default=10, help="credentials per claim of the stored ones")
+    ap.add_argument("--only", choices=PARTS, action="append", help="run only this part (repeatable)")
     args = ap.parse_args()
+    parts = set(args.only or PARTS)
     per_claim = max(1, args.per_claim)
     rounds, seconds, stored, writes = (20, 5, 2000, 10) if args.quick else (100, 10, 10_000, 30)
     with ExitStack() as stack:
@@ -124,7 +129,7 @@ def main() -> None:
         print(f"fleet benchmark ({'quick' if args.quick else 'full'}), {os.cpu_count()} cores, PostgreSQL "
               f"{bindir_version(cluster)}")  # fmt: skip
         # 1. write -> first use on the other node
-        for label, node in (("strict", nodes[0]), ("sync=notify", nodes[1])):
+        for label, node in (("strict", nodes[0]), ("sync=notify", nodes[1])) if "latency" in parts else ():
             ctx = ssl.create_default_context(cafile=node.ca_pem)
             with httpx.Client(proxy=node.url("bench", token), verify=ctx, timeout=30) as client:
                 client.get(target + "/warm")
@@ -150,19 +155,11 @@ def main() -> None:
             Target(f"node-{c}", "api.test", n.ca_pem, n.url("bench", token), n.proc.pid if n.proc else None)
             for c, n in zip("ab", nodes, strict=True)
         ]
-        one = hey(tgt[0], target + "/load", 8, seconds, hdr, None)
-        both: list[float] = [0.0, 0.0]
-
-        def run(i: int) -> None:
-            both[i] = hey(tgt[i], target + "/load", 8, seconds, hdr, None).rps
-
-        threads = [threading.Thread(target=run, args=(i,)) for i in (0, 1)]
-        for t in threads:
-            t.start()
-        for t in threads:
-            t.join()
-        print(f"requests/s: one node {one.rps:7.0f} (p50 {one.p50_ms:.1f} ms)   two nodes {sum(both):7.0f} "
-              f"({both[0]:.0f} + {both[1]:.0f})   ratio {sum(both) / one.rps:.2f}")  # fmt: skip
+        if "rps" in parts:
+            requests_per_second(tgt, target + "/load", seconds, hdr)
+        if "write" not in parts:
+            api.close()
+            return
         # 3. cost of a write with many credentials stored
         store = PostgresStore.open(url, KeyRing.load_or_create(key))
         t0 = time.perf_counter()
@@ -208,6 +205,22 @@ def main() -> None:
               f"({writes} writes)")  # fmt: skip
         store.close()
         api.close()
+
+
+def requests_per_second(tgt: list[Target], url: str, seconds: int, hdr: list[str]) -> None:
+    one = hey(tgt[0], url, 8, seconds, hdr, None)
+    both: list[float] = [0.0, 0.0]
+
+    def run(i: int) -> None:
+        both[i] = hey(tgt[i], url, 8, seconds, hdr, None).rps
+
+    threads = [threading.Thread(target=run, args=(i,)) for i in (0, 1)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    print(f"requests/s: one node {one.rps:7.0f} (p50 {one.p50_ms:.1f} ms)   two nodes {sum(both):7.0f} "
+          f"({both[0]:.0f} + {both[1]:.0f})   ratio {sum(both) / one.rps:.2f}")  # fmt: skip
 
 
 def bindir_version(cluster: pg.Cluster) -> str:
