@@ -147,7 +147,8 @@ def test_the_next_refresh_after_each_write_sees_it_and_builds_only_it(store: Cre
     assert claim is not None
     assert _value(registry, "c1", held["k05"]) == patched  # the patched value, at once
     assert [str(h) for h in claim.by_placeholder[held["k06"].encode()].hosts] == ["other.test"]
-    assert held["k07"].encode() not in claim.by_placeholder and "k07" not in {c.name for c in claim.credentials}
+    assert held["k07"].encode() not in claim.by_placeholder
+    assert "k07" not in {c.name for c in claim.credentials}
     assert placeholders.has_valid_checksum(held["k07"])  # so a deleted one's is refused as forged
     assert find_forged([(b"authorization", f"Bearer {held['k07']}".encode())], b"/", claim.by_placeholder)
     new = store.get_credential("c1", "new")
