@@ -7,7 +7,10 @@ used by the very next request, inside already-open tunnels too.
 
 Values of store credentials are decrypted on first use after a rebuild and kept in memory for
 that version only. A store that can list its changes since a version (the PostgreSQL store's
-``changes_since``) is re-read incrementally; others, and a reader too far behind, whole.
+``changes_since``) is re-read incrementally; others, and a reader too far behind, whole. Either
+way only what changed is built: :mod:`proxy.store.mirror` applies a change to the credentials
+it touched (a write to one of a claim's 10,000 credentials builds one), and a whole snapshot is
+compared with the rows held first.
 Rules-file claims win on an id clash (the control API refuses such ids).
 
 Staleness (issue 14, :mod:`proxy.store.freshness`): :attr:`Registry.freshness` says when the
