@@ -17,7 +17,9 @@ It prints:
 3. **the cost of a write with 10,000 credentials stored**: CPU ms of each node per write (its
    process's utime + stime over the writes, minus the same idle time before), and the ms of
    one ``changes_since`` read of that write (what each node re-reads). The credentials are
-   spread over claims (``--per-claim``, default 10); the write changes one of them.
+   spread over claims (``--per-claim``, default 10); the write changes one of them. The requests
+   go through another claim, or with ``--via-written`` through the written one (whose responses
+   are scrubbed with its values: the scrubber's patterns follow each write).
 """
 
 from __future__ import annotations
@@ -87,6 +89,8 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--quick", action="store_true", help="fewer rounds, shorter load, 2,000 credentials")
     ap.add_argument("--per-claim", type=int, default=10, help="credentials per claim of the stored ones")
+    ap.add_argument("--via-written", action="store_true",
+                    help="part 3: requests through the written claim (scrubbed with its values)")  # fmt: skip
     ap.add_argument("--only", choices=PARTS, action="append", help="run only this part (repeatable)")
     args = ap.parse_args()
     parts = set(args.only or PARTS)
@@ -163,16 +167,18 @@ def main() -> None:
         # 3. cost of a write with many credentials stored
         store = PostgresStore.open(url, KeyRing.load_or_create(key))
         t0 = time.perf_counter()
+        via = ("bench", token)
         for i in range(stored):
             owner = f"bulk{i // per_claim:05d}"
             if i % per_claim == 0:
-                store.create_claim(owner, "p")
+                made = store.create_claim(owner, "p")[1]
+                via = (owner, made) if args.via_written and i == 0 else via
             store.put_credential(owner, f"c{i:05d}", value=f"x{i}".encode(), hosts=["api.test"])
         print(f"stored {stored} credentials ({per_claim} per claim) in {time.perf_counter() - t0:.1f} s")
         time.sleep(3)  # every node has read them
         pids = [n.proc.pid for n in nodes if n.proc]
         clients = [
-            stack.enter_context(httpx.Client(proxy=n.url("bench", token), timeout=30,
+            stack.enter_context(httpx.Client(proxy=n.url(*via), timeout=30,
                                              verify=ssl.create_default_context(cafile=n.ca_pem)))
             for n in nodes
         ]  # fmt: skip
@@ -202,7 +208,7 @@ def main() -> None:
         print(f"a write with {stored} credentials stored: node CPU per write (beyond the request) "
               f"A {per[0]:.1f} ms, B {per[1]:.1f} ms; changes_since read "
               f"p50 {statistics.median(reads):.2f} ms p99 {pct(reads, 99):.2f} ms "
-              f"({writes} writes)")  # fmt: skip
+              f"({writes} writes, requests through claim {via[0]})")  # fmt: skip
         store.close()
         api.close()
 
