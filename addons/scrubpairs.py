@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from proxy.core.errors import SecretUnavailable
-from proxy.core.policy import Claim
+from proxy.core.policy import Claim, Credential
 from proxy.core.scrub import Compiled, compile_pairs
 from proxy.core.scrubmatch import extend
 from proxy.core.sigv4 import sigv4_pairs
@@ -23,11 +23,52 @@ def pairs(claim: Claim, now: float) -> list[tuple[bytes, bytes]]:
     """Every live value of every credential (proxy.store.live), each with its credential's placeholder."""
     out = []
     for c in claim.credentials:
-        for secret in live_values(c, now):
-            if c.sigv4 is not None:  # the real key id, secret key and token, each to its placeholder
-                out += sigv4_pairs(secret.reveal(), c.placeholder, c.sigv4)
-            out.append((secret.reveal().encode(), c.placeholder.encode()))
+        out += credential_pairs(c, now)
     return out
+
+
+def credential_pairs(c: Credential, now: float) -> list[tuple[bytes, bytes]]:
+    """One credential's live values, each with its placeholder."""
+    out = []
+    for secret in live_values(c, now):
+        if c.sigv4 is not None:  # the real key id, secret key and token, each to its placeholder
+            out += sigv4_pairs(secret.reveal(), c.placeholder, c.sigv4)
+        out.append((secret.reveal().encode(), c.placeholder.encode()))
+    return out
+
+
+type Memo = dict[int, tuple[Credential, list[tuple[bytes, bytes]]]]
+
+
+def _pairs(claim: Claim, now: float, memo: Memo) -> tuple[tuple[tuple[bytes, bytes], ...], Memo]:
+    """``pairs(claim, now)``, with the pairs of a store credential already read for this claim
+    (the same Credential object: its value and previous values are fixed for its life, see
+    :class:`PairCache`) taken from ``memo``; and the memo for the next time."""
+    out: list[tuple[bytes, bytes]] = []
+    kept: Memo = {}
+    for c in claim.credentials:
+        known = memo.get(id(c))
+        if known is not None and known[0] is c:
+            got = known[1]
+        else:
+            got = credential_pairs(c, now)
+            if not _settled(c):
+                out += got
+                continue
+        kept[id(c)] = (c, got)
+        out += got
+    return tuple(out), kept
+
+
+def _settled(c: Credential) -> bool:
+    """A store credential whose current value was read: its pairs stay what they are now."""
+    if not isinstance(c.source, StoreValue):
+        return False
+    try:
+        c.secret()
+    except SecretUnavailable:
+        return False
+    return True
 
 
 _CLAIMS_KEPT = 256
@@ -45,6 +86,7 @@ class _Kept:
     compiled: Compiled
     base: Compiled  # compiled whole; ``compiled`` is it extended with ``added``
     matched: frozenset[tuple[bytes, bytes]]  # the pairs ``base`` holds
+    memo: Memo  # the newest entry of a claim id: its store credentials' pairs
 
 
 class PairCache:
@@ -78,8 +120,9 @@ class PairCache:
                     return entry.pairs, entry.compiled
             except SecretUnavailable:
                 pass
-        found = tuple(pairs(claim, now))
-        kept = _compile(self._latest.get(claim.id), found, claim)
+        latest = self._latest.get(claim.id)
+        found, memo = _pairs(claim, now, latest.memo if latest is not None else {})
+        kept = _compile(latest, found, claim, memo)
         volatile = []
         try:
             volatile = [(c, c.secret()[0]) for c in claim.credentials if not isinstance(c.source, StoreValue)]
@@ -90,11 +133,13 @@ class PairCache:
             self._kept.clear()
             self._latest.clear()
         kept.volatile = tuple(volatile)
+        if latest is not None and latest is not kept:
+            latest.memo = {}  # only the newest is read from
         self._kept[id(claim)] = self._latest[claim.id] = kept
         return found, kept.compiled
 
 
-def _compile(latest: _Kept | None, found: Pairs, claim: Claim) -> _Kept:
+def _compile(latest: _Kept | None, found: Pairs, claim: Claim, memo: Memo) -> _Kept:
     """``found`` compiled: ``latest``'s whole compilation extended with the pairs it lacks while
     those and the pairs it holds that ``found`` does not stay few enough, else compiled whole."""
     if latest is not None:
@@ -103,9 +148,9 @@ def _compile(latest: _Kept | None, found: Pairs, claim: Claim) -> _Kept:
         stale = len(latest.matched) - (len(now) - len(added))
         if len(added) + stale <= max(_DELTA_MIN, len(now) // _DELTA_SHARE):
             compiled = extend(latest.base, added) if added else latest.base
-            return _Kept(claim, (), found, compiled, latest.base, latest.matched)
+            return _Kept(claim, (), found, compiled, latest.base, latest.matched, memo)
     compiled = compile_pairs(found)
-    return _Kept(claim, (), found, compiled, compiled, frozenset(found))
+    return _Kept(claim, (), found, compiled, compiled, frozenset(found), memo)
 
 
 def claims_now(claim: Claim, state: State | None) -> list[Claim]:
