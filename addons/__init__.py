@@ -15,7 +15,9 @@ Each addon handles one concern and talks to the others only through ``flow.metad
                 are refused; after policy, so that it can undo a pass-through policy chose
    approve    — a request an ask rule (``approve:``) covers, with no grant, is held until an
                 operator decides (issue 16); in requestheaders, before substitute, sign, stream and
-                any upstream connection (lazy), so nothing has left and no secret is swapped in
+                any upstream connection (lazy), so nothing has left and no secret is swapped in (a
+                body declared ≤ 64 KiB: in request, once read, the later addons' requestheaders
+                run after the decision: addons/approvebody.py)
    forgery    — a placeholder with surrogate's checksum that this claim does not hold: refused
    hooks      — a hook route's request is answered by an operator command (no upstream); it runs
                 after policy (only allowed requests) and before substitute (it sees placeholders,

@@ -4,14 +4,21 @@ Before substitute injects it, a request toward a host of such a credential (over
 fresh token (:func:`proxy.core.mint.fresh`): when the credential's slot holds none, this addon
 asks the token endpoint for one — once per credential however many requests wait (an
 ``asyncio.Lock`` per credential in this process: single flight per worker; a fleet-wide lease
-is not used) — and stores it in the slot, which is the credential's value source.
+is not used for rules-file credentials) — and stores it in the slot, which is the credential's
+value source. A store credential of grant ``refresh_token`` mints under the store's lease for it
+(one minter at a time on every worker and node: the refresh token is spent by its use), reads
+the newest refresh token from the store, and seals a rotated one there before giving the lease
+back (proxy.store.kindbuild.StoreRefresh).
 
 The token request takes the path every upstream request takes: the endpoint's name is resolved
 and every address checked (:func:`addons.resolve.checked`: special-purpose addresses unless the
 pool's ``allow_cidrs`` lists them, the proxy's own listeners; ``--resolve`` pins honoured), the
 connection goes to the checked address with SNI and certificate verification for the name
 (httpx with ``sni_hostname``; the upstream trust bundle mitmproxy verifies upstreams with), no
-redirects, no environment proxies. The answer is read up to :data:`proxy.core.mint.MAX_BODY`.
+redirects, no environment proxies. The answer is read up to :data:`proxy.core.mint.MAX_BODY`,
+and the whole exchange (connect, TLS, request, every read of the answer) has one deadline,
+:data:`TIMEOUT`: httpx's own timeouts bound each read, so an endpoint dripping a byte at a time
+would otherwise hold the credential's lock, and every request waiting on it, as long as it liked.
 
 A failure refuses the request ``token_mint_failed`` (502; 503 when the endpoint cannot be
 reached), with the endpoint's status and OAuth ``error`` code only: never its body. A 401 from
@@ -34,8 +41,9 @@ from addons import facts
 from addons.resolve import checked
 from proxy.core import mint
 from proxy.core.decide import Reason, deny
-from proxy.core.errors import SecretUnavailable
+from proxy.core.errors import SecretUnavailable, SurrogateError
 from proxy.core.policy import Credential
+from proxy.core.secrets import Secret
 from proxy.engine.state import State
 
 TIMEOUT = 10.0
@@ -99,7 +107,7 @@ class Mint:
             if failed is not None and now < failed[0] + RETRY_AFTER:
                 raise failed[1]  # the waiters share the one failure: no storm on the endpoint
             try:
-                token = await self.fetch(c, pool)
+                token = await self._mint(c, pool)
             except mint.MintError as e:
                 m.slot.failed = (time.time(), e)
                 raise
@@ -107,6 +115,29 @@ class Mint:
             m.slot.store(token)
             facts.log.info("credential %r: token minted (version %d)", c.name, m.slot.generation)
             return "minted"
+
+    async def _mint(self, c: Credential, pool: str) -> mint.Token:
+        """:meth:`fetch`; for a credential whose refresh token the store keeps, under its lease
+        (one minter at a time across the workers and nodes of the store: a refresh token is
+        spent by its use) and with the rotated one sealed before the lease is given back."""
+        m = c.mint
+        assert m is not None
+        if m.kept is None:
+            return await self.fetch(c, pool)
+        hold = m.kept.hold()
+        try:
+            held = await asyncio.to_thread(hold.__enter__)
+        except SurrogateError:
+            raise mint.MintError("credential_unavailable", "the credential store cannot be reached") from None
+        try:
+            if not held:
+                facts.log.warning("credential %r: another minter kept the lease; minting anyway", c.name)
+            token = await self.fetch(c, pool)
+            if token.refresh_token is not None:
+                await _keep(c.name, m.kept, token.refresh_token)
+            return token
+        finally:
+            await asyncio.to_thread(hold.__exit__, None, None, None)
 
     async def fetch(self, c: Credential, pool_name: str) -> mint.Token:
         m = c.mint
@@ -121,7 +152,9 @@ class Mint:
             raise mint.MintError("refused", "token endpoint address refused")
         try:
             secret, _ = m.secret.current()
-            refresh = m.refresh_token()
+            # a store credential's refresh token is read from the store (another worker may have
+            # rotated it): off the event loop
+            refresh = await asyncio.to_thread(m.refresh_token) if m.kept is not None else m.refresh_token()
         except SecretUnavailable as e:
             raise mint.MintError("credential_unavailable", str(e)) from None
         assertion = _sign(m.spec, secret.reveal()) if m.spec.signs_jwt else None
@@ -133,6 +166,7 @@ class Mint:
             target = target.copy_with(query=query.encode())
         try:
             async with (
+                asyncio.timeout(TIMEOUT),  # the whole exchange: httpx's timeouts are per read
                 httpx.AsyncClient(verify=self._context(), trust_env=False, timeout=TIMEOUT) as client,
                 client.stream(
                     "POST",
@@ -150,7 +184,7 @@ class Mint:
                 return mint.parse_token_response(
                     r.status_code, r.headers.get("content-type", ""), _decoded(r, data), time.time()
                 )
-        except httpx.HTTPError as e:
+        except (httpx.HTTPError, TimeoutError) as e:
             facts.log.warning("credential %r: token endpoint unreachable: %s", c.name, type(e).__name__)
             raise mint.MintError("unreachable", "token endpoint unreachable") from None
 
@@ -159,6 +193,15 @@ class Mint:
             bundle = getattr(ctx.options, "ssl_verify_upstream_trusted_ca", None) if ctx else None
             self._tls = ssl.create_default_context(cafile=bundle or None)
         return self._tls
+
+
+async def _keep(name: str, kept: mint.RefreshKeeper, token: Secret) -> None:
+    """Persist a rotated refresh token (sealed in the store: a restart uses it). A failure is
+    logged (its kind only) and the token kept in memory: this request already has its token."""
+    try:
+        await asyncio.to_thread(kept.keep, token)
+    except Exception as e:
+        facts.log.warning("credential %r: rotated refresh token not stored: %s", name, type(e).__name__)
 
 
 def _decoded(r: httpx.Response, data: bytes) -> bytes:

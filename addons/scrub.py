@@ -41,11 +41,12 @@ from mitmproxy import flow as mflow
 
 from addons import facts
 from addons.scrubpairs import PairCache, Pairs, claims_now
+from addons.sigv4 import SIGNATURES
 from addons.wsscrub import ScrubMessages
 from proxy.core.decide import Reason, deny
 from proxy.core.decode import Unscannable, decoder
 from proxy.core.policy import Claim
-from proxy.core.scrub import Scrubber, escapes_matter
+from proxy.core.scrub import Scrubber, compile_pairs, escapes_matter
 from proxy.engine.state import State
 
 __all__ = ["Scrub", "ScrubMessages"]
@@ -122,6 +123,10 @@ class Scrub:
         if response is None or claim is None or not claim.credentials:
             return
         pairs, compiled = self.pairs.get(claim, time.time())
+        extra = flow.metadata.get(SIGNATURES)
+        if extra:  # this flow's own pairs: the real-key signature addons/sigv4.py made
+            pairs = (*pairs, *extra)
+            compiled = compile_pairs(pairs)
         scrubber = Scrubber(pairs, compiled=compiled)
         if not scrubber.active:
             return

@@ -15,18 +15,22 @@ upstream. Which payload, which path:
 - ``STREAMING-UNSIGNED-PAYLOAD-TRAILER`` (botocore's uploads): only the head is signed.
 - no declared hash (services other than S3, e.g. STS's form POST): the body is read whole, at
   most ``MAX_HASHED_BODY`` bytes by its Content-Length, hashed, verified and re-signed in
-  ``request`` before anything is sent.
+  ``request`` before anything is sent. Without a length it is signed over the empty body; on
+  HTTP/2, where DATA may still follow such a head, no byte of it passes and the request is
+  closed unfinished (addons/sign.py ``_no_body``; review r-sign2).
 
 Refusals (403, reason codes in :class:`proxy.core.decide.Reason`): ``sigv4_bad_signature``,
 ``sigv4_scope_refused``, ``sigv4_wrong_key`` (a placeholder-shaped key id not this claim's, or a
-wrong session token: a violation), ``sigv4_malformed``, ``sigv4_unsigned`` (the placeholder
-access key id sent in a request that is not SigV4-signed), ``placeholder_violation`` (the
-credential is not bound to this host).
+wrong session token: a violation), ``sigv4_malformed`` (also: another credential's placeholder in
+a signed header or the signed target, which substitute would swap after the re-signing),
+``sigv4_unsigned`` (the placeholder access key id sent in a request that is not SigV4-signed),
+``placeholder_violation`` (the credential is not bound to this host).
 """
 
 from __future__ import annotations
 
 import hashlib
+from urllib.parse import unquote_to_bytes
 
 from mitmproxy import http
 
@@ -41,10 +45,34 @@ MAX_HASHED_BODY = 1024 * 1024
 HOLD = "surrogate.sigv4_hold"  # (credential, claim): the body is read whole, signed in ``request``
 STREAMED = "surrogate.sigv4_streamed"  # aws-chunked: this addon's stream re-signs the body
 SIGNED = "surrogate.sigv4_signed"  # audit: {credential name: "sigv4"}
+SIGNATURES = "surrogate.sigv4_signatures"  # ((real seed, the sandbox's seed),): scrub pairs of this flow
 
 
 def _signers(claim: Claim) -> list[Credential]:
     return [c for c in claim.credentials if c.sigv4 is not None]
+
+
+def _swappable(claim: Claim | None, cred: Credential, signed: Signed, req: http.Request) -> str | None:
+    """A placeholder (not this credential's own) in what the signature covers, or None.
+
+    Substitute runs after this addon and swaps placeholders in headers and the query: one in a
+    signed part would change what the real signature covers, so the upstream refuses it, and an
+    S3 mismatch answer repeats the canonical request it computed, the swapped secret in hex
+    (``CanonicalRequestBytes``), which no scrub form covers. Refused (decision, review r-sign2).
+    """
+    own = set(cred.placeholders())
+    names = set(signed.signed_headers)
+    values = [v for k, v in req.headers.fields if k.decode("latin-1").lower() in names]
+    target = req.data.path
+    text = b"\n".join([target, unquote_to_bytes(target), *values])
+    others = {p for c in (claim.credentials if claim else ()) for p in c.placeholders()} - own
+    for p in others:
+        if p.encode() in text:
+            return p
+    for m in placeholders.find(text):
+        if m.group().decode("ascii") not in own:
+            return m.group().decode("ascii")
+    return None
 
 
 class SigV4:
@@ -78,10 +106,25 @@ class SigV4:
             why = f"credential {cred.name!r} is not bound to this host (or not over TLS); nothing was sent"
             facts.refuse(flow, deny(Reason.PLACEHOLDER_VIOLATION, why))
             return
+        if _swappable(claim, cred, signed, req) is not None:
+            why = (
+                "a SigV4-signed header or the signed request target carries another credential's "
+                "placeholder: swapping it after re-signing would break the signature"
+            )
+            facts.refuse(flow, deny(Reason.SIGV4_MALFORMED, why))
+            return
         if signed.payload_hash is None:
             length = req.headers.get("content-length")
             if length is None and "transfer-encoding" not in req.headers:
-                return self._apply(flow, cred, signed, hashlib.sha256(b"").hexdigest())
+                self._apply(flow, cred, signed, hashlib.sha256(b"").hexdigest())
+                if not req.http_version.startswith("HTTP/1") and flow.response is None:
+                    # HTTP/2 without a length: DATA may follow a head signed over the empty
+                    # body; none of it passes, and addons/sign.py closes the request unfinished
+                    from addons.sign import _no_body
+
+                    flow.metadata[STREAMED] = True  # substitute leaves this body alone
+                    req.stream = _no_body(flow)
+                return None
             if length is None or not length.isdigit() or int(length) > MAX_HASHED_BODY:
                 why = (
                     "a SigV4 body without X-Amz-Content-Sha256 must declare a Content-Length "
@@ -119,6 +162,9 @@ class SigV4:
         req.data.path = out.target.encode("ascii")
         flow.metadata.setdefault(facts.USED, {})[cred.name] = version
         flow.metadata.setdefault(SIGNED, {})[cred.name] = "sigv4"
+        # a real-key signature reflected back (S3's SignatureProvided, an echoed Authorization or
+        # Location) is scrubbed to the sandbox's own: it never holds a signature it did not make
+        flow.metadata[SIGNATURES] = ((out.seed.encode(), out.placeholder_seed.encode()),)
         if signed.payload_hash == STREAMING:
             self._stream(flow, out, spec.placeholder_secret, real.secret_access_key)
 

@@ -16,6 +16,7 @@ import binascii
 import contextlib
 import functools
 import gzip
+import hashlib
 import hmac
 import json
 import os
@@ -65,6 +66,7 @@ class Recorded:
     headers: list[tuple[str, str]]  # in order, as received
     body_len: int
     session: int = -1  # index into Upstream.sessions of the TLS session it came over
+    digest: str = ""  # SHA-256 (hex) of the body, for the catch-all endpoints (/upload, JSON)
 
 
 def echo_lines(headers: list[tuple[str, str]], target: str, body: bytes) -> list[bytes]:
@@ -177,8 +179,11 @@ class _Handler(BaseHTTPRequestHandler):
             return self._upgrade_raw(self.headers["Upgrade"])  # as an h2c server does; else a 200
         if self.command == "POST" and _routed(path) in TOKEN_PATHS:
             return self._token()
-        received = sum(len(c) for c in self._body())
-        self._record(received)
+        digest, received = hashlib.sha256(), 0
+        for chunk in self._body():
+            digest.update(chunk)
+            received += len(chunk)
+        self._record(received, digest.hexdigest())
         if path.startswith("/reflect"):
             return self._reflect(path)
         if self.command in ("POST", "PUT") and path == "/upload":
@@ -189,9 +194,9 @@ class _Handler(BaseHTTPRequestHandler):
 
     # -- request/response plumbing ------------------------------------------------------------
 
-    def _record(self, body_len: int) -> None:
+    def _record(self, body_len: int, digest: str = "") -> None:
         session = getattr(self.connection, "surrogate_session", -1)
-        rec = Recorded(self.command, self.path, list(self.headers.items()), body_len, session)
+        rec = Recorded(self.command, self.path, list(self.headers.items()), body_len, session, digest)
         self.upstream._record(rec)
 
     def _body(self) -> Iterator[bytes]:

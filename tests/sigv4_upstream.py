@@ -39,6 +39,8 @@ class SigV4Upstream:
         self.objects: dict[str, bytes] = {}
         self.parts: dict[str, dict[int, bytes]] = {}  # multipart upload id -> part number -> bytes
         self.accepted: list[str] = []
+        self.mismatch = False  # True: refuse every request, as if it read the request otherwise
+        self.signatures: list[str] = []  # the signature of each request it refused
         self.refused: list[str] = []
         self.ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
         ca.ca.issue_cert(*names, "127.0.0.1").configure_cert(self.ctx)
@@ -75,7 +77,7 @@ class SigV4Upstream:
                 ok = upstream.verify(self.command, self.headers, self.path, body)
                 (upstream.accepted if ok else upstream.refused).append(f"{self.command} {self.path}")
                 if not ok:
-                    return self._answer(403, b"<Error><Code>SignatureDoesNotMatch</Code></Error>")
+                    return self._answer(403, upstream.mismatch_body(self.command, self.path, self.headers))
                 host = self.headers["host"].split(":")[0]
                 key, _, query = self.path.partition("?")
                 params = dict(parse_qsl(query, keep_blank_values=True))
@@ -143,7 +145,28 @@ class SigV4Upstream:
         self.server.shutdown()
         self.server.server_close()
 
+    def mismatch_body(self, method: str, path: str, headers: Any) -> bytes:
+        """S3's SignatureDoesNotMatch answer: it repeats the key id, the signature provided and the
+        canonical request it computed, also as space-separated hex (``CanonicalRequestBytes``),
+        so the real key id and session token the proxy sent come back in it."""
+        target, _, query = path.partition("?")
+        auth = headers.get("authorization", "")
+        given = auth.rsplit("Signature=", 1)[-1] if "Signature=" in auth else ""
+        given = given or dict(parse_qsl(query)).get("X-Amz-Signature", "")
+        self.signatures.append(given)
+        lines = [f"{k.lower()}:{v}" for k, v in headers.items()]
+        creq = "\n".join([method, target, query, *lines])
+        hexed = " ".join(f"{b:02x}" for b in creq.encode())
+        return (
+            f"<Error><Code>SignatureDoesNotMatch</Code><AWSAccessKeyId>{self.creds.access_key}"
+            f"</AWSAccessKeyId><SignatureProvided>{given}</SignatureProvided>"
+            f"<CanonicalRequest>{creq}</CanonicalRequest>"
+            f"<CanonicalRequestBytes>{hexed}</CanonicalRequestBytes></Error>"
+        ).encode()
+
     def verify(self, method: str, headers: Any, path: str, body: bytes) -> bool:
+        if self.mismatch:
+            return False
         auth = headers.get("authorization", "")
         if not auth.startswith("AWS4-HMAC-SHA256 "):
             return self._verify_query(method, headers, path)

@@ -30,6 +30,7 @@ from proxy.store.registry import Registry
 
 if TYPE_CHECKING:
     from proxy.engine.master import ControlConfig
+    from proxy.store.fleetlimits import FleetCounters
 
 
 def add_run(sub: Any, state: argparse.ArgumentParser) -> None:
@@ -148,6 +149,10 @@ def supervise(args: argparse.Namespace, argv: list[str]) -> int:
     ca.write_sandbox_bundle(args.state_dir, None)  # the bundle the banner names
     ca.write_upstream_bundle(args.state_dir, args.upstream_ca)  # names a bad --upstream-ca once
     open_store(args.state_dir, args.store, args.key_file, wait=False).close()
+    if args.store is not None:  # the workers' fleet rows share one run id (proxy/store/fleetlimits.py)
+        from proxy.store.fleetlimits import node_run
+
+        node_run()
     table = args.state_dir / counters.FILENAME
     counters.SharedCounters.create(table, args.workers)  # empty: no count outlives the node
     shared = counters.SharedCounters.open(table, 0)
@@ -195,8 +200,9 @@ def run_proxy(args: argparse.Namespace) -> int:
     shared.release_worker(worker or 0)  # a worker restarted in a dead one's place starts at zero
     # a fleet node starts without its database: it refuses store claims until its first read
     with open_store(args.state_dir, args.store, args.key_file, wait=False) as store:
+        fleet = _fleet_counters(shared, store, worker or 0, node) if args.store is not None else None
         config = RunConfig(
-            state=State(Registry(policy, store), dict(args.resolve), counters=shared),
+            state=State(Registry(policy, store), dict(args.resolve), counters=fleet or shared),
             state_dir=args.state_dir,
             listen_host=host,
             listen_port=port,
@@ -221,7 +227,19 @@ def run_proxy(args: argparse.Namespace) -> int:
             asyncio.run(serve(config, ready, prefix))
         finally:
             stop_traces()
+            if fleet is not None:
+                fleet.stop()
     return 0
+
+
+def _fleet_counters(shared: counters.SharedCounters, store: Any, worker: int, node: str) -> FleetCounters:
+    """With the PostgreSQL store, the limits' counters are the fleet's rows over the node's table
+    (proxy/store/fleetlimits.py), started; SQLite runs keep the node's table alone."""
+    from proxy.store.fleetlimits import FleetCounters, node_run
+    from proxy.store.postgres import PostgresStore
+
+    assert isinstance(store, PostgresStore)  # --store names only PostgreSQL (proxy/store/choose.py)
+    return FleetCounters(shared, store, node_run(), worker, node).start()
 
 
 def _start_traces(endpoint: str | None) -> Callable[[], None]:

@@ -87,6 +87,7 @@ _BY_STAGE: dict[str, dict[Reason, str]] = {
     "approval": {
         Reason.APPROVAL_DENIED: "an operator denied the held request (or the rules in force then refused it)",
         Reason.APPROVAL_TIMEOUT: "nobody approved the held request before its ask rule's timeout",
+        Reason.APPROVAL_LIMIT: "the claim already had limits.approvals requests waiting for approval",
     },
     "hook route": {
         Reason.HOOK_ANSWERED: "a hook route's command answered; the upstream was not contacted",

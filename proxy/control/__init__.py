@@ -5,7 +5,8 @@
 assembles the HTTP API over it (FastAPI, on a unix socket or loopback with an operator token:
 listener guard, body limit, error shapes), :mod:`proxy.control.routes` holds its routes,
 :mod:`proxy.control.models` its request and response bodies, :mod:`proxy.control.apiedge` its
-pure edge checks, :mod:`proxy.control.ready` the node's readiness (``/readyz``), and
+pure edge checks, :mod:`proxy.control.kinds` the blocks of credential kinds (aws_sigv4,
+oauth_client, hmac), :mod:`proxy.control.ready` the node's readiness (``/readyz``), and
 :mod:`proxy.control.client` is the client the CLI uses. May import: :mod:`proxy.core`,
 :mod:`proxy.rules`, :mod:`proxy.store`, :mod:`proxy.audit`, :mod:`proxy.metrics`.
 

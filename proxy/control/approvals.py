@@ -27,6 +27,7 @@ from typing import Any
 
 from proxy import audit
 from proxy.control.checks import ControlError
+from proxy.core.approvals import grantable
 from proxy.core.errors import SurrogateError
 from proxy.store.base import ApprovalRecord, Conflict, CredentialStore, GrantRecord, NotFound, new_id
 
@@ -107,6 +108,12 @@ def decide(
     """Approve (``scope``: once, session, for:DURATION, always; default once) or deny a pending
     approval; an approval with a standing scope also writes its grant. 404, 409, 422, 503."""
     now = time.time() if now is None else now
+    if verdict == "approve" and scope not in (None, "once"):
+        try:
+            asked = store.approval(approval_id)
+        except SurrogateError as e:
+            raise _store_failed(e) from None
+        _check_grantable(asked)
     try:
         record = store.decide_approval(approval_id, verdict, scope, who, now)
     except ValueError as e:
@@ -127,6 +134,15 @@ def decide(
                  claim=record.claim_id, host=record.host, scope=record.scope, who=who)  # fmt: skip
     notify(record)
     return record, grant
+
+
+def _check_grantable(record: ApprovalRecord | None) -> None:
+    """422 for a standing scope on a path with more than one reading (proxy.core.approvals), also
+    for an approval a node without that check stored with every scope offered."""
+    if record is not None and not grantable(record.path):
+        raise ControlError(
+            422, "bad_scope", f"approval {record.id}: its path has more than one reading; approve it once"
+        )
 
 
 def _grant_for(record: ApprovalRecord, who: str, now: float) -> GrantRecord:

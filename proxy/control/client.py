@@ -60,10 +60,17 @@ def add_commands(sub: Any, state: argparse.ArgumentParser) -> None:
         )
         p.add_argument(
             "--value-file",
-            required=action == "put",
             metavar="PATH",
-            help="read the value from PATH, or '-' for standard input",
+            help="read the value from PATH, or '-' for standard input (put: needed but for kind aws_sigv4)",
         )
+        if action == "put":  # a kind and its block change by PUT only (proxy/control/kinds.py)
+            p.add_argument("--kind", choices=["static", "aws_sigv4", "oauth_client", "hmac"])
+            p.add_argument(
+                "--kind-file",
+                metavar="PATH",
+                help="the kind's block as a JSON object (aws_sigv4: its keys; oauth_client: mint; "
+                "hmac: sign), from PATH or '-' for standard input",
+            )
         p.add_argument("--placeholder")
         p.add_argument("--inject-header", help="set this header to the formatted value")
         p.add_argument("--format", help="injection format, default 'Bearer {value}'")
@@ -101,6 +108,20 @@ def add_commands(sub: Any, state: argparse.ArgumentParser) -> None:
 def _read_value(spec: str) -> str:
     text = sys.stdin.read() if spec == "-" else Path(spec).read_text(encoding="utf-8")
     return text[:-1] if text.endswith("\n") else text
+
+
+def _read_block(args: argparse.Namespace) -> dict[str, Any]:
+    """The ``--kind-file`` JSON object; SystemExit naming the file (never its content)."""
+    if not args.kind_file:
+        raise SystemExit(f"surrogate: creds put --kind {args.kind} needs --kind-file (its block as JSON)")
+    text = sys.stdin.read() if args.kind_file == "-" else Path(args.kind_file).read_text(encoding="utf-8")
+    try:
+        block = json.loads(text)
+    except ValueError:
+        block = None
+    if not isinstance(block, dict):
+        raise SystemExit(f"surrogate: --kind-file {args.kind_file} is not a JSON object")
+    return block
 
 
 def run_command(args: argparse.Namespace) -> int:
@@ -166,8 +187,14 @@ def _request(args: argparse.Namespace) -> tuple[str, str, dict[str, Any] | None,
     body: dict[str, Any] = {}
     if args.hosts:
         body["hosts"] = args.hosts
+    kind = getattr(args, "kind", None) or "static"
+    if args.action == "put" and not args.value_file and kind != "aws_sigv4":
+        raise SystemExit(f"surrogate: creds put of kind {kind} needs --value-file")
     if args.value_file:
         body["value"] = _read_value(args.value_file)
+    if args.action == "put" and kind != "static":
+        body["kind"] = kind
+        body[{"aws_sigv4": "aws_sigv4", "oauth_client": "mint", "hmac": "sign"}[kind]] = _read_block(args)
     if args.placeholder:
         body["placeholder"] = args.placeholder
     if args.inject_header:

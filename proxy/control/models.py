@@ -16,6 +16,7 @@ from fastapi import Path as PathParam
 from pydantic import AfterValidator, AwareDatetime, BaseModel, ConfigDict, Field
 
 from proxy.control.checks import Coverage
+from proxy.control.kinds import AwsSigV4In, Kind, MintIn, SignIn, describe
 from proxy.core import slots
 from proxy.core.policy import DEFAULT_SURFACES, SURFACES, Misplaced
 from proxy.store.base import ClaimRecord, CredentialRecord
@@ -29,6 +30,14 @@ IfMatch = Annotated[str | None, Header(pattern=r'^\s*("[0-9]+"|\*)\s*$', descrip
 PLACEHOLDER_PATTERN = r"^surr_[A-Za-z0-9]{16,64}$"
 Host = Annotated[str, Field(min_length=1, max_length=253, pattern=r"^[^\s/:@]+$")]
 Value = Annotated[str, Field(min_length=1, max_length=16384, pattern=r"^[^\x00-\x1f\x7f]+$")]
+# a credential's value: checked for control characters after parsing (proxy.control.checks), so
+# that a PEM private key (kind oauth_client) may keep its line breaks
+ValueIn = Annotated[str, Field(min_length=1, max_length=16384)]
+_VALUE_DOC = (
+    "the secret; write-only. Kind static, hmac: the value; oauth_client: the client secret or PEM "
+    "private key; absent for aws_sigv4 (its keys are in aws_sigv4). No control characters (a PEM "
+    "private key may keep its line breaks)"
+)
 MAX_REQUESTS = 10**12  # a budget beyond this is no budget; the store keeps it in a 64-bit integer
 _LATEST = datetime(9998, 12, 31, tzinfo=UTC).timestamp()
 
@@ -81,7 +90,11 @@ _PARTS_DOC = "parts of Basic credentials the basic surface swaps in; default [pa
 
 class CredentialPut(_In):
     hosts: list[Host] = Field(min_length=1, description="host patterns the secret may be sent to")
-    value: Value = Field(description="the secret; write-only")
+    kind: Kind = Field("static", description="static, aws_sigv4, oauth_client or hmac (control/kinds.py)")
+    value: ValueIn | None = Field(None, description=_VALUE_DOC)
+    aws_sigv4: AwsSigV4In | None = Field(None, description="kind aws_sigv4: keys (write-only) and scope")
+    mint: MintIn | None = Field(None, description="kind oauth_client: how the access token is minted")
+    sign: SignIn | None = Field(None, description="kind hmac: what is signed and where it goes")
     placeholder: str | None = Field(None, pattern=PLACEHOLDER_PATTERN, description="generated when absent")
     inject: InjectIn | None = None
     expires_at: Expiry | None = None
@@ -100,7 +113,7 @@ class CredentialPut(_In):
 
 class CredentialPatch(_In):
     hosts: list[Host] | None = Field(None, min_length=1)
-    value: Value | None = None
+    value: ValueIn | None = Field(None, description=_VALUE_DOC + "; kind and its block change by PUT only")
     placeholder: str | None = Field(None, pattern=PLACEHOLDER_PATTERN)
     inject: InjectIn | None = None
     expires_at: Expiry | None = None
@@ -157,6 +170,12 @@ class CredentialOut(BaseModel):
     last_used_at: datetime | None
     max_requests: int | None
     requests_used: int
+    kind: str = "static"
+    aws_sigv4: dict[str, Any] | None = Field(
+        None, description="regions, services and the secret key / session token placeholders; never a key"
+    )
+    mint: dict[str, Any] | None = Field(None, description="the mint spec; never the secret or refresh token")
+    sign: dict[str, Any] | None = Field(None, description="the sign spec; never the secret")
 
 
 class CredentialWritten(CredentialOut):
@@ -205,6 +224,7 @@ def credential_out(r: CredentialRecord, cov: list[Coverage] | None = None) -> di
         "last_used_at": _ts(r.last_used_at),
         "max_requests": r.max_requests,
         "requests_used": r.requests_used,
+        **describe(r),
     }
     if cov is not None:
         out["coverage"] = [{"host": c.host, "rule": c.rule, "header": c.header} for c in cov]

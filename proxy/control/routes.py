@@ -129,6 +129,10 @@ def add_routes(app: FastAPI, control: Control, who: str, ready: Readiness) -> No
             "basic_parts": body.basic_parts,
             "on_misplaced": body.on_misplaced,
             "oauth": body.oauth,
+            "kind": body.kind,
+            "aws_sigv4": body.aws_sigv4.model_dump() if body.aws_sigv4 else None,
+            "mint": body.mint.model_dump() if body.mint else None,
+            "sign": body.sign.model_dump() if body.sign else None,
         }
         record, cov, created = control.put_credential(who, claim, name, fields, version)
         response.status_code = 201 if created else 200

@@ -28,6 +28,7 @@ import time
 from typing import Any
 
 from proxy import audit
+from proxy.control import kinds
 from proxy.control.checks import (
     ID,
     MAX_VALUE_BYTES,
@@ -214,9 +215,10 @@ class Control:
         header, fmt = body.get("inject_header"), body.get("inject_format")
         check_inject(header, fmt)
         cov = coverage(pool, body["hosts"], header, body.get("headers"))
-        value = check_value(body["value"])
+        made = kinds.prepare(pool, body)  # issue 15: the kind's block checked, its secrets sealed
         placeholder = body.get("placeholder")
         check_placeholder(placeholder)
+        kinds.check_placeholders(self.store.list_credentials(claim_id), name, placeholder, made.spec)
         try:
             oauth = parse_spec(body["oauth"]) if body.get("oauth") is not None else None
         except ValueError as e:
@@ -228,7 +230,7 @@ class Control:
             record = self.store.put_credential(
                 claim_id,
                 name,
-                value=value,
+                value=made.value,
                 hosts=body["hosts"],
                 inject_header=header,
                 inject_format=(fmt or "Bearer {value}") if header else None,
@@ -240,6 +242,9 @@ class Control:
                 on_misplaced=body.get("on_misplaced"),
                 headers=body.get("headers"),
                 basic_parts=body.get("basic_parts"),
+                kind=made.kind,
+                spec=made.spec,
+                refresh_token=made.refresh_token,
             )
             # a second short transaction: a PUT replaces, so no "oauth" clears the capture
             self.store.set_oauth(claim_id, name, oauth.to_json() if oauth else None)
@@ -257,6 +262,7 @@ class Control:
         old = self.store.get_credential(claim_id, name)
         if old is None:
             raise ControlError(404, "not_found", f"no credential {name!r} in claim {claim_id!r}")
+        kinds.check_patch(old, changes)
         header = changes.get("inject_header", old.inject_header)
         fmt = changes.get("inject_format", old.inject_format)
         check_inject(header, fmt if "inject_format" in changes else None)
@@ -271,6 +277,8 @@ class Control:
             changes["value"] = check_value(changes["value"])
         if "placeholder" in changes:
             check_placeholder(changes["placeholder"])
+            others = self.store.list_credentials(claim_id)
+            kinds.check_placeholders(others, name, changes["placeholder"], None)
         if header is not None and fmt is None:
             changes["inject_format"] = "Bearer {value}"
         try:

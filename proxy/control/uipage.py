@@ -1,8 +1,12 @@
 # ruff: noqa: E501 - the HTML templates keep one element per line
 """The approvals page's HTML (issue 16): Jinja2 templates with autoescaping on for every value, so
-a hostile sandbox's path, host or body preview is shown as text, never markup. No build step.
+a hostile sandbox's path, host or preview (the request head) is shown as text, never markup. No build step.
 
-The page holds one ``<style>`` and one ``<script>``, each with the response's CSP nonce; the
+The page holds one ``<style>``, a constant admitted by its hash (:data:`STYLE_SOURCE`), and one
+``<script>`` with the response's CSP nonce. Not a nonce for the style: the script parses each
+re-fetched page (DOMParser), whose style carries that response's nonce, and Chromium checks it
+against the live page's policy, logging a CSP violation on every re-render (found by
+tests/e2e/test_approvals_browser.py); a hash holds for every copy of the constant. The
 script only listens on ``/ui/stream`` (EventSource, WHATWG HTML §9.2) and, on each event,
 re-fetches the page and swaps its three lists in. Without JavaScript every button still works:
 each is a plain form POST answered by a 303 back to the page.
@@ -13,6 +17,8 @@ the fixed sentences of :data:`NOTICES` (chosen by a key from the query), never t
 
 from __future__ import annotations
 
+import base64
+import hashlib
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -45,12 +51,14 @@ code{word-break:break-all} .notice{background:#eef6ee;border:1px solid #8b8;padd
 .error{background:#fbeaea;border-color:#c88} form{display:inline} button{margin:.1em}
 input[name=duration]{width:4em} .muted{color:#777}
 """)  # a constant, not input
+# the CSP source that admits _STYLE (CSP Level 3 §2.3.1 hash-source: base64 SHA-256 of its text)
+STYLE_SOURCE = "'sha256-" + base64.b64encode(hashlib.sha256(_STYLE.encode()).digest()).decode() + "'"
 
 _LAYOUT = """<!doctype html>
 <html lang="en"><head><meta charset="utf-8">
-<meta name="referrer" content="no-referrer">
+<meta name="referrer" content="same-origin">
 <title>{% block title %}surrogate{% endblock %}</title>
-<style nonce="{{ nonce }}">{{ style }}</style></head>
+<style>{{ style }}</style></head>
 <body>{% if notice %}<p class="notice{% if error %} error{% endif %}" role="status">{{ notice }}</p>{% endif %}
 {% block body %}{% endblock %}</body></html>
 """
@@ -69,7 +77,7 @@ _PAGE = """{% extends "layout" %}{% block title %}surrogate — approvals{% endb
 <button type="submit">Sign out</button></form>
 <section id="pending"><h2>Pending requests ({{ pending|length }})</h2>
 {% if pending %}<table><thead><tr><th>asked</th><th>claim</th><th>request</th><th>credentials</th>
-<th>body preview</th><th>rule</th><th>decide</th></tr></thead><tbody>
+<th>preview (head, and a body up to 64 KiB)</th><th>rule</th><th>decide</th></tr></thead><tbody>
 {% for a in pending %}<tr id="approval-{{ a.id }}" data-approval="{{ a.id }}">
 <td>{{ when(a.created_at) }}<br><span class="muted">times out {{ when(a.expires_at) }}</span></td>
 <td><code>{{ a.claim_id }}</code><br><span class="muted">pool {{ a.pool }}</span></td>

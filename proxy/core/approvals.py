@@ -4,7 +4,8 @@ Scopes (``POST /approvals/{id}/approve {"scope": ...}``, ``surrogate approvals a
 
 - ``once``: this request only; no grant is kept;
 - ``session``: a grant for the claim's session: until this proxy process stops or the claim's
-  token is rotated (the session id is ``<node run id>:<claim version>``), decided because a
+  token is rotated, or it is deleted (the session id is ``<node run id>:<claim version>:<claim
+  creation time>``: a claim made again under its id is another session), decided because a
   sandbox's client opens a new connection per request (curl), so "this connection" would be
   useless;
 - ``for:DURATION``: a grant until now + DURATION (``30s``, ``10m``, ``2h``, ``1d``; at most
@@ -15,6 +16,12 @@ A grant covers exactly the approved request's claim, host, port and method, the 
 below the approved request's canonical path (segment-wise, :meth:`proxy.core.paths.RequestPath.within`;
 never the query), and at most the credentials that request carried: a grant never widens to
 another claim, host, method, sibling path or credential (scope creep, docs/threat-model.md).
+
+A grant is made only from a path with exactly one reading (:func:`grantable`); any other is
+approved ``once`` only (review r-approve). An ambiguous path's canonical reading is ``/`` (a
+dot segment, an encoded slash: :mod:`proxy.core.paths`), so its grant would cover every path of
+the host; ``/send//x`` or ``/send/x;p`` would grant ``/send/x``, which a server that keeps
+empty segments or parameters reads as another resource than the one the operator saw.
 
 Errors: ValueError with a sentence naming the scope and what would be right.
 """
@@ -70,6 +77,19 @@ def check_scopes(items: object) -> tuple[str, ...]:
     return tuple(s for s in SCOPES if s in items)
 
 
+def grantable(path: str) -> bool:
+    """Whether an approval of request target ``path`` may become a standing grant: the path is
+    absolute, unambiguous and has one reading (see the module docstring)."""
+    where = canonical_path(path)
+    return where.absolute and where.ambiguity is None and len(where.readings) == 1
+
+
+def offered(path: str, scopes: tuple[str, ...]) -> tuple[str, ...]:
+    """The scopes an approval of ``path`` offers: the rule's ``scopes``, or only ``once`` when
+    the path is not :func:`grantable` (narrower than any rule's choice, so always safe)."""
+    return scopes if grantable(path) else ("once",)
+
+
 DEFAULT_TIMEOUT = 60.0
 MAX_TIMEOUT = 3600.0
 
@@ -95,3 +115,17 @@ class Ask:
             return False
         where = canonical_path(path)
         return any(where.reaches(p) for p in self.paths)
+
+
+NOTIFY_DEFAULT_TIMEOUT = 5.0
+NOTIFY_MAX_TIMEOUT = 60.0
+
+
+@dataclass(frozen=True, slots=True)
+class Notify:
+    """The rules file's top-level ``approvals: {notify: [...], timeout: ...}``: a command (no
+    shell; the program an executable file) run once per new pending approval with a JSON
+    document on its stdin (``addons/notify.py``), killed after ``timeout`` seconds."""
+
+    command: tuple[str, ...]
+    timeout: float = NOTIFY_DEFAULT_TIMEOUT

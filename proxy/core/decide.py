@@ -84,6 +84,7 @@ class Reason(StrEnum):
     # approvals (issue 16, addons/approve.py)
     APPROVAL_DENIED = "approval_denied"
     APPROVAL_TIMEOUT = "approval_timeout"
+    APPROVAL_LIMIT = "approval_limit"  # the claim already has limits.approvals requests held
 
 
 @dataclass(frozen=True, slots=True)

@@ -22,7 +22,8 @@ The default is the documented example (rules/README.md, a Coinbase-style ``X-Sig
 ``base64``.
 
 The signature goes in the request head, which leaves before the body: a signed body is read
-whole first, so it is bounded (``max_body``, default 1 MiB) and must declare its length
+whole first, so it is bounded (``max_body``, default and at most 1 MiB: past mitmproxy's
+``stream_large_bodies`` it would start streaming and send the head unsigned) and must declare its length
 (``Content-Length``); a longer body, or one without a length, is refused before anything is
 sent (addons/sign.py). Pure; the time is passed in.
 """
@@ -79,8 +80,8 @@ def problems(spec: SignSpec) -> list[tuple[str, str]]:
         out.append(("format", "format must contain '{signature}' and no control characters"))
     if any(ord(c) < 32 or ord(c) == 127 for c in spec.separator):
         out.append(("separator", "separator must not contain control characters"))
-    if not 0 <= spec.max_body <= 16 * MAX_BODY:
-        out.append(("max_body", f"max_body must be between 0 and {16 * MAX_BODY} bytes"))
+    if not 0 <= spec.max_body <= MAX_BODY:  # mitmproxy's stream_large_bodies: addons/sign.py
+        out.append(("max_body", f"max_body must be between 0 and {MAX_BODY} bytes"))
     return out
 
 

@@ -17,7 +17,8 @@ every rule here is tested with tables. The glue is ``addons/limits.py``.
 
 Connection counts and buckets are the node's (every worker's), kept in :mod:`proxy.store.counters`;
 the tolerance of the rate limit is none beyond float rounding: over any T seconds at most
-``burst + rate × T`` of a claim's CONNECTs and requests are admitted on the node.
+``burst + rate × T`` of a claim's CONNECTs and requests are admitted on the node. With the
+PostgreSQL store both also hold for the fleet, within the tolerances of :mod:`proxy.core.fleet`.
 
 Defaults never bother a normal agent (a busy agent makes a few requests per second over a few
 connections) and stop one claim from taking the proxy for itself.
@@ -34,6 +35,7 @@ DEFAULT_CONNECTIONS = 256
 DEFAULT_RATE = 100.0
 DEFAULT_BURST = 200
 DEFAULT_HOOK_PROCESSES = 8  # per pool: its hook commands running at once, all its claims together
+DEFAULT_APPROVALS = 128  # per claim: its requests held for an operator at once (addons/approve.py)
 DEFAULT_NODE_HOOK_PROCESSES = 32  # per node: ``surrogate run --hook-processes``
 # The largest WebSocket message (bytes, decompressed) the proxy assembles (addons/wslimit.py):
 # mitmproxy holds a whole message before any hook sees it, so past this the connection is closed
@@ -50,13 +52,15 @@ class Limits:
     ``rate``: sustained requests per second per claim (> 0); ``burst``: requests allowed at once
     after a quiet spell (≥ 1); ``hook_processes``: hook commands of the pool running at once on
     the node, every claim of the pool together (≥ 1); ``websocket_message``: the largest
-    WebSocket message in bytes, either direction (1 KiB to 1 GiB)."""
+    WebSocket message in bytes, either direction (1 KiB to 1 GiB); ``approvals``: requests of a
+    claim held for an operator's decision at once, counted in the store (every node; ≥ 1)."""
 
     connections: int = DEFAULT_CONNECTIONS
     rate: float = DEFAULT_RATE
     burst: int = DEFAULT_BURST
     hook_processes: int = DEFAULT_HOOK_PROCESSES
     websocket_message: int = DEFAULT_WEBSOCKET_MESSAGE
+    approvals: int = DEFAULT_APPROVALS
 
 
 @dataclass(slots=True)

@@ -28,6 +28,7 @@ import base64
 import contextlib
 import json
 import re
+from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from typing import Protocol
 from urllib.parse import quote, urlencode, urlsplit
@@ -42,6 +43,17 @@ class SecretSource(Protocol):
     def current(self) -> tuple[Secret, int]: ...
 
 
+class RefreshKeeper(Protocol):
+    """Where a credential's refresh token lives beyond this process (the store, for a credential
+    the control API wrote): the newest one any worker kept, and keeping a rotated one."""
+
+    def latest(self) -> Secret | None: ...
+    def keep(self, token: Secret) -> None: ...
+    def hold(self) -> AbstractContextManager[bool]:
+        """One minter at a time (across processes): True when held, False when waited out."""
+        ...
+
+
 GRANTS = ("client_credentials", "refresh_token", "jwt_bearer")
 CLIENT_AUTHS = ("secret_basic", "secret_post", "private_key_jwt", "none")
 JWT_BEARER = "urn:ietf:params:oauth:grant-type:jwt-bearer"  # RFC 7523 §2.1
@@ -52,7 +64,17 @@ DEFAULT_LIFETIME = 300.0  # a token without expires_in is kept this long (RFC 67
 ASSERTION_LIFETIME = 300  # seconds a JWT assertion is valid
 _KEPT = 8  # earlier tokens kept for scrubbing
 MAX_BODY = 64 * 1024  # a token response past this is refused
-_ERROR_CODE = re.compile(r"^[\x20-\x21\x23-\x5b\x5d-\x7e]{1,64}$")  # RFC 6749 §5.2 error charset
+# The OAuth ``error`` codes a token endpoint may answer that the refusal and the log repeat: RFC
+# 6749 §5.2 and the IANA "OAuth Extensions Error" registry entries for the token endpoint (RFC
+# 8628 §3.5, RFC 8707 §2, RFC 9449 §12). Any other value (a hostile endpoint can answer its
+# ``error`` with the client secret, the refresh token or the assertion it was sent, all within
+# §5.2's charset) is shown as ``unregistered``: deny by default, never the value.
+OAUTH_ERRORS = frozenset({
+    "invalid_request", "invalid_client", "invalid_grant", "unauthorized_client",
+    "unsupported_grant_type", "invalid_scope", "invalid_target", "access_denied",
+    "authorization_pending", "slow_down", "expired_token", "server_error",
+    "temporarily_unavailable", "invalid_dpop_proof", "use_dpop_nonce",
+})  # fmt: skip
 _SCOPE = re.compile(r"^[\x21\x23-\x5b\x5d-\x7e]+$")  # RFC 6749 §3.3 scope-token
 
 
@@ -175,12 +197,20 @@ class Minting:
     secret: SecretSource = field(repr=False)
     refresh: SecretSource | None = field(default=None, repr=False)
     slot: TokenSlot = field(default_factory=TokenSlot, repr=False, compare=False)
+    # a store credential's refresh tokens persist (a rotated one survives a restart, and every
+    # worker reads the newest); None: rules-file credentials keep a rotated one in memory
+    kept: RefreshKeeper | None = field(default=None, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         self.slot.also = (self.secret,) + ((self.refresh,) if self.refresh is not None else ())
 
     def refresh_token(self) -> Secret | None:
-        """The newest refresh token: one the endpoint rotated in, else the configured one."""
+        """The newest refresh token: the store's when it keeps them (another worker may have
+        rotated it), else one the endpoint rotated in, else the configured one."""
+        if self.kept is not None:
+            with contextlib.suppress(SecretUnavailable):  # the store fails: this process's newest
+                if (latest := self.kept.latest()) is not None:
+                    return latest
         if self.slot.refresh_token is not None:
             return self.slot.refresh_token
         return self.refresh.current()[0] if self.refresh is not None else None
@@ -277,7 +307,8 @@ def token_request(
 
 def parse_token_response(status: int, content_type: str, body: bytes, now: float) -> Token:
     """The token in a token endpoint's answer (RFC 6749 §5.1), or MintError (§5.2): for an
-    error, the code names the status and the OAuth ``error`` code when it is a well-formed one."""
+    error, the code names the status and the OAuth ``error`` code when it is a registered one
+    (:data:`OAUTH_ERRORS`; any other value is ``unregistered``)."""
     if len(body) > MAX_BODY:
         raise MintError("bad_response", f"token response is larger than {MAX_BODY} bytes")
     doc: object = None
@@ -289,8 +320,8 @@ def parse_token_response(status: int, content_type: str, body: bytes, now: float
     if not 200 <= status < 300:
         code = f"http_{status}"
         error = doc.get("error") if isinstance(doc, dict) else None
-        if isinstance(error, str) and _ERROR_CODE.match(error):
-            code += f":{error}"
+        if isinstance(error, str):
+            code += f":{error}" if error in OAUTH_ERRORS else ":unregistered"
         raise MintError(code, f"token endpoint answered {code.replace('http_', 'HTTP ', 1)}")
     if not isinstance(doc, dict):
         raise MintError("bad_response", "token response is not a JSON object")

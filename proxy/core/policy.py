@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import TYPE_CHECKING, Protocol
 
-from proxy.core.approvals import Ask
+from proxy.core.approvals import Ask, Notify
 from proxy.core.errors import Problem, SecretUnavailable
 from proxy.core.hosts import HostPattern
 from proxy.core.limits import Limits
@@ -246,3 +246,4 @@ class Policy:
     pools: dict[str, Pool]
     claims: dict[str, Claim]
     warnings: tuple[Problem, ...] = ()  # risky but valid: said by `rules check`, logged at start
+    notify: Notify | None = None  # top-level `approvals.notify`: told of each new pending approval

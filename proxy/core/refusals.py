@@ -109,6 +109,7 @@ ROWS: dict[Reason, Row | None] = {
     Reason.HOOK_FAILED: Row("proxy_internal_error", Grpc.UNAVAILABLE),
     Reason.APPROVAL_DENIED: _DENIED,  # an operator denied it (or the rules no longer allow it)
     Reason.APPROVAL_TIMEOUT: _DENIED,  # nobody decided before the ask rule's timeout
+    Reason.APPROVAL_LIMIT: _LIMITED,  # the claim already holds limits.approvals requests
     Reason.HOOK_POOL_LIMIT: _LIMITED,
     Reason.HOOK_NODE_LIMIT: _LIMITED,
     Reason.UNSCANNABLE_RESPONSE: Row("http_response_content_coding", Grpc.INTERNAL),  # audit only

@@ -124,7 +124,9 @@ def real_keys(value: str) -> Keys:
 
 def sigv4_pairs(value: str, placeholder: str, spec: SigV4Spec) -> list[tuple[bytes, bytes]]:
     """(real, placeholder) pairs the scrubber replaces in responses: the access key id, the
-    secret key and the session token (its placeholder, or the key id's when it has none)."""
+    secret key and the session token (its placeholder, or the key id's when it has none), each
+    also in hex (lower and upper case, bare and with a space between bytes: S3's
+    ``CanonicalRequestBytes``)."""
     try:
         real = real_keys(value)
     except SigV4Error:
@@ -133,7 +135,22 @@ def sigv4_pairs(value: str, placeholder: str, spec: SigV4Spec) -> list[tuple[byt
     out.append((real.secret_access_key.encode(), spec.placeholder_secret.encode()))
     if real.session_token:
         out.append((real.session_token.encode(), (spec.placeholder_token or placeholder).encode()))
+    # S3's SignatureDoesNotMatch answer repeats the canonical request it computed as
+    # <CanonicalRequestBytes>, space-separated lower-case hex: with the real key id (in the
+    # presigned X-Amz-Credential) and the real session token (a signed header, or the query).
+    # Hex is no form the scrubber knows in general (proxy.core.scrub), so this kind adds it.
+    out += [
+        (_hex(r, sep, upper), _hex(p, sep, upper))
+        for r, p in list(out)
+        for sep in ("", " ")
+        for upper in (False, True)
+    ]
     return out
+
+
+def _hex(value: bytes, sep: str, upper: bool) -> bytes:
+    text = sep.join(f"{b:02X}" if upper else f"{b:02x}" for b in value)
+    return text.encode("ascii")
 
 
 def _header(fields: Fields, name: bytes) -> str | None:
@@ -165,11 +182,51 @@ def _credential(value: str) -> tuple[str, str, str, str]:
     return parts[0], parts[1], parts[2], parts[3]
 
 
+# Header fields the signature's reading depends on: one of each, or the proxy and the upstream
+# could read different ones (DESIGN.md invariant 8).
+_SINGLE = (b"authorization", b"x-amz-date", b"x-amz-content-sha256", b"x-amz-security-token")
+# Query parameters of the presigned form: none of them beside an Authorization header.
+_QUERY_AUTH = frozenset({
+    "X-Amz-Algorithm", "X-Amz-Credential", "X-Amz-Date", "X-Amz-Expires", "X-Amz-SignedHeaders",
+    "X-Amz-Signature", "X-Amz-Security-Token",
+})  # fmt: skip
+# Payload hashes re-signed here; any other (the signed-trailer and SigV4a ECDSA streaming
+# variants, whose chunk or trailer signatures chain on a seed this proxy would not re-sign) is
+# refused before anything is sent, not left for the upstream to reject.
+PAYLOADS = frozenset({UNSIGNED, STREAMING, STREAMING_UNSIGNED_TRAILER})
+_HEX64 = frozenset("0123456789abcdef")
+
+
+def _payload_ok(payload: str | None) -> bool:
+    return payload is None or payload in PAYLOADS or (len(payload) == 64 and set(payload) <= _HEX64)
+
+
 def parse(target: str, fields: Fields) -> Signed | None:
-    """The SigV4 claim of a request (header form first, then the presigned query form)."""
+    """The SigV4 claim of a request (header form first, then the presigned query form).
+
+    Ambiguous claims raise ``sigv4_malformed``: a repeated ``Authorization``, ``X-Amz-Date``,
+    ``X-Amz-Content-Sha256`` or ``X-Amz-Security-Token``; an ``Authorization`` header beside a
+    presigned query parameter (either form); an ``X-Amz-Security-Token`` header beside a
+    presigned query; a payload hash that is not 64 lower-case hex digits, ``UNSIGNED-PAYLOAD``,
+    ``STREAMING-AWS4-HMAC-SHA256-PAYLOAD`` or ``STREAMING-UNSIGNED-PAYLOAD-TRAILER``.
+    """
     auth = _header(fields, b"authorization")
     _, query = _split_target(target)
     params = {_unquote(k): _unquote(v) for k, v in _pairs(query)}
+    signs = (auth is not None and auth.strip().startswith(ALGORITHM + " ")) or any(
+        k in params for k in ("X-Amz-Algorithm", "X-Amz-Signature")
+    )
+    if signs:
+        for name in _SINGLE:
+            if sum(1 for k, _ in fields if k.lower() == name) > 1:
+                raise SigV4Error("sigv4_malformed", f"the request repeats {name.decode()}")
+        if auth is not None and _QUERY_AUTH & set(params):
+            why = "the request carries both an Authorization header and X-Amz- query parameters"
+            raise SigV4Error("sigv4_malformed", why)
+        payload = _header(fields, b"x-amz-content-sha256")
+        if not _payload_ok(payload):
+            why = "the X-Amz-Content-Sha256 variant is not one surrogate re-signs"
+            raise SigV4Error("sigv4_malformed", why)
     if auth is not None and auth.strip().startswith(ALGORITHM + " "):
         items: dict[str, str] = {}
         for part in auth.strip()[len(ALGORITHM) + 1 :].split(","):
@@ -195,6 +252,8 @@ def parse(target: str, fields: Fields) -> Signed | None:
         need = ("X-Amz-Credential", "X-Amz-SignedHeaders", "X-Amz-Signature", "X-Amz-Date")
         if any(n not in params for n in need) or len(_pairs(query)) != len(params):
             raise SigV4Error("sigv4_malformed", "the presigned URL lacks or repeats an X-Amz- parameter")
+        if _header(fields, b"x-amz-security-token") is not None:
+            raise SigV4Error("sigv4_malformed", "a presigned URL with an X-Amz-Security-Token header")
         payload = _header(fields, b"x-amz-content-sha256") or UNSIGNED
         return _signed(
             "query", params["X-Amz-Credential"], params["X-Amz-SignedHeaders"], params["X-Amz-Signature"],

@@ -41,7 +41,7 @@ from mitmproxy import options
 from mitmproxy.master import Master
 
 import addons
-from addons import errorpage, framing, h1read, headlimit, malformed, wslimit
+from addons import errorpage, framing, h1read, headlimit, holdio, malformed, wslimit
 from addons.reload import Reload
 from certs import ca
 from proxy.control.api import make_app
@@ -99,6 +99,7 @@ def build_master(config: RunConfig, on_ready: Callable[[], None] | None = None) 
     headlimit.install()
     h1read.install()
     framing.install()
+    holdio.install()
     malformed.install()
     wslimit.install()
     errorpage.install()

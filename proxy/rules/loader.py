@@ -28,6 +28,7 @@ import yaml
 
 from proxy.core.errors import Problem, RulesError
 from proxy.core.policy import Claim, Credential, EgressRule, Network, Policy, Pool, SourceToken
+from proxy.rules.approvals import build_notify
 from proxy.rules.claims import bind_interface, build_credential, networks, value_source
 from proxy.rules.marks import Loc, Marks, rule_loc
 from proxy.rules.models import (
@@ -149,7 +150,8 @@ def _build(sh: Shape, base_dir: Path, marks: Marks, read: bool) -> Policy:
             claims[cm.id] = dataclasses.replace(claim, interface=bound) if bound else claim
     _any_host(sh, pools, marks)
     warnings = find_warnings(sh, pools, marks)
-    return Policy(marks.file, pools, claims, tuple(warnings))
+    notify = build_notify(sh.approvals, ("approvals",), base_dir, marks) if sh.approvals else None
+    return Policy(marks.file, pools, claims, tuple(warnings), notify)
 
 
 def _pools(sh: Shape, base_dir: Path, marks: Marks) -> tuple[dict[str, Pool], dict[str, Pool]]:

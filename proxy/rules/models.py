@@ -11,7 +11,13 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from proxy.core import approvals, hooks
-from proxy.core.limits import DEFAULT_BURST, DEFAULT_CONNECTIONS, DEFAULT_HOOK_PROCESSES, DEFAULT_RATE
+from proxy.core.limits import (
+    DEFAULT_APPROVALS,
+    DEFAULT_BURST,
+    DEFAULT_CONNECTIONS,
+    DEFAULT_HOOK_PROCESSES,
+    DEFAULT_RATE,
+)
 from proxy.core.limits import DEFAULT_WEBSOCKET_MESSAGE as DEFAULT_WS_MESSAGE
 from proxy.core.policy import DEFAULT_SURFACES, Misplaced
 
@@ -58,6 +64,7 @@ class LimitsModel(_Model):
     burst: int = DEFAULT_BURST
     hook_processes: int = DEFAULT_HOOK_PROCESSES
     websocket_message_bytes: int = DEFAULT_WS_MESSAGE
+    approvals: int = DEFAULT_APPROVALS
 
 
 class PoolModel(_Model):
@@ -136,7 +143,15 @@ class ClaimModel(_Model):
     credentials: list[CredentialModel] = Field(default_factory=list)
 
 
+class ApprovalsModel(_Model):
+    """Top-level ``approvals``: the notification command (proxy.core.approvals.Notify)."""
+
+    notify: list[str]
+    timeout: float = approvals.NOTIFY_DEFAULT_TIMEOUT
+
+
 class RulesModel(_Model):
     version: Literal[1]
     pools: dict[str, PoolModel]
     claims: list[ClaimModel] = Field(default_factory=list)
+    approvals: ApprovalsModel | None = None

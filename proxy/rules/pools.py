@@ -150,7 +150,12 @@ def build_limits(lm: LimitsModel, loc: Loc, marks: Marks) -> Limits:
     if not MIN_WS_MESSAGE <= ws <= MAX_WS_MESSAGE:
         why = f"websocket_message_bytes {ws} must be from {MIN_WS_MESSAGE} to {MAX_WS_MESSAGE}"
         marks.add(loc + ("websocket_message_bytes",), why)
-    return Limits(lm.connections, lm.requests_per_second, lm.burst, lm.hook_processes, websocket_message=ws)
+    if lm.approvals < 1:
+        marks.add(loc + ("approvals",), f"approvals {lm.approvals} must be at least 1")
+    return Limits(
+        lm.connections, lm.requests_per_second, lm.burst, lm.hook_processes, websocket_message=ws,
+        approvals=lm.approvals,
+    )  # fmt: skip
 
 
 def coverage_rule(pool: str, i: int, rm: RuleModel) -> EgressRule | None:

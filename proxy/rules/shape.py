@@ -23,7 +23,15 @@ from typing import Any, get_args
 from pydantic import BaseModel, ValidationError
 
 from proxy.rules.marks import Loc, Marks, pydantic_problems
-from proxy.rules.models import ClaimModel, CredentialModel, HookModel, PoolModel, RuleModel, RulesModel
+from proxy.rules.models import (
+    ApprovalsModel,
+    ClaimModel,
+    CredentialModel,
+    HookModel,
+    PoolModel,
+    RuleModel,
+    RulesModel,
+)
 
 
 @dataclass(slots=True)
@@ -53,6 +61,7 @@ class Shape:
     pools: dict[str, PoolShape]
     claims: list[ClaimShape | None]
     pools_known: bool = True
+    approvals: ApprovalsModel | None = None  # top-level ``approvals`` (None: absent or wrong)
 
 
 def _validated[M: BaseModel](model: type[M], data: Any, loc: Loc, marks: Marks, say: bool = True) -> M | None:
@@ -113,7 +122,15 @@ def shape(data: dict[Any, Any], marks: Marks) -> Shape:
         top["pools"] = {name: {} for name in pools_raw}
     if isinstance(claims_raw, list):
         top["claims"] = []
+    approvals_raw = top.get("approvals")
+    if isinstance(approvals_raw, dict):  # checked on its own, below
+        top["approvals"] = None
     _validated(RulesModel, top, (), marks)
+    approvals = (
+        _validated(ApprovalsModel, approvals_raw, ("approvals",), marks)
+        if isinstance(approvals_raw, dict)
+        else None
+    )
 
     pools: dict[str, PoolShape] = {}
     for name, body in pools_raw.items() if isinstance(pools_raw, dict) else ():
@@ -140,4 +157,4 @@ def shape(data: dict[Any, Any], marks: Marks) -> Shape:
                 _items(CredentialModel, parts.get("credentials", []), loc + ("credentials",), marks),
             )
         )
-    return Shape(pools, claims, pools_known=isinstance(pools_raw, dict))
+    return Shape(pools, claims, pools_known=isinstance(pools_raw, dict), approvals=approvals)

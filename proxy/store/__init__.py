@@ -10,6 +10,8 @@ still catch; :mod:`proxy.store.counters` is the node-wide table of connection co
 buckets every worker shares. :mod:`proxy.store.postgres` is the fleet's store on PostgreSQL, behind the
 same interface and queries (schema in :mod:`proxy.store.pgschema`, change propagation in
 :mod:`proxy.store.pgwatch`); :mod:`proxy.store.choose` opens the one a command names (``--store``).
+Credential kinds (issue 15): :mod:`proxy.store.kinds` keeps a kind's spec and refresh token
+beside the credential, :mod:`proxy.store.kindbuild` turns them into the core's signing/minting.
 May import: :mod:`proxy.core`.
 
 ``from proxy.store import Store`` and the other names of the flat ``proxy.store`` module of

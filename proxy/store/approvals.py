@@ -54,6 +54,10 @@ def _grant(row: Sequence[Any]) -> GrantRecord:
     return GrantRecord(*r)
 
 
+class PendingLimit(Conflict):
+    """A claim already has as many pending approvals as it may (``limits.approvals``)."""
+
+
 def _check_id(value: object) -> str:
     if (
         not isinstance(value, str)
@@ -73,8 +77,11 @@ class ApprovalQueries(ABC):
     @abstractmethod
     def _auto(self) -> AbstractContextManager[Conn]: ...
 
-    def add_approval(self, record: ApprovalRecord) -> None:
-        """Store a new pending approval. Conflict for a taken id; ValueError for a bad field."""
+    def add_approval(self, record: ApprovalRecord, *, max_pending: int | None = None) -> None:
+        """Store a new pending approval. Conflict for a taken id; :class:`PendingLimit` when its
+        claim already has ``max_pending`` pending approvals not past their timeout (counted in
+        the write's transaction: exact on SQLite, whose writers are serialised; on PostgreSQL
+        concurrent asks of one claim may each see one fewer); ValueError for a bad field."""
         _check_id(record.id)
         if record.state != "pending" or len(record.preview) > _MAX_PREVIEW:
             raise ValueError("a new approval is pending, with a preview of at most 64 KiB")
@@ -84,6 +91,14 @@ class ApprovalQueries(ABC):
         with self._count() as db:
             if db.execute("SELECT 1 FROM approvals WHERE id = ?", (record.id,)).fetchone():
                 raise Conflict(f"approval {record.id} already exists")
+            if max_pending is not None:
+                (held,) = db.execute(
+                    "SELECT COUNT(*) FROM approvals WHERE claim_id = ? AND state = 'pending'"
+                    " AND expires_at > ?",
+                    (record.claim_id, record.created_at),
+                ).fetchone()
+                if held >= max_pending:
+                    raise PendingLimit(f"claim {record.claim_id!r} already has {held} requests held")
             db.execute(f"INSERT INTO approvals ({_A_COLS}) VALUES ({', '.join('?' * len(row))})", row)  # noqa: S608
 
     def approvals(self, state: str | None = "pending") -> list[ApprovalRecord]:
@@ -135,12 +150,14 @@ class ApprovalQueries(ABC):
     def withdraw_approval(
         self, approval_id: str, reason: str, state: str = "withdrawn"
     ) -> ApprovalRecord | None:
-        """Close a pending approval as ``withdrawn`` or ``timed_out``; None when it was not pending."""
+        """Close a pending approval as ``withdrawn`` or ``timed_out``; None when it was not pending.
+        Its preview is dropped: nobody will decide it, and a sandbox asking and going away at its
+        rate limit would otherwise keep up to 64 KiB a row for ever (review r-approve)."""
         if state not in ("withdrawn", "timed_out"):
             raise ValueError("withdraw_approval closes as withdrawn or timed_out")
         with self._count() as db:
             changed = db.execute(
-                "UPDATE approvals SET state = ?, reason = ? WHERE id = ? AND state = 'pending'",
+                "UPDATE approvals SET state = ?, reason = ?, preview = '' WHERE id = ? AND state = 'pending'",
                 (state, reason[:200], approval_id),
             ).rowcount
             row = db.execute(_APPROVAL, (approval_id,)).fetchone()

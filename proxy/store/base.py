@@ -95,6 +95,10 @@ class CredentialRecord:
     requests_used: int = 0  # requests that carried the secret (see spend())
     headers: tuple[str, ...] | None = None  # header slots, lower-cased; None: slots.DEFAULT_HEADERS
     basic_parts: tuple[str, ...] | None = None  # Basic slots; None: the password only
+    # the credential's kind (issue 15) and its non-secret spec as canonical JSON text, kept in the
+    # side table credential_kinds (proxy.store.kinds); the kind's secrets are in the sealed value
+    kind: str = "static"
+    spec: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -195,8 +199,9 @@ class CredentialStore(Protocol):
       PostgreSQL store's ``sync=notify`` mode trades this for a bound of milliseconds on other
       nodes, and keeps it for the writing node: :mod:`proxy.store.pgwatch`.)
     - **Sealed**: a value is at rest only as AES-256-GCM under the key ring, bound to ``claim_id
-      NUL name NUL version`` (:func:`proxy.store.rows.aad`); a proxy token only as its SHA-256.
-      No error, repr or log line holds a value or a token.
+      NUL name NUL version`` (:func:`proxy.store.rows.aad`); a refresh token the same way, bound
+      to ``claim_id NUL name NUL refresh_token NUL generation`` (:func:`proxy.store.rows.token_aad`);
+      a proxy token only as its SHA-256. No error, repr or log line holds a value or a token.
     - **Budgets**: :meth:`spend` and :meth:`spend_rules_budgets` count in one conditional
       statement of the database: of M concurrent spenders of a budget of N, exactly min(M, N)
       succeed, on every node together.
@@ -246,8 +251,14 @@ class CredentialStore(Protocol):
         max_requests: int | None = None,
         headers: Sequence[str] | None = None,
         basic_parts: Sequence[str] | None = None,
+        kind: str = "static",
+        spec: str | None = None,
+        refresh_token: bytes | None = None,
     ) -> CredentialRecord:
         """Create (version 1) or replace (version +1, request count back to 0) a credential.
+        ``kind`` and ``spec`` (canonical JSON, no secret: proxy.store.kinds) are written in the
+        same transaction; ``refresh_token`` (kind oauth_client, grant refresh_token) is sealed
+        beside it (replaced: a PUT without one clears it).
         NotFound (no claim), Conflict (placeholder taken), PreconditionFailed (``if_match``
         stale), ValueError / TypeError (bad field). A replaced value is kept sealed in the
         history (at most HISTORY_VERSIONS, HISTORY_SECONDS) for response scrubbing."""
@@ -283,6 +294,16 @@ class CredentialStore(Protocol):
 
     def oauth_specs(self) -> dict[tuple[str, str], dict[str, Any]]:
         """Every declared token capture, by (claim id, credential name)."""
+        ...
+
+    def refresh_token(self, claim_id: str, name: str) -> bytes | None:
+        """The newest refresh token of an ``oauth_client`` credential (decrypted), None when it has
+        none. DecryptError."""
+        ...
+
+    def keep_refresh_token(self, claim_id: str, name: str, token: bytes) -> None:
+        """Seal a refresh token the token endpoint rotated in, so a restart (and every other
+        worker) uses it. NotFound when the credential is gone."""
         ...
 
     def touch_used(self, claim_id: str, name: str, at: float) -> None:
@@ -322,8 +343,9 @@ class CredentialStore(Protocol):
 
     # --- approvals (proxy.store.approvals) ----------------------------------------------------
 
-    def add_approval(self, record: ApprovalRecord) -> None:
-        """Store a new pending approval. Conflict if the id exists; ValueError for a bad field."""
+    def add_approval(self, record: ApprovalRecord, *, max_pending: int | None = None) -> None:
+        """Store a new pending approval. Conflict if the id exists, or (a Conflict subclass,
+        ``PendingLimit``) when the claim has ``max_pending`` pending ones; ValueError for a bad field."""
         ...
 
     def approvals(self, state: str | None = "pending") -> list[ApprovalRecord]:

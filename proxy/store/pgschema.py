@@ -75,6 +75,26 @@ SCHEMA = (
 SIDE_TABLES = (
     """CREATE TABLE IF NOT EXISTS leases (key text COLLATE "C" PRIMARY KEY, holder text NOT NULL,
       expires_at double precision NOT NULL)""",
+    # credential kinds (issue 15, proxy.store.kinds): written with their credential's row in one
+    # transaction, so the row's ``changed`` stamp carries them to every node
+    """CREATE TABLE IF NOT EXISTS credential_kinds (
+      claim_id text COLLATE "C" NOT NULL, name text COLLATE "C" NOT NULL, kind text NOT NULL,
+      spec text NOT NULL, PRIMARY KEY (claim_id, name),
+      FOREIGN KEY (claim_id, name) REFERENCES credentials(claim_id, name) ON DELETE CASCADE)""",
+    """CREATE TABLE IF NOT EXISTS credential_tokens (
+      claim_id text COLLATE "C" NOT NULL, name text COLLATE "C" NOT NULL, generation bigint NOT NULL,
+      updated_at double precision NOT NULL, key_id text NOT NULL, value bytea NOT NULL,
+      PRIMARY KEY (claim_id, name),
+      FOREIGN KEY (claim_id, name) REFERENCES credentials(claim_id, name) ON DELETE CASCADE)""",
+    # fleet-wide limits (proxy.store.fleetlimits): heartbeats, connection counts, rate buckets
+    """CREATE TABLE IF NOT EXISTS fleet_nodes (run text COLLATE "C" NOT NULL, worker integer NOT NULL,
+      node text NOT NULL, heartbeat double precision NOT NULL, PRIMARY KEY (run, worker))""",
+    """CREATE TABLE IF NOT EXISTS fleet_gauges (run text COLLATE "C" NOT NULL, worker integer NOT NULL,
+      claim text COLLATE "C" NOT NULL, count integer NOT NULL, PRIMARY KEY (run, worker, claim),
+      FOREIGN KEY (run, worker) REFERENCES fleet_nodes(run, worker) ON DELETE CASCADE)""",
+    """CREATE TABLE IF NOT EXISTS fleet_buckets (claim text COLLATE "C" PRIMARY KEY,
+      tokens double precision NOT NULL, stamp double precision NOT NULL,
+      granted double precision NOT NULL, full_at double precision NOT NULL)""",
 )
 # MIGRATIONS[n] takes a database from schema version n to n + 1 (a new database runs them all).
 MIGRATIONS: dict[int, tuple[str, ...]] = {

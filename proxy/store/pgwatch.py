@@ -76,11 +76,14 @@ class Watcher:
             if self._version is None or version > self._version:
                 self._version = version
 
-    def _confirm(self, version: int) -> None:
-        """The version row as just read: authoritative (a database restored from a backup may
-        hold an older version; the node must follow it, not wait for it to catch up)."""
+    def _confirm(self, version: int, started: float) -> None:
+        """The version row as just read, by a read that began at ``started``: authoritative (a
+        database restored from a backup may hold an older version; the node must follow it, not
+        wait for it to catch up). Known current as of the read's start, not of the answer's
+        arrival: an answer delayed on the way describes the database as it was when the query
+        ran (review r-approve: counting from the arrival let a node serve past its bound)."""
         with self._lock:
-            self._version, self._confirmed = version, time.monotonic()
+            self._version, self._confirmed = version, max(self._confirmed, started)
 
     def _run(self) -> None:
         while not self._stop.is_set():
@@ -96,6 +99,7 @@ class Watcher:
                 self._stop.wait(self.poll)
 
     def _read(self, conn: psycopg.Connection[tuple[Any, ...]]) -> None:
+        started = time.monotonic()
         row = conn.execute(b"SELECT data_version FROM surrogate_state").fetchone()
         if row is not None:
-            self._confirm(int(row[0]))
+            self._confirm(int(row[0]), started)

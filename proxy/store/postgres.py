@@ -98,7 +98,11 @@ _CHANGED_CLAIMS = """SELECT id, pool, sources, version, created_at, updated_at, 
     WHERE changed > ? ORDER BY id"""
 _CHANGED_CREDS = """SELECT claim_id, name, hosts, inject_header, inject_format, placeholder, version,
     created_at, updated_at, expires_at, last_used_at, surfaces, on_misplaced, max_requests,
-    requests_used, headers, basic_parts FROM credentials WHERE changed > ? ORDER BY claim_id, name"""
+    requests_used, headers, basic_parts,
+    (SELECT kind FROM credential_kinds k WHERE k.claim_id = credentials.claim_id
+    AND k.name = credentials.name), (SELECT spec FROM credential_kinds k
+    WHERE k.claim_id = credentials.claim_id AND k.name = credentials.name)
+    FROM credentials WHERE changed > ? ORDER BY claim_id, name"""
 
 
 def is_url(text: str) -> bool:
@@ -285,6 +289,7 @@ class PostgresStore(SQLStore):
     def _check_keys(self) -> None:
         used = {r[0] for r in self._all("SELECT DISTINCT key_id FROM credentials")}
         used |= {r[0] for r in self._all("SELECT DISTINCT key_id FROM credential_history")}
+        used |= {r[0] for r in self._all("SELECT DISTINCT key_id FROM credential_tokens")}
         if missing := sorted(used - set(self._keyring.key_ids)):
             raise StoreError(
                 f"store {self.where} holds values sealed under key {', '.join(missing)}, which key file "

@@ -41,6 +41,7 @@ from proxy.store.base import (
     StoreError,
 )
 from proxy.store.keyring import DecryptError, KeyRing
+from proxy.store.kinds import KindQueries
 from proxy.store.leases import Leases
 from proxy.store.rotation import KeyRotation
 
@@ -50,7 +51,9 @@ _CLAIMS = "SELECT id, pool, sources, version, created_at, updated_at, interface 
 _CLAIM = _CLAIMS + " WHERE id = ?"
 _CREDS = """SELECT claim_id, name, hosts, inject_header, inject_format, placeholder, version, created_at,
     updated_at, expires_at, last_used_at, surfaces, on_misplaced, max_requests, requests_used,
-    headers, basic_parts FROM credentials"""
+    headers, basic_parts, (SELECT kind FROM credential_kinds k WHERE k.claim_id = credentials.claim_id
+    AND k.name = credentials.name), (SELECT spec FROM credential_kinds k
+    WHERE k.claim_id = credentials.claim_id AND k.name = credentials.name) FROM credentials"""
 _CRED = _CREDS + " WHERE claim_id = ? AND name = ?"
 _CREDS_OF = _CREDS + " WHERE claim_id = ? ORDER BY name"
 _SEALED = "SELECT key_id, value, version FROM credentials WHERE claim_id = ? AND name = ?"
@@ -74,7 +77,7 @@ class _Spent(Exception):
         self.name = name
 
 
-class SQLStore(ApprovalQueries, KeyRotation, Leases, ABC):
+class SQLStore(ApprovalQueries, KindQueries, KeyRotation, Leases, ABC):
     """The credential store's operations over a backend's transactions."""
 
     _keyring: KeyRing
@@ -171,9 +174,23 @@ class SQLStore(ApprovalQueries, KeyRotation, Leases, ABC):
             return rows.claim(db.execute(_CLAIM, (claim_id,)).fetchone()), token
 
     def delete_claim(self, claim_id: str) -> bool:
-        """Delete a claim and all its credentials; False when it did not exist."""
+        """Delete a claim and all its credentials, revoke its grants and withdraw its pending
+        approvals (in the same transaction: a claim made again under this id, another sandbox,
+        inherits none of them); False when it did not exist."""
         with self._write() as db:
-            return db.execute("DELETE FROM claims WHERE id = ?", (claim_id,)).rowcount > 0
+            if db.execute("DELETE FROM claims WHERE id = ?", (claim_id,)).rowcount == 0:
+                return False
+            db.execute(
+                "UPDATE grants SET revoked_at = ?, revoked_by = 'claim deleted' "
+                "WHERE claim_id = ? AND revoked_at IS NULL",
+                (time.time(), claim_id),
+            )
+            db.execute(
+                "UPDATE approvals SET state = 'withdrawn', reason = 'claim deleted', preview = '' "
+                "WHERE claim_id = ? AND state = 'pending'",
+                (claim_id,),
+            )
+            return True
 
     # --- credentials --------------------------------------------------------------------------
 
@@ -183,10 +200,12 @@ class SQLStore(ApprovalQueries, KeyRotation, Leases, ABC):
         placeholder: str | None = None, expires_at: float | None = None, if_match: int | None = None,
         surfaces: Sequence[str] | None = None, on_misplaced: str | None = None,
         max_requests: int | None = None, headers: Sequence[str] | None = None,
-        basic_parts: Sequence[str] | None = None,
+        basic_parts: Sequence[str] | None = None, kind: str = "static", spec: str | None = None,
+        refresh_token: bytes | None = None,
     ) -> CredentialRecord:  # fmt: skip
         """Create or replace a credential; ``if_match`` makes it a compare-and-set on the version.
-        A replaced credential's request count starts again at 0 (a PATCH keeps it)."""
+        A replaced credential's request count starts again at 0 (a PATCH keeps it). ``kind``,
+        ``spec`` and ``refresh_token``: proxy.store.kinds (written in the same transaction)."""
         rows.check_ids(claim_id, name)
         if not isinstance(value, bytes):
             raise TypeError("value must be bytes")
@@ -194,7 +213,8 @@ class SQLStore(ApprovalQueries, KeyRotation, Leases, ABC):
                                   "inject_format": inject_format, "expires_at": expires_at,
                                   "surfaces": surfaces, "on_misplaced": on_misplaced,
                                   "max_requests": max_requests, "requests_used": 0,
-                                  "headers": headers, "basic_parts": basic_parts}  # fmt: skip
+                                  "headers": headers, "basic_parts": basic_parts,
+                                  "kind": kind, "spec": None if kind == "static" else spec}  # fmt: skip
         if placeholder is not None:
             fields["placeholder"] = placeholder
         with self._write() as db:
@@ -206,7 +226,9 @@ class SQLStore(ApprovalQueries, KeyRotation, Leases, ABC):
                 old = CredentialRecord(
                     claim_id, name, (), None, None, placeholders.generate(), 0, now, now, None, None
                 )
-            return self._save(db, old, fields)
+            new = self._save(db, old, fields)
+            self._seal_refresh(db, claim_id, name, refresh_token)
+            return new
 
     def patch_credential(
         self, claim_id: str, name: str, *, if_match: int | None = None, **changes: Any
@@ -402,4 +424,6 @@ class SQLStore(ApprovalQueries, KeyRotation, Leases, ABC):
         key_id, blob = self._keyring.encrypt(value, rows.aad(new.claim_id, new.name, new.version))
         row = rows.credential_row(new, key_id, blob)
         db.execute(_UPSERT, row)
+        if (new.kind, new.spec) != (old.kind, old.spec) or old.version == 0:
+            self._save_kind(db, new.claim_id, new.name, new.kind, new.spec)
         return new

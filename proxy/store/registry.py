@@ -48,6 +48,7 @@ from proxy.core.policy import (
     TokenCheck,
 )
 from proxy.core.secrets import Secret, checked_value
+from proxy.store import kindbuild
 from proxy.store.base import Changes, CredentialRecord
 from proxy.store.freshness import Freshness, State
 from proxy.store.mirror import Mirror
@@ -255,21 +256,26 @@ class Registry:
         known = self._built.get((r.claim_id, r.name))
         if known is not None and known[0] == _shape(r) and known[1].oauth == oauth:
             return known[1]
+        value = StoreValue(self.store, r.claim_id, r.name, freshness=self.freshness)
+        made: dict[str, Any] = {
+            "source": value,
+            "inject": Injection(r.inject_header, r.inject_format or "{value}") if r.inject_header else None,
+            "surfaces": DEFAULT_SURFACES if r.surfaces is None else frozenset(map(Surface, r.surfaces)),
+            **kindbuild.fields(r, self.store, value, self.freshness),  # issue 15: a kind's own fields
+        }
         return Credential(
             r.name,
             r.placeholder,
             tuple(_pattern(h) for h in r.hosts),
-            StoreValue(self.store, r.claim_id, r.name, freshness=self.freshness),
-            Injection(r.inject_header, r.inject_format or "{value}") if r.inject_header else None,
-            r.expires_at,
-            r.max_requests,
-            surfaces=DEFAULT_SURFACES if r.surfaces is None else frozenset(map(Surface, r.surfaces)),
+            expires_at=r.expires_at,
+            max_requests=r.max_requests,
             on_misplaced=Misplaced(r.on_misplaced or Misplaced.CARRY),
             oauth=oauth,
             headers=slots.DEFAULT_HEADERS if r.headers is None else frozenset(r.headers),
             basic_parts=slots.DEFAULT_BASIC_PARTS
             if r.basic_parts is None
             else frozenset(map(slots.BasicPart, r.basic_parts)),
+            **made,
         )
 
     def spend(self, claim: Claim, names: list[str]) -> str | None:

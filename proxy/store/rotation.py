@@ -17,7 +17,7 @@ from __future__ import annotations
 import itertools
 from abc import abstractmethod
 from contextlib import AbstractContextManager
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from proxy.store.rows import aad
 
@@ -31,6 +31,9 @@ class KeyRotation:
 
     @abstractmethod
     def _write(self) -> AbstractContextManager[Conn]: ...
+
+    @abstractmethod
+    def _rotate_tokens(self, db: Conn, batch_size: int) -> list[Any]: ...
 
     @abstractmethod
     def _decrypt(self, claim_id: str, name: str, key_id: str, blob: bytes, version: int) -> bytes: ...
@@ -72,6 +75,7 @@ class KeyRotation:
                     )
                     db.execute(sql, (kid, blob, claim_id, name, version))
                 batch += old
+                batch += self._rotate_tokens(db, batch_size)  # refresh tokens (proxy.store.kinds)
             done += len(batch)
             if not batch:
                 break
@@ -80,6 +84,7 @@ class KeyRotation:
         with self._write() as db:  # writers re-read the key file inside their own transaction
             used = {r[0] for r in db.execute("SELECT DISTINCT key_id FROM credentials")}
             used |= {r[0] for r in db.execute("SELECT DISTINCT key_id FROM credential_history")}
+            used |= {r[0] for r in db.execute("SELECT DISTINCT key_id FROM credential_tokens")}
             for kid in set(self._keyring.key_ids) - used - {self._keyring.current}:
                 self._keyring.retire(kid)
         return done

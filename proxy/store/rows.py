@@ -50,19 +50,24 @@ def cred(row: Sequence[Any]) -> CredentialRecord:
         requests_used,
         slot_headers,
         slot_parts,
+        kind,
+        spec,
     ) = row
     return CredentialRecord(
         claim_id, name, tuple(json.loads(hosts)), header, fmt, placeholder, version, created, updated,
         expires, used, surfaces, misplaced, max_requests, requests_used,
         None if slot_headers is None else tuple(json.loads(slot_headers)),
         None if slot_parts is None else tuple(json.loads(slot_parts)),
+        kind or "static", spec,
     )  # fmt: skip
 
 
 def credential_row(new: CredentialRecord, key_id: str, blob: bytes) -> dict[str, Any]:
     """The column values that store ``new`` with its sealed value ``blob`` under ``key_id``."""
+    out = asdict(new)
+    del out["kind"], out["spec"]  # in the side table credential_kinds
     return {
-        **asdict(new),
+        **out,
         "hosts": json.dumps(new.hosts),
         "surfaces": None if new.surfaces is None else json.dumps(new.surfaces),
         "headers": None if new.headers is None else json.dumps(new.headers),
@@ -74,6 +79,13 @@ def credential_row(new: CredentialRecord, key_id: str, blob: bytes) -> dict[str,
 
 def aad(claim_id: str, name: str, version: int) -> bytes:
     return f"{claim_id}\0{name}\0{version}".encode()
+
+
+def token_aad(claim_id: str, name: str, generation: int) -> bytes:
+    """The associated data of a credential's refresh token (credential_tokens): the value's own
+    construction plus the slot it fills, so a ciphertext cannot move between a credential's value
+    and its refresh token, nor between credentials or generations."""
+    return f"{claim_id}\0{name}\0refresh_token\0{generation}".encode()
 
 
 def token_hash(token: str) -> bytes:

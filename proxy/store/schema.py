@@ -7,7 +7,8 @@ Tables (see :mod:`proxy.store.sqlite` for what each column means)::
                 inject_header, inject_format, placeholder UNIQUE, key_id, value, version,
                 created_at, updated_at, expires_at, last_used_at, surfaces, on_misplaced,
                 max_requests, requests_used, headers, basic_parts)
-    credential_history, credential_oauth -> credentials ON DELETE CASCADE; rules_budgets
+    credential_history, credential_oauth, credential_kinds, credential_tokens -> credentials
+        ON DELETE CASCADE; rules_budgets
     approvals, grants (issue 16: proxy.store.approvals)
 
 A new file runs the base schema and then every migration; an older one runs the migrations from
@@ -86,8 +87,20 @@ GRANTS = """CREATE TABLE IF NOT EXISTS grants (
       host TEXT NOT NULL, port INTEGER NOT NULL, path_prefix TEXT NOT NULL, scope TEXT NOT NULL,
       created_at REAL NOT NULL, expires_at REAL, approved_by TEXT NOT NULL, session TEXT,
       revoked_at REAL, revoked_by TEXT, approval_id TEXT) STRICT"""
+# Credential kinds (issue 15, proxy.store.kinds): a credential's kind and its non-secret spec
+# (JSON), written with the credential in one transaction; and the refresh token of an
+# oauth_client credential, sealed like a value (rows.token_aad), rotated in by the token endpoint.
+KINDS = """CREATE TABLE IF NOT EXISTS credential_kinds (
+      claim_id TEXT NOT NULL, name TEXT NOT NULL, kind TEXT NOT NULL, spec TEXT NOT NULL,
+      PRIMARY KEY (claim_id, name),
+      FOREIGN KEY (claim_id, name) REFERENCES credentials(claim_id, name) ON DELETE CASCADE) STRICT"""
+TOKENS = """CREATE TABLE IF NOT EXISTS credential_tokens (
+      claim_id TEXT NOT NULL, name TEXT NOT NULL, generation INTEGER NOT NULL, updated_at REAL NOT NULL,
+      key_id TEXT NOT NULL, value BLOB NOT NULL, PRIMARY KEY (claim_id, name),
+      FOREIGN KEY (claim_id, name) REFERENCES credentials(claim_id, name) ON DELETE CASCADE) STRICT"""
 SIDE_TABLES = {"credential_history": HISTORY, "credential_oauth": OAUTH, "rules_budgets": RULES_BUDGETS,
-               "leases": LEASES, "approvals": APPROVALS, "grants": GRANTS}  # fmt: skip
+               "leases": LEASES, "approvals": APPROVALS, "grants": GRANTS,
+               "credential_kinds": KINDS, "credential_tokens": TOKENS}  # fmt: skip
 
 
 def _user_version(db: sqlite3.Connection) -> int:

@@ -24,6 +24,10 @@ migrated in place)::
                 spec JSON  -- OAuth token capture, see proxy.core.oauth)
     rules_budgets(claim_id, name, PK of the two,  -- a rules-file credential (no foreign key)
                 requests_used)  -- its max_requests count, shared by every worker (spend_rules_budgets)
+    credential_kinds(claim_id, name -> credentials ON DELETE CASCADE, PK of the two,
+                kind, spec JSON)  -- a kind's non-secret block (proxy.store.kinds); none: static
+    credential_tokens(claim_id, name -> credentials ON DELETE CASCADE, PK of the two,
+                generation, updated_at, key_id, value BLOB)  -- an oauth_client's refresh token, sealed
 
 A migration only adds columns (``ALTER TABLE ... ADD COLUMN``, nullable or with a default) in one
 write transaction, so an older store keeps every row and reads as the defaults it was written with.

@@ -33,6 +33,7 @@ class AuthServer:
         self.audience = ""
         self.refresh = ""  # the refresh token it accepts next (rotated on each use)
         self.hmac_secret = ""
+        self.hmac_signs_body = True  # False: the scheme signs timestamp + method + path?query only
         self.expires_in = 3600
         self.fail: tuple[int, dict[str, str]] | None = None
         self.delay = 0.0
@@ -41,6 +42,7 @@ class AuthServer:
         self.issued: dict[str, float] = {}  # valid tokens -> expiry
         self.handed: list[str] = []  # every token and refresh token handed out
         self.paths: list[str] = []  # every request target received
+        self.heads: dict[str, list[tuple[str, str]]] = {}  # each target's header fields, as received
         self.api_auth: list[str] = []  # Authorization each /api request carried
         self.lock = threading.Lock()
         ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
@@ -122,7 +124,7 @@ class AuthServer:
         sig = headers.get("X-Signature", "")
         if not ts or not sig or abs(time.time() - int(ts)) > 300:
             return False
-        msg = ts.encode() + method.encode() + target.encode() + body
+        msg = ts.encode() + method.encode() + target.encode() + (body if self.hmac_signs_body else b"")
         want = hmac.new(self.hmac_secret.encode(), msg, hashlib.sha256).hexdigest()
         return hmac.compare_digest(sig, want)
 
@@ -148,6 +150,7 @@ def _handler(server: AuthServer) -> type[BaseHTTPRequestHandler]:
 
         def do_POST(self) -> None:
             server.paths.append(self.path)
+            server.heads[self.path] = list(self.headers.items())
             body = self._body()
             if self.path == "/token":
                 form = dict(parse_qsl(body.decode()))
@@ -160,6 +163,7 @@ def _handler(server: AuthServer) -> type[BaseHTTPRequestHandler]:
 
         def do_GET(self) -> None:
             server.paths.append(self.path)
+            server.heads[self.path] = list(self.headers.items())
             if self.path.startswith("/hmac"):
                 ok = server.hmac_ok("GET", self.path, self.headers, b"")
                 self._send(200 if ok else 401, {"ok": ok})

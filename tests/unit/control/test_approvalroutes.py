@@ -71,3 +71,31 @@ async def test_the_stream_sends_new_and_decided_approvals(control: Control, stor
     got = [json.loads(e.decode().split("data: ", 1)[1]) for e in (first, second)]
     assert first.startswith(b"event: approval\n")
     assert [(e["id"], e["state"]) for e in got] == [(a.id, "pending"), (a.id, "denied")]
+
+
+async def test_the_streams_poll_reads_pending_approvals_only_and_sees_decisions_made_elsewhere(
+    control: Control, store: Store, monkeypatch: object
+) -> None:
+    """Every poll read every approval ever asked (a sandbox asking and going away at its rate
+    limit leaves thousands an hour); now only the pending ones, and by id the ones that left."""
+    for _ in range(50):  # closed rows the poll must not read
+        store.withdraw_approval(_ask(store).id, "client gone")
+    asked: list[str | None] = []
+    real = store.approvals
+
+    def approvals(state: str | None = "pending") -> list[ApprovalRecord]:
+        asked.append(state)
+        return real(state)
+
+    monkeypatch.setattr(store, "approvals", approvals)  # type: ignore[attr-defined]
+    events = _events(control)
+    assert await anext(events) == b": stream of approvals\n\n"
+    a = _ask(store)
+    async with asyncio.timeout(10):
+        first = await anext(events)
+        store.decide_approval(a.id, "deny", None, "another process", time.time())  # no notify here
+        second = await anext(events)
+    await events.aclose()
+    got = [json.loads(e.decode().split("data: ", 1)[1]) for e in (first, second)]
+    assert [(e["id"], e["state"]) for e in got] == [(a.id, "pending"), (a.id, "denied")]
+    assert asked and set(asked) == {"pending"}, asked

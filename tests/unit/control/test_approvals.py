@@ -94,3 +94,19 @@ def test_list_approvals_by_state(store: Store) -> None:
     service.decide(store, b.id, "deny", None, "op", NOW)
     assert service.list_approvals(store) == [a]
     assert [r.id for r in service.list_approvals(store, "all")] == [a.id, b.id]
+
+
+@pytest.mark.parametrize(
+    "path", ["/v1/a/%2e%2e/b", "/v1/a/../b", "/v1/a%2Fb", "/v1//a", "/v1/a;p", "*", "/v1/a#b"]
+)
+def test_a_standing_scope_for_a_path_with_more_than_one_reading_is_refused(store: Store, path: str) -> None:
+    """An approval stored with every scope offered (a node without the check) of a path whose
+    canonical reading is '/' or another resource: no grant, 422, and it stays pending."""
+    a = _ask(store, path=path, scopes=("once", "session", "for", "always"))
+    for scope in ("for:10m", "always", "session"):
+        with pytest.raises(ControlError) as e:
+            service.decide(store, a.id, "approve", scope, "token:ops", NOW)
+        assert (e.value.status, e.value.code) == (422, "bad_scope")
+    assert store.approval(a.id).state == "pending" and service.list_grants(store, now=NOW) == []  # type: ignore[union-attr]
+    record, grant = service.decide(store, a.id, "approve", "once", "token:ops", NOW)
+    assert record.state == "approved" and grant is None

@@ -57,6 +57,8 @@ BAD = [
     ("format", hmacsign.SignSpec(format="sig"), "format"),
     ("separator", hmacsign.SignSpec(separator="\r\n"), "separator"),
     ("max-body", hmacsign.SignSpec(max_body=-1), "max_body"),
+    # past mitmproxy's stream_large_bodies (1 MiB) the body would stream and the head leave unsigned
+    ("max-body-past-1mib", hmacsign.SignSpec(max_body=hmacsign.MAX_BODY + 1), "max_body"),
 ]
 
 

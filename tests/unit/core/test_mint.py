@@ -34,7 +34,14 @@ def test_a_token_without_expires_in_is_kept_the_default_lifetime() -> None:
 
 BAD = [
     ("error-with-code", 400, b'{"error":"invalid_client","error_description":"LEAK"}', "http_400:invalid_client"),  # noqa: E501
-    ("error-bad-code", 401, b'{"error":"bad\\"code LEAK"}', "http_401"),
+    ("error-bad-code", 401, b'{"error":"bad\\"code LEAK"}', "http_401:unregistered"),
+    # a hostile endpoint answers ``error`` with what it was sent (the client secret, the refresh
+    # token, the assertion): well within RFC 6749 §5.2's charset, so only registered codes pass
+    ("error-echoes-secret", 400, b'{"error":"LEAKclientsecret0123456789abcdef"}', "http_400:unregistered"),
+    ("error-echoes-basic", 401, b'{"error":"Basic LEAKY2xpZW50OnNlY3JldA=="}', "http_401:unregistered"),
+    ("error-near-code", 400, b'{"error":"invalid_client LEAK"}', "http_400:unregistered"),
+    ("error-other-case", 400, b'{"error":"INVALID_CLIENT"}', "http_400:unregistered"),
+    ("error-not-str", 400, b'{"error":["LEAK"]}', "http_400"),
     ("error-not-json", 500, b"LEAK", "http_500"),
     ("not-json", 200, b"LEAK", "bad_response"),
     ("no-token", 200, b'{"token_type":"Bearer"}', "bad_response"),

@@ -4,6 +4,7 @@ one row per refusal reason."""
 from __future__ import annotations
 
 import hashlib
+import json
 
 import pytest
 from botocore.auth import S3SigV4Auth, SigV4Auth
@@ -261,3 +262,64 @@ def test_presigned_malformed(query: str) -> None:
 
 def test_keys_repr_hides_secrets() -> None:
     assert REAL.secret_access_key not in repr(REAL) and "real-session-token" not in repr(REAL)
+
+
+# Review r-sign2: where the proxy and the upstream could read a claim differently, it is refused.
+_AUTH = (b"Authorization", b"AWS4-HMAC-SHA256 Credential=a/20150830/r/s/aws4_request, SignedHeaders=host;x-amz-date, Signature=" + b"0" * 64)  # noqa: E501 (test vector data)
+_PRESIGNED = ("X-Amz-Algorithm=AWS4-HMAC-SHA256&X-Amz-Credential=a%2F20150830%2Fr%2Fs%2Faws4_request"
+              "&X-Amz-Date=20150830T123600Z&X-Amz-SignedHeaders=host&X-Amz-Signature=" + "0" * 64)
+_SHA = b"x-amz-content-sha256"
+AMBIGUOUS = [
+    ("two-authorization", "/", [HOST, DATE, _AUTH, _AUTH]),
+    ("two-authorization-cases", "/", [HOST, DATE, _AUTH, (b"authorization", _AUTH[1])]),
+    ("two-amz-date", "/", [HOST, DATE, (b"x-amz-date", b"20150830T000000Z"), _AUTH]),
+    ("two-content-sha256", "/", [HOST, DATE, _AUTH, (_SHA, b"UNSIGNED-PAYLOAD"), (_SHA, sigv4.STREAMING.encode())]),  # noqa: E501
+    ("two-security-token", "/", [HOST, DATE, _AUTH, (b"X-Amz-Security-Token", b"a"), (b"x-amz-security-token", b"b")]),  # noqa: E501
+    ("header-and-query-token", "/?X-Amz-Security-Token=t", [HOST, DATE, _AUTH]),
+    ("header-and-query-signature", "/?X-Amz-Signature=" + "0" * 64, [HOST, DATE, _AUTH]),
+    ("header-and-query-credential", "/?X-Amz-Credential=a", [HOST, DATE, _AUTH]),
+    ("presigned-and-authorization", "/?" + _PRESIGNED, [HOST, _AUTH]),
+    ("presigned-and-other-authorization", "/?" + _PRESIGNED, [HOST, (b"Authorization", b"Bearer x")]),
+    ("presigned-and-token-header", "/?" + _PRESIGNED, [HOST, (b"X-Amz-Security-Token", b"t")]),
+    ("presigned-two-dates", "/?" + _PRESIGNED, [HOST, DATE, DATE]),
+    ("signed-trailer", "/", [HOST, DATE, _AUTH, (_SHA, b"STREAMING-AWS4-HMAC-SHA256-PAYLOAD-TRAILER")]),
+    ("sigv4a-streaming", "/", [HOST, DATE, _AUTH, (_SHA, b"STREAMING-AWS4-ECDSA-P256-SHA256-PAYLOAD")]),
+    ("sigv4a-trailer", "/", [HOST, DATE, _AUTH, (_SHA, b"STREAMING-AWS4-ECDSA-P256-SHA256-PAYLOAD-TRAILER")]),
+    ("upper-hex-hash", "/", [HOST, DATE, _AUTH, (_SHA, sigv4.EMPTY_SHA256.upper().encode())]),
+    ("short-hash", "/", [HOST, DATE, _AUTH, (_SHA, b"abc")]),
+    ("unknown-word", "/", [HOST, DATE, _AUTH, (_SHA, b"UNSIGNED-PAYLOAD-TRAILER")]),
+    ("presigned-signed-trailer", "/?" + _PRESIGNED, [HOST, (_SHA, b"STREAMING-AWS4-HMAC-SHA256-PAYLOAD-TRAILER")]),  # noqa: E501
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(("target", "fields"), [a[1:] for a in AMBIGUOUS], ids=[a[0] for a in AMBIGUOUS])
+def test_an_ambiguous_claim_is_refused(target: str, fields: list[tuple[bytes, bytes]]) -> None:
+    with pytest.raises(SigV4Error) as e:
+        sigv4.parse(target, fields)
+    assert e.value.reason == "sigv4_malformed"
+
+
+@pytest.mark.parametrize(
+    "payload",
+    [sigv4.UNSIGNED, sigv4.STREAMING, sigv4.STREAMING_UNSIGNED_TRAILER, sigv4.EMPTY_SHA256],
+)
+def test_the_payload_variants_surrogate_resigns_are_read(payload: str) -> None:
+    signed = sigv4.parse("/", [HOST, DATE, _AUTH, (_SHA, payload.encode())])
+    assert signed is not None and signed.payload_hash == payload
+
+
+def test_the_scrub_pairs_cover_the_hex_spellings_s3_repeats() -> None:
+    """S3's SignatureDoesNotMatch repeats the canonical request as space-separated hex."""
+    spec = sigv4.SigV4Spec("surr_SecretPlaceholder000000001", "surr_TokenPlaceholder0000000001", ANY)
+    keys = {"access_key_id": REAL.access_key_id, "secret_access_key": REAL.secret_access_key}
+    value = json.dumps({**keys, "session_token": REAL.session_token})
+    pairs = dict(sigv4.sigv4_pairs(value, "surr_KeyIdPlaceholder00000001", spec))
+    token = REAL.session_token
+    assert token is not None
+    for real in (REAL.access_key_id, REAL.secret_access_key, token):
+        raw = real.encode()
+        for form in (raw.hex(), raw.hex().upper(), " ".join(f"{b:02x}" for b in raw)):
+            assert form.encode() in pairs
+    assert pairs[" ".join(f"{b:02x}" for b in token.encode()).encode()] == b" ".join(
+        b"%02x" % b for b in b"surr_TokenPlaceholder0000000001"
+    )

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from proxy.core.approvals import SCOPES, Ask
+from proxy.core.approvals import SCOPES, Ask, offered
 from proxy.core.errors import RulesError
 from proxy.rules.loader import load_rules
 
@@ -86,3 +86,15 @@ def test_what_an_ask_asks_for(method: str, target: str, asks: bool) -> None:
 
 def test_an_ask_without_methods_asks_for_every_method() -> None:
     assert all(Ask().asks(m, "/anything") for m in ("GET", "HEAD", "DELETE", "PATCH"))
+
+
+@pytest.mark.parametrize(
+    ("path", "grantable"),
+    [
+        ("/v1/x", True), ("/v1/x/", True), ("/v1/x?q=1", True), ("/", True),
+        ("/v1/x/%2e%2e/y", False), ("/v1/x/../y", False), ("/v1/x%2Fy", False), ("/v1//x", False),
+        ("/v1/x;p", False), ("*", False), ("/v1#x", False), ("/v1/%zz", False),
+    ],
+)  # fmt: skip
+def test_only_a_path_with_one_reading_offers_standing_scopes(path: str, grantable: bool) -> None:
+    assert offered(path, SCOPES) == (SCOPES if grantable else ("once",))

@@ -185,6 +185,7 @@ BAD = [
         "pools.demo.limits.hook_processes",
         "hook_processes 0 must be at least 1",
     ),
+    ("bad-limits-approvals.yaml", 7, "pools.demo.limits.approvals", "approvals 0 must be at least 1"),
     (
         "bad-limits-websocket.yaml",
         8,

@@ -183,3 +183,56 @@ def test_an_id_never_begins_with_a_dash_so_the_cli_never_reads_it_as_an_option()
     assert {len(i) for i in ids} == {22}
     assert set("".join(ids)) <= set("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_")
     assert len(set(ids)) == len(ids)
+
+
+def test_deleting_a_claim_revokes_its_grants_and_withdraws_its_approvals(store: CredentialStore) -> None:
+    """A claim made again under a deleted claim's id (another sandbox) inherits nothing of it."""
+    store.create_claim("gone", "agents")
+    mine, theirs = _grant(claim_id="gone"), _grant(claim_id="c1")
+    store.add_grant(mine)
+    store.add_grant(theirs)
+    asked, other_asked = _approval(claim_id="gone"), _approval(claim_id="c1")
+    store.add_approval(asked)
+    store.add_approval(other_asked)
+    assert store.delete_claim("gone")
+    assert [g.id for g in store.grants(NOW)] == [theirs.id]
+    [revoked] = [g for g in store.grants(None) if g.id == mine.id]
+    assert revoked.revoked_at is not None and revoked.revoked_by == "claim deleted"
+    assert store.matching_grant("gone", "api.example.com", "POST", "/v1/items", ["gh"], NOW) is None
+    assert store.approval(asked.id).state == "withdrawn"  # type: ignore[union-attr]
+    assert store.approval(other_asked.id).state == "pending"  # type: ignore[union-attr]
+
+
+def test_a_claim_has_at_most_max_pending_approvals_pending(store: CredentialStore) -> None:
+    """Past the bound the ask is refused (PendingLimit, a Conflict); decided, timed-out and other
+    claims' approvals do not count."""
+    from proxy.store.approvals import PendingLimit  # noqa: PLC0415
+
+    first, second = _approval(), _approval()
+    store.add_approval(_approval(created_at=NOW - 120, expires_at=NOW - 60))  # past its timeout
+    store.add_approval(first, max_pending=2)
+    store.add_approval(second, max_pending=2)
+    store.add_approval(_approval(claim_id="other"), max_pending=2)
+    with pytest.raises(PendingLimit):
+        store.add_approval(_approval(), max_pending=2)
+    assert isinstance(PendingLimit("x"), Conflict)
+    store.add_approval(_approval())  # no bound given: none applies
+    store.decide_approval(first.id, "deny", None, "operator", NOW)
+    store.withdraw_approval(second.id, "client gone")
+    store.add_approval(_approval(), max_pending=2)
+    with pytest.raises(PendingLimit):
+        store.add_approval(_approval(), max_pending=2)
+
+
+def test_a_withdrawn_or_timed_out_approval_keeps_no_preview(store: CredentialStore) -> None:
+    """A sandbox asking and going away at its rate limit stored up to 64 KiB a row, for ever
+    (about 23 GB an hour at 100 requests/s): a closed request's preview is dropped, a decided
+    one's (an operator's act) kept."""
+    gone, late, decided = _approval(preview="x" * 65536), _approval(preview="y" * 100), _approval()
+    for a in (gone, late, decided):
+        store.add_approval(a)
+    assert store.withdraw_approval(gone.id, "client gone") is not None
+    assert store.withdraw_approval(late.id, "timeout", "timed_out") is not None
+    store.decide_approval(decided.id, "deny", None, "operator", NOW)
+    assert store.approval(gone.id).preview == "" and store.approval(late.id).preview == ""  # type: ignore[union-attr]
+    assert store.approval(decided.id).preview == decided.preview  # type: ignore[union-attr]
