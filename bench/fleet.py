@@ -2,7 +2,7 @@
 private PostgreSQL cluster (tests/pg.py's, started here in a temporary directory and stopped by
 its PID). A script, not a timed test::
 
-    .venv/bin/python bench/fleet.py [--quick]
+    .venv/bin/python bench/fleet.py [--quick] [--only latency|rps|write] [--per-claim N]
 
 It prints:
 
@@ -17,7 +17,9 @@ It prints:
 3. **the cost of a write with 10,000 credentials stored**: CPU ms of each node per write (its
    process's utime + stime over the writes, minus the same idle time before), and the ms of
    one ``changes_since`` read of that write (what each node re-reads). The credentials are
-   spread over claims (``--per-claim``, default 10); the write changes one of them.
+   spread over claims (``--per-claim``, default 10); the write changes one of them. The requests
+   go through another claim, or with ``--via-written`` through the written one (whose responses
+   are scrubbed with its values: the scrubber's patterns follow each write).
 """
 
 from __future__ import annotations
@@ -75,6 +77,9 @@ def start_cluster(stack: ExitStack) -> pg.Cluster:
     return cluster
 
 
+PARTS = ("latency", "rps", "write")
+
+
 def pct(values: list[float], p: float) -> float:
     ordered = sorted(values)
     return ordered[min(len(ordered) - 1, max(0, round(p / 100 * len(ordered) + 0.5) - 1))]
@@ -84,7 +89,11 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--quick", action="store_true", help="fewer rounds, shorter load, 2,000 credentials")
     ap.add_argument("--per-claim", type=int, default=10, help="credentials per claim of the stored ones")
+    ap.add_argument("--via-written", action="store_true",
+                    help="part 3: requests through the written claim (scrubbed with its values)")  # fmt: skip
+    ap.add_argument("--only", choices=PARTS, action="append", help="run only this part (repeatable)")
     args = ap.parse_args()
+    parts = set(args.only or PARTS)
     per_claim = max(1, args.per_claim)
     rounds, seconds, stored, writes = (20, 5, 2000, 10) if args.quick else (100, 10, 10_000, 30)
     with ExitStack() as stack:
@@ -124,7 +133,7 @@ def main() -> None:
         print(f"fleet benchmark ({'quick' if args.quick else 'full'}), {os.cpu_count()} cores, PostgreSQL "
               f"{bindir_version(cluster)}")  # fmt: skip
         # 1. write -> first use on the other node
-        for label, node in (("strict", nodes[0]), ("sync=notify", nodes[1])):
+        for label, node in (("strict", nodes[0]), ("sync=notify", nodes[1])) if "latency" in parts else ():
             ctx = ssl.create_default_context(cafile=node.ca_pem)
             with httpx.Client(proxy=node.url("bench", token), verify=ctx, timeout=30) as client:
                 client.get(target + "/warm")
@@ -150,32 +159,26 @@ def main() -> None:
             Target(f"node-{c}", "api.test", n.ca_pem, n.url("bench", token), n.proc.pid if n.proc else None)
             for c, n in zip("ab", nodes, strict=True)
         ]
-        one = hey(tgt[0], target + "/load", 8, seconds, hdr, None)
-        both: list[float] = [0.0, 0.0]
-
-        def run(i: int) -> None:
-            both[i] = hey(tgt[i], target + "/load", 8, seconds, hdr, None).rps
-
-        threads = [threading.Thread(target=run, args=(i,)) for i in (0, 1)]
-        for t in threads:
-            t.start()
-        for t in threads:
-            t.join()
-        print(f"requests/s: one node {one.rps:7.0f} (p50 {one.p50_ms:.1f} ms)   two nodes {sum(both):7.0f} "
-              f"({both[0]:.0f} + {both[1]:.0f})   ratio {sum(both) / one.rps:.2f}")  # fmt: skip
+        if "rps" in parts:
+            requests_per_second(tgt, target + "/load", seconds, hdr)
+        if "write" not in parts:
+            api.close()
+            return
         # 3. cost of a write with many credentials stored
         store = PostgresStore.open(url, KeyRing.load_or_create(key))
         t0 = time.perf_counter()
+        via = ("bench", token)
         for i in range(stored):
             owner = f"bulk{i // per_claim:05d}"
             if i % per_claim == 0:
-                store.create_claim(owner, "p")
+                made = store.create_claim(owner, "p")[1]
+                via = (owner, made) if args.via_written and i == 0 else via
             store.put_credential(owner, f"c{i:05d}", value=f"x{i}".encode(), hosts=["api.test"])
         print(f"stored {stored} credentials ({per_claim} per claim) in {time.perf_counter() - t0:.1f} s")
         time.sleep(3)  # every node has read them
         pids = [n.proc.pid for n in nodes if n.proc]
         clients = [
-            stack.enter_context(httpx.Client(proxy=n.url("bench", token), timeout=30,
+            stack.enter_context(httpx.Client(proxy=n.url(*via), timeout=30,
                                              verify=ssl.create_default_context(cafile=n.ca_pem)))
             for n in nodes
         ]  # fmt: skip
@@ -205,9 +208,25 @@ def main() -> None:
         print(f"a write with {stored} credentials stored: node CPU per write (beyond the request) "
               f"A {per[0]:.1f} ms, B {per[1]:.1f} ms; changes_since read "
               f"p50 {statistics.median(reads):.2f} ms p99 {pct(reads, 99):.2f} ms "
-              f"({writes} writes)")  # fmt: skip
+              f"({writes} writes, requests through claim {via[0]})")  # fmt: skip
         store.close()
         api.close()
+
+
+def requests_per_second(tgt: list[Target], url: str, seconds: int, hdr: list[str]) -> None:
+    one = hey(tgt[0], url, 8, seconds, hdr, None)
+    both: list[float] = [0.0, 0.0]
+
+    def run(i: int) -> None:
+        both[i] = hey(tgt[i], url, 8, seconds, hdr, None).rps
+
+    threads = [threading.Thread(target=run, args=(i,)) for i in (0, 1)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    print(f"requests/s: one node {one.rps:7.0f} (p50 {one.p50_ms:.1f} ms)   two nodes {sum(both):7.0f} "
+          f"({both[0]:.0f} + {both[1]:.0f})   ratio {sum(both) / one.rps:.2f}")  # fmt: skip
 
 
 def bindir_version(cluster: pg.Cluster) -> str:

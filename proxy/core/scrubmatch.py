@@ -18,7 +18,7 @@ import functools
 import re
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
 import ahocorasick  # type: ignore[import-not-found]  # no stubs
 
@@ -28,6 +28,7 @@ from proxy.core.scrubforms import ESCAPE, KINDS, View, secret_spellings, unescap
 _NEVER = 1 << 62  # a search start past any data: "not searched yet"
 _FIND_LIMIT = 32  # strings: up to this, one bytes.find per string (see Literals)
 _RE_LIMIT = 512  # strings: past this, an automaton (see Literals)
+ESCAPE_LIKE = re.compile(rb"%[0-9A-Fa-f]{2}|\\|\+")  # text an escaped view decodes
 _EXPANSION = 12  # original bytes per decoded byte at most (a surrogate pair: 12 for 4 bytes)
 
 
@@ -106,6 +107,13 @@ class Literals:
             yield last + 1 - length, last + 1
 
 
+class Search(Protocol):
+    """A leftmost-longest search over a set of spellings (:class:`Literals`, :class:`Either`)."""
+
+    def search(self, data: bytes, pos: int = 0) -> tuple[int, int] | None: ...
+    def finditer(self, data: bytes) -> Iterator[tuple[int, int]]: ...
+
+
 @dataclass(frozen=True, slots=True)
 class Compiled:
     """A set of pairs compiled (:func:`compile_pairs`): every plain spelling with its replacement,
@@ -116,7 +124,7 @@ class Compiled:
     spellings: dict[bytes, bytes]
     runs: dict[bytes, base64run.Run]  # the base64 spellings among them (proxy/core/base64run.py)
     ordered: list[bytes]  # sorted, for prefix tests by binary search
-    literal: Literals | None
+    literal: Search | None
     escape: re.Pattern[bytes]
     kinds: tuple[bytes, ...]
     views: tuple[View, ...]  # the decodings tried (see proxy.core.scrubforms.unescape)
@@ -128,6 +136,7 @@ class Compiled:
     non_ascii: bool = False  # some spelling holds a byte >= 0x80 (a \uXXXX beyond ASCII may matter)
     binary: Compiled | None = None  # the same spellings, escaped forms not sought (escapes_matter)
     folded: Compiled | None = None  # the raw secrets lower-cased, for header names (Scrubber.scrub_name)
+    starts: frozenset[int] = frozenset()  # the bytes spellings start with (``first``'s class)
 
 
 def _byte_class(values: Iterable[int]) -> re.Pattern[bytes]:
@@ -136,9 +145,11 @@ def _byte_class(values: Iterable[int]) -> re.Pattern[bytes]:
     return re.compile(b"[" + members + b"]" if members else b"(?!)")
 
 
-@functools.lru_cache(maxsize=64)
-def _compile(pairs: tuple[tuple[bytes, bytes], ...], escapes: bool) -> Compiled:
-    """The patterns for ``pairs``, built once per set of pairs."""
+def _gather(
+    pairs: tuple[tuple[bytes, bytes], ...], escapes: bool
+) -> tuple[dict[bytes, bytes], dict[bytes, base64run.Run]]:
+    """Every plain spelling of ``pairs`` with its replacement, and the base64 ones' runs (the
+    first pair with a spelling wins it)."""
     spellings: dict[bytes, bytes] = {}
     runs: dict[bytes, base64run.Run] = {}
     for secret, placeholder in pairs:
@@ -151,54 +162,147 @@ def _compile(pairs: tuple[tuple[bytes, bytes], ...], escapes: bool) -> Compiled:
                     spellings[s] = r
                     if s in secret_runs:
                         runs[s] = secret_runs[s]
-    joined = b"".join(spellings)
-    made_of = frozenset(joined)
-    spaces = escapes and b" " in joined
-    backslash = escapes and b"\\" in joined
-    non_ascii = escapes and not joined.isascii()
+    if escapes:
+        _readings(spellings)
+    return spellings, runs
+
+
+def _readings(spellings: dict[bytes, bytes]) -> None:
+    """Add, for a spelling that itself holds escape-like text (a literal ``%00``, ``+``,
+    ``\\u0041``), what each escaped view reads it as, with the same replacement: the views decode
+    that text too, so the decoded window of an echo whose other bytes a server escaped would
+    never hold the spelling (a hypothesis case: ``000\xa0%00`` per-byte JSON-escaped). The views
+    are the ones :func:`_assemble` derives from the spellings' bytes."""
+    made_of = frozenset(b"".join(spellings))
+    backslash = 0x5C in made_of
+    views: list[View] = [(False, False, False)] + [(True, False, False)] * (0x20 in made_of)
+    views += [(False, True, False)] * backslash
+    views += [(False, backslash, True)] * (bool(made_of) and max(made_of) >= 0x80)
+    for spelling, placeholder in list(spellings.items()):
+        if not ESCAPE_LIKE.search(spelling):
+            continue
+        for view in views:
+            read = unescape(spelling, 0, len(spelling), view)[0]
+            if read and read != spelling:
+                spellings.setdefault(read, placeholder)
+
+
+def _assemble(
+    spellings: dict[bytes, bytes],
+    runs: dict[bytes, base64run.Run],
+    ordered: list[bytes],
+    literal: Search | None,
+    made_of: frozenset[int],
+    starts: frozenset[int],
+    raw_longest: int,
+    escapes: bool,
+) -> Compiled:
+    """The tables of a set of spellings, from what is known of them as a whole (the bytes they
+    are made of, their first bytes, the longest), so that :func:`extend` need not walk them."""
+    spaces = escapes and 0x20 in made_of
+    backslash = escapes and 0x5C in made_of
+    non_ascii = bool(made_of) and max(made_of) >= 0x80
     views: list[View] = (
         [(False, False, False)]
         + [(True, False, False)] * spaces
         + [(False, True, False)] * backslash
-        + [(False, backslash, True)] * non_ascii  # per-byte JSON escapes a backslash as JSON does
+        + [(False, backslash, True)]
+        * (escapes and non_ascii)  # per-byte JSON escapes a backslash as JSON does
     )
-    if escapes:
-        # a secret that itself holds escape-like text (a literal "%00", "+", "\\u0041") is read
-        # by the escaped views as what that text decodes to, so the decoded window would never
-        # hold it when a server escaped the rest: each view's reading of a spelling is sought
-        # too, as the same secret (a hypothesis case, "000\xa0%00" per-byte JSON-escaped)
-        for spelling, placeholder in list(spellings.items()):
-            for view in views:
-                read = unescape(spelling, 0, len(spelling), view)[0]
-                if read != spelling and read:
-                    spellings.setdefault(read, placeholder)
-        joined = b"".join(spellings)
-    base = Compiled(
+    return Compiled(
         spellings=spellings,
         runs=runs,
-        ordered=sorted(spellings),
+        ordered=ordered,
         # leftmost-longest: a secret that contains another is replaced whole
-        literal=Literals(spellings) if spellings else None,
+        literal=literal,
         escape=re.compile(ESCAPE + (rb"|\+" if spaces else b"")),
         # a one-byte escape of a byte no spelling holds is never sought (see Scrubber._may_matter)
         kinds=tuple(k for k in KINDS if len(k) != 2 or k[1] in made_of) + ((b"+",) if spaces else ())
         if escapes
         else (),
         views=tuple(views),
-        first=_byte_class({s[0] for s in spellings}),
-        longest=max(map(len, spellings), default=0) * (_EXPANSION if escapes else 1),
+        first=_byte_class(starts),
+        longest=raw_longest * (_EXPANSION if escapes else 1),
         made_of=made_of,
-        non_ascii=not joined.isascii(),
+        non_ascii=non_ascii,
+        starts=starts,
     )
-    if not escapes:
-        return base
+
+
+def _variants(base: Compiled, folded: Compiled) -> Compiled:
     # (+1: a complete spelling that ends a read is held, so the byte after it, a base64 boundary
     # character maybe, is seen with it whatever the cut)
     plain = dataclasses.replace(
-        base, kinds=(), views=((False, False, False),), longest=max(map(len, spellings), default=0) + 1
+        base, kinds=(), views=((False, False, False),), longest=base.longest // _EXPANSION + 1
     )
-    folded = _compile(tuple((s.lower(), p.lower()) for s, p in pairs if s), False)
     return dataclasses.replace(base, binary=plain, folded=folded)
+
+
+@functools.lru_cache(maxsize=64)
+def _compile(pairs: tuple[tuple[bytes, bytes], ...], escapes: bool) -> Compiled:
+    """The patterns for ``pairs``, built once per set of pairs."""
+    spellings, runs = _gather(pairs, escapes)
+    base = _assemble(
+        spellings,
+        runs,
+        sorted(spellings),
+        Literals(spellings) if spellings else None,
+        frozenset(b"".join(spellings)),
+        frozenset(s[0] for s in spellings),
+        max(map(len, spellings), default=0),
+        escapes,
+    )
+    if not escapes:
+        return base
+    return _variants(base, _compile(tuple((s.lower(), p.lower()) for s, p in pairs if s), False))
+
+
+class Either:
+    """The leftmost-longest match of two searches (a kept one and a small one added to it)."""
+
+    def __init__(self, first: Search, second: Search) -> None:
+        self._first, self._second = first, second
+
+    def search(self, data: bytes, pos: int = 0) -> tuple[int, int] | None:
+        a, b = self._first.search(data, pos), self._second.search(data, pos)
+        if a is None or b is None:
+            return a if b is None else b
+        return a if (a[0], -a[1]) <= (b[0], -b[1]) else b
+
+    def finditer(self, data: bytes) -> Iterator[tuple[int, int]]:
+        pos = 0
+        while (m := self.search(data, pos)) is not None:
+            yield m
+            pos = m[1]
+
+
+def _combine(kept: Compiled, added: Compiled, escapes: bool) -> Compiled:
+    """What ``_compile(added's pairs + kept's pairs)`` gives (``added``'s replacement wins a
+    spelling both hold), in C-level copies of ``kept``'s tables plus the work of ``added``'s."""
+    if added.literal is None:
+        return kept
+    if kept.literal is None:
+        return added
+    spellings = kept.spellings | added.spellings
+    runs = kept.runs | added.runs
+    for s in added.spellings.keys() & kept.runs.keys() - added.runs.keys():
+        del runs[s]  # a spelling added as plain text that was a base64 run of a kept secret
+    ordered = sorted(kept.ordered + [s for s in added.ordered if s not in kept.spellings])  # two runs
+    raw = max(kept.longest, added.longest) // (_EXPANSION if escapes else 1)
+    base = _assemble(spellings, runs, ordered, Either(kept.literal, added.literal),
+                     kept.made_of | added.made_of, kept.starts | added.starts, raw, escapes)  # fmt: skip
+    if not escapes:
+        return base
+    assert kept.folded is not None and added.folded is not None
+    return _variants(base, _combine(kept.folded, added.folded, False))
+
+
+def extend(kept: Compiled, pairs: tuple[tuple[bytes, bytes], ...]) -> Compiled:
+    """``kept`` (from :func:`compile_pairs`) matching ``pairs`` too: what ``compile_pairs(pairs
+    + kept's pairs)`` matches, in the time of ``pairs`` and of C-level copies of ``kept``'s
+    tables (its search is kept, a second one runs over the new spellings: a claim's 10,000
+    secrets are not compiled again for one credential added or replaced, issue 14)."""
+    return _combine(kept, _compile(pairs, True), True)
 
 
 def compile_pairs(pairs: tuple[tuple[bytes, bytes], ...], escapes: bool = True) -> Compiled:

@@ -7,7 +7,10 @@ used by the very next request, inside already-open tunnels too.
 
 Values of store credentials are decrypted on first use after a rebuild and kept in memory for
 that version only. A store that can list its changes since a version (the PostgreSQL store's
-``changes_since``) is re-read incrementally; others, and a reader too far behind, whole.
+``changes_since``) is re-read incrementally; others, and a reader too far behind, whole. Either
+way only what changed is built: :mod:`proxy.store.mirror` applies a change to the credentials
+it touched (a write to one of a claim's 10,000 credentials builds one), and a whole snapshot is
+compared with the rows held first.
 Rules-file claims win on an id clash (the control API refuses such ids).
 
 Staleness (issue 14, :mod:`proxy.store.freshness`): :attr:`Registry.freshness` says when the
@@ -21,7 +24,6 @@ budgets count as spent (fail closed) and last-use times are not recorded.
 
 from __future__ import annotations
 
-import dataclasses
 import functools
 import hmac
 import ipaddress
@@ -43,11 +45,14 @@ from proxy.core.policy import (
     Network,
     Policy,
     Surface,
+    TokenCheck,
 )
 from proxy.core.secrets import Secret, checked_value
 from proxy.store import kindbuild
-from proxy.store.base import Changes, ClaimRecord, CredentialRecord
+from proxy.store.base import Changes, CredentialRecord
 from proxy.store.freshness import Freshness, State
+from proxy.store.mirror import Mirror
+from proxy.store.mirror import shape as _shape
 from proxy.store.rows import token_hash
 
 if TYPE_CHECKING:
@@ -129,11 +134,6 @@ def oauth_spec(doc: dict[str, Any]) -> OAuthSpec | None:
         return None
 
 
-def _shape(r: CredentialRecord) -> CredentialRecord:
-    """A row as far as the credential built from it goes: without the counters that move on use."""
-    return dataclasses.replace(r, last_used_at=None, requests_used=0)
-
-
 @functools.lru_cache(maxsize=4096)
 def _pattern(host: str) -> HostPattern:
     return HostPattern.parse(host)
@@ -144,19 +144,12 @@ class Registry:
         self.policy = policy
         self.store = store
         self._seen: int | None = None
-        self._store_claims: dict[str, Claim] = {}
-        # per store claim: (version, created_at), so that a claim deleted and created again
-        # under the same id (version 1 both times) is another claim
-        self._versions: dict[str, tuple[int, float]] = {}
+        self._mirror = Mirror()  # the store's rows as last read, and what was built of them
+        # (the mirror's own dicts, changed in place by it)
+        self._store_claims, self._versions = self._mirror.claims, self._mirror.versions
+        self._built = self._mirror.built
         self._by_source: list[tuple[Network, Claim]] = []
-        # per store credential: the row it was built from (without its use counters) and the
-        # credential; a row deleted and created again under its name (version 1 both times) differs
-        self._built: dict[tuple[str, str], tuple[CredentialRecord, Credential]] = {}
         self._spent: dict[tuple[str, str], int] = {}  # rules-file credentials: requests counted
-        # the store's rows as of the last rebuild, for incremental re-reads
-        self._claim_records: dict[str, ClaimRecord] = {}
-        self._cred_records: dict[str, dict[str, CredentialRecord]] = {}
-        self._specs: dict[tuple[str, str], dict[str, Any]] = {}
         self.freshness = Freshness(getattr(store, "stale_after", None))
         self._index_sources()
 
@@ -238,59 +231,21 @@ class Registry:
 
     def _apply(self, changes: Changes, full: bool) -> set[str]:
         """Put ``changes`` in force (``full``: they are the whole store). Returns the ids of
-        store claims deleted or changed."""
-        assert self.store is not None
-        records = {} if full else dict(self._claim_records)
-        creds = {} if full else {cid: dict(byname) for cid, byname in self._cred_records.items()}
-        touched: set[str] = set(self._claim_records) if full else set()
-        for cid in changes.removed_claims:
-            records.pop(cid, None)
-            creds.pop(cid, None)
-            touched.add(cid)
-        for cid, name in changes.removed_credentials:
-            creds.get(cid, {}).pop(name, None)
-            touched.add(cid)
-        for c in changes.claims:
-            records[c.id] = c
-            touched.add(c.id)
-        for r in changes.credentials:
-            creds.setdefault(r.claim_id, {})[r.name] = r
-            touched.add(r.claim_id)
-        keys = changes.oauth.keys() | self._specs.keys()
-        touched |= {k[0] for k in keys if changes.oauth.get(k) != self._specs.get(k)}
-        built = {} if full else dict(self._built)
-        fresh = {} if full else dict(self._store_claims)
-        versions = {} if full else dict(self._versions)
-        for cid in touched:
-            record = records.get(cid)
-            for name in self._cred_records.get(cid, {}):
-                built.pop((cid, name), None)
-            if record is None:
-                fresh.pop(cid, None)
-                versions.pop(cid, None)
-                continue
-            held = []
-            for name in sorted(creds.get(cid, {})):
-                r = creds[cid][name]
-                built[cid, name] = (_shape(r), cred := self._credential(r, changes.oauth.get((cid, name))))
-                held.append(cred)
-            token = StoreToken(self.store, cid, self.freshness)
-            known = self._store_claims.get(cid)  # the same generation keeps the tokens it matched
-            if known is not None and self._versions.get(cid) == (record.version, record.created_at):
-                token = known.proxy_token if isinstance(known.proxy_token, StoreToken) else token
-            sources = tuple(ipaddress.ip_network(s, strict=False) for s in record.sources)
-            fresh[cid] = Claim.build(cid, record.pool, token, tuple(held), "store", sources, record.interface)
-            versions[cid] = (record.version, record.created_at)
-        gone = {cid for cid, v in self._versions.items() if versions.get(cid) != v}
-        # a credential deleted (or deleted and created again) revokes its claim's open tunnels
-        # too: a stream that carried its value ends, on every node (issue 14)
-        gone |= {cid for cid, _ in changes.removed_credentials if cid in self._versions}
-        gone |= {cid for cid in touched if self._cred_records.get(cid, {}).keys() - creds.get(cid, {}).keys()}
-        self._claim_records, self._cred_records, self._specs = records, creds, dict(changes.oauth)
-        self._built, self._store_claims, self._versions = built, fresh, versions
+        store claims deleted or changed. Only what changed is built (:mod:`proxy.store.mirror`)."""
+        mirror = self._mirror
+        gone, sourced = mirror.apply(mirror.diff(changes) if full else changes, self._credential, self._token)
         self._seen = changes.version
-        self._index_sources()
+        if sourced:  # transparent mode's index holds Claim objects: the new ones replace the old
+            self._index_sources()
         return gone
+
+    def _token(self, claim_id: str, same: Claim | None) -> TokenCheck:
+        """A store claim's token check: the one of ``same`` (the Claim held of the same
+        generation), which remembers the tokens it matched, else a new one."""
+        assert self.store is not None
+        if same is not None and isinstance(same.proxy_token, StoreToken):
+            return same.proxy_token
+        return StoreToken(self.store, claim_id, self.freshness)
 
     def _credential(self, r: CredentialRecord, spec: dict[str, Any] | None) -> Credential:
         """The core's credential for a store row; the one already built when its row (but for the

@@ -335,3 +335,49 @@ def test_one_claims_waiting_refreshes_cannot_starve_another_claims_refresh(two_n
     assert y.status_code == 200, y.text
     assert y_refresh in up.oauth_seen and up.oauth_seen.count(x_refresh) == 1
     assert y_done < done["x"], "claim Y's refresh waited behind claim X's"
+
+
+def test_one_write_among_many_credentials_is_used_by_the_next_request_on_the_other_node(
+    two_nodes: TwoNodes,
+) -> None:
+    """Issue 14 (a write re-reads what changed, applied to that credential only): with 40
+    credentials in one claim, each write through the control API is in force on node B's next
+    request: a patched value is sent, a deleted credential's placeholder is refused as forged
+    before anything is sent, an added one is sent, an untouched one still is, and a budget spent
+    before the writes is neither reset nor lost."""
+    values = {f"k{n:02d}": canary.make(f"many{n}") for n in range(40)}
+    patched, added = canary.make("manypatched"), canary.make("manyadded")
+    ph: dict[str, str] = {}
+
+    def get(path: str, name: str) -> httpx.Response:
+        with two_nodes.client(1, "m", token) as client:  # a new connection: a delete closes tunnels
+            return client.get(two_nodes.target(path), headers={"Authorization": f"Bearer {ph[name]}"})
+
+    def sent(path: str) -> list[str]:
+        return [dict((k.lower(), v) for k, v in r.headers)["authorization"]
+                for r in two_nodes.upstream.requests if r.path == path]  # fmt: skip
+
+    with two_nodes.api() as api:
+        token = api.post("/v1/claims", json={"id": "m", "pool": "p"}).json()["proxy_token"]
+        for name, value in values.items():
+            body: dict[str, object] = {"hosts": ["api.test"], "value": value}
+            if name == "k00":
+                body["max_requests"] = 2
+            r = api.put(f"/v1/claims/m/credentials/{name}", json=body)
+            assert r.status_code == 201, r.text
+            ph[name] = r.json()["placeholder"]
+        assert get("/m/budget/1", "k00").status_code == 200
+        assert api.patch("/v1/claims/m/credentials/k05", json={"value": patched}).status_code == 200
+        assert get("/m/patched", "k05").status_code == 200 and sent("/m/patched") == [f"Bearer {patched}"]
+        assert api.delete("/v1/claims/m/credentials/k07").status_code == 204
+        refused = get("/m/deleted", "k07")
+        assert (refused.status_code, refused.json()["error"]) == (403, "forged_placeholder")
+        assert sent("/m/deleted") == []
+        r = api.put("/v1/claims/m/credentials/new", json={"hosts": ["api.test"], "value": added})
+        assert r.status_code == 201, r.text
+        ph["new"] = r.json()["placeholder"]
+        assert get("/m/added", "new").status_code == 200 and sent("/m/added") == [f"Bearer {added}"]
+    assert get("/m/untouched", "k08").status_code == 200
+    assert sent("/m/untouched") == [f"Bearer {values['k08']}"]
+    assert [get(f"/m/budget/{n}", "k00").status_code for n in (2, 3)] == [200, 403]
+    assert sent("/m/budget/3") == []

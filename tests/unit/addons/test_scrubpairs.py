@@ -8,12 +8,19 @@ from __future__ import annotations
 import os
 import time
 from pathlib import Path
+from typing import Any
 
+import pytest
+
+from addons import scrubpairs
 from addons.scrubpairs import PairCache, pairs
+from proxy.core.claimindex import ClaimIndex
 from proxy.core.hosts import HostPattern
 from proxy.core.policy import Claim, Credential
 from proxy.core.scrub import Scrubber
+from proxy.core.secrets import Secret
 from proxy.rules.sources import ValueSource
+from proxy.store.registry import StoreValue
 
 PH = "surr_ScrubTablePlaceholder0001"
 
@@ -71,3 +78,49 @@ def test_many_secrets_are_all_found_leftmost_longest() -> None:
     s = Scrubber(pairs)
     text = b"a tok_02999_ValueOfSecret b tok_00042_ValueOfSecret_and_more c tok_00007_ValueOfSecret"
     assert s.scrub(text) == b"a surr_P02999 b surr_LONG c surr_P00007"
+
+
+def _stored(name: str, value: str) -> Credential:
+    """A store credential whose value is already read (no store is asked: the value is cached)."""
+    source = StoreValue(None, "big", name, _cached=(Secret(value), 1), _history=[])  # type: ignore[arg-type]
+    return Credential(name, f"surr_Many{name:0>21}", (HostPattern.parse("api.test"),), source)
+
+
+def test_a_write_to_one_of_many_credentials_extends_the_patterns_instead_of_compiling_all(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Issue 14: a new Claim object for a claim of 2,000 credentials (one value replaced, one
+    added, one deleted) does not compile every value again: the patterns are extended; the new
+    values are scrubbed, so are the old and deleted ones (never worse than passing them), and
+    the old Claim object (a WebSocket opened before the write) keeps its own patterns. Past the
+    bound of pairs added or gone, the claim is compiled whole again."""
+    compiled: list[int] = []
+    whole = scrubpairs.compile_pairs
+
+    def counting(pairs: tuple[tuple[bytes, bytes], ...], escapes: bool = True) -> Any:
+        compiled.append(len(pairs))
+        return whole(pairs, escapes)
+
+    monkeypatch.setattr(scrubpairs, "compile_pairs", counting)
+    index = ClaimIndex(_stored(f"k{n:04d}", f"ManyValue{n:04d}xyz") for n in range(2000))
+    cache, now = PairCache(), time.time()
+    first = index.claim("big", "p", None)  # type: ignore[arg-type]  # no token needed here
+    before = cache.get(first, now)[1]
+    assert compiled == [2000]
+    index.put(_stored("k0007", "ReplacedValue7xyz"))
+    index.put(_stored("new", "AddedValueNewxyz"))
+    index.remove("k0008")
+    second = index.claim("big", "p", None)  # type: ignore[arg-type]
+    after = cache.get(second, now)[1]
+    assert compiled == [2000] and after is not before  # extended, not compiled again
+    text = b"ReplacedValue7xyz AddedValueNewxyz ManyValue0007xyz ManyValue0008xyz ManyValue1999xyz"
+    assert Scrubber((), compiled=after).scrub(text) == (
+        b"surr_Many0000000000000000k0007 surr_Many000000000000000000new surr_Many0000000000000000k0007 "
+        b"surr_Many0000000000000000k0008 surr_Many0000000000000000k1999"
+    )
+    assert cache.get(first, now)[1] is before and cache.get(second, now)[1] is after
+    for n in range(40):  # past max(32, 2000 // 64) pairs added: compiled whole again
+        index.put(_stored(f"k{n:04d}", f"Rotated{n:04d}Valuexyz"))
+    third = cache.get(index.claim("big", "p", None), now)[1]  # type: ignore[arg-type]
+    assert compiled == [2000, 2001]  # k0008 is back
+    assert Scrubber((), compiled=third).scrub(b"Rotated0039Valuexyz") == b"surr_Many0000000000000000k0039"
