@@ -157,34 +157,37 @@ def _gather(
             forms, secret_runs = (
                 secret_spellings(secret, placeholder) if escapes else ({secret: placeholder}, {})
             )
+            if escapes:
+                forms = _readings(forms)
             for s, r in forms.items():
                 if s not in spellings:
                     spellings[s] = r
                     if s in secret_runs:
                         runs[s] = secret_runs[s]
-    if escapes:
-        _readings(spellings)
     return spellings, runs
 
 
-def _readings(spellings: dict[bytes, bytes]) -> None:
-    """Add, for a spelling that itself holds escape-like text (a literal ``%00``, ``+``,
-    ``\\u0041``), what each escaped view reads it as, with the same replacement: the views decode
-    that text too, so the decoded window of an echo whose other bytes a server escaped would
-    never hold the spelling (a hypothesis case: ``000\xa0%00`` per-byte JSON-escaped). The views
-    are the ones :func:`_assemble` derives from the spellings' bytes."""
-    made_of = frozenset(b"".join(spellings))
-    backslash = 0x5C in made_of
-    views: list[View] = [(False, False, False)] + [(True, False, False)] * (0x20 in made_of)
-    views += [(False, True, False)] * backslash
-    views += [(False, backslash, True)] * (bool(made_of) and max(made_of) >= 0x80)
-    for spelling, placeholder in list(spellings.items()):
-        if not ESCAPE_LIKE.search(spelling):
-            continue
-        for view in views:
-            read = unescape(spelling, 0, len(spelling), view)[0]
-            if read and read != spelling:
-                spellings.setdefault(read, placeholder)
+def _readings(forms: dict[bytes, bytes]) -> dict[bytes, bytes]:
+    """``forms`` (one secret's spellings) and, for a spelling that itself holds escape-like text
+    (a literal ``%00``, ``+``, ``\\u0041``), what each escaped view reads it as, with the same
+    replacement: the views decode that text too, so the decoded window of an echo whose other
+    bytes a server escaped would never hold the spelling (a hypothesis case: ``000\xa0%00``
+    per-byte JSON-escaped). Every view is tried, whether or not the set of secrets turns it on,
+    so a secret's readings do not depend on the others (:func:`extend` equals compiling all)."""
+    out = dict(forms)
+    for spelling, placeholder in forms.items():
+        if ESCAPE_LIKE.search(spelling):
+            for view in _ALL_VIEWS:
+                read = unescape(spelling, 0, len(spelling), view)[0]
+                if read and read != spelling:
+                    out.setdefault(read, placeholder)
+    return out
+
+
+_ALL_VIEWS: tuple[View, ...] = (
+    (False, False, False), (True, False, False), (False, True, False),
+    (False, False, True), (False, True, True),
+)  # fmt: skip
 
 
 def _assemble(
