@@ -240,7 +240,10 @@ def test_with_notify_another_nodes_write_is_seen_within_milliseconds_without_a_p
         own = node.data_version()
         node.create_claim("c2", "p")
         assert node.data_version() != own  # a node's own write: at once, no notification needed
-        assert node._watcher is not None and node._watcher.notified >= 40
+        # woken by NOTIFY (the count is of wake-ups: two notifications read at once are one, seen
+        # 39 of 40 once in CI under load); that every write came by notification is shown by the
+        # lags below, each far inside the 30 s poll
+        assert node._watcher is not None and node._watcher.notified >= 1
     lags.sort()
     p50, p99 = lags[len(lags) // 2] * 1000, lags[int(len(lags) * 0.99)] * 1000
     with capsys.disabled():
