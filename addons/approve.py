@@ -117,6 +117,8 @@ class Approve:
         unread = holdio.Unread(flow) if h1 or holdio.has_body(flow) else None
         try:
             await self._hold(flow, rule, rule.approve, method, target, None, unread)
+        except _Gone:
+            self._gone(flow)
         except Exception as e:  # fail closed: a request an ask rule covers never passes unasked
             self._failed(flow, e)
         finally:
@@ -135,8 +137,17 @@ class Approve:
             if flow.response or flow.error:
                 return
             await _after(self, flow)
+        except _Gone:
+            self._gone(flow)
         except Exception as e:  # fail closed, as above
             self._failed(flow, e)
+
+    @staticmethod
+    def _gone(flow: http.HTTPFlow) -> None:
+        """The client went away while its request was held (its approval is withdrawn): audited
+        ``client_closed``, not a failure of surrogate's (a newcomer saw ``internal_error``)."""
+        why = "the client went away while its request was held; its approval was withdrawn"
+        facts.refuse(flow, deny(Reason.CLIENT_CLOSED, why))
 
     @staticmethod
     def _failed(flow: http.HTTPFlow, e: Exception) -> None:

@@ -188,6 +188,10 @@ def _request(args: argparse.Namespace) -> tuple[str, str, dict[str, Any] | None,
     if args.hosts:
         body["hosts"] = args.hosts
     kind = getattr(args, "kind", None) or "static"
+    if getattr(args, "kind_file", None) and kind == "static":  # its block would be dropped unsaid
+        raise SystemExit(
+            "surrogate: --kind-file is the block of --kind aws_sigv4|oauth_client|hmac: give --kind"
+        )
     if args.action == "put" and not args.value_file and kind != "aws_sigv4":
         raise SystemExit(f"surrogate: creds put of kind {kind} needs --value-file")
     if args.value_file:

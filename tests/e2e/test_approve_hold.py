@@ -7,6 +7,7 @@ canary scan of every audit byte, stderr byte and client-received byte."""
 
 from __future__ import annotations
 
+import json
 import subprocess
 import time
 from collections.abc import Iterator
@@ -223,3 +224,16 @@ def test_a_client_that_goes_away_withdraws_its_approval(held: Held) -> None:
             time.sleep(0.1)
     assert state[asked["id"]] == "withdrawn"
     assert held.upstream.connections == before and held.seen("/echo/gone") == 0
+    # audited as the client's going, not as surrogate failing (a newcomer saw internal_error and
+    # "approve failed with _Gone" on stderr)
+    deadline = time.monotonic() + 10
+    while not (events := [e for e in _events(held) if e.get("path") == "/echo/gone"]):
+        assert time.monotonic() < deadline, "no audit event for the withdrawn request"
+        time.sleep(0.1)
+    assert events[-1]["reason"] == "client_closed", events[-1]
+    assert "_Gone" not in held.proxy.stderr() and "approve failed" not in held.proxy.stderr()
+
+
+def _events(held: Held) -> list[dict[str, object]]:
+    lines = held.proxy.audit_path.read_text().splitlines()
+    return [json.loads(x) for x in lines if x.strip().endswith("}")]

@@ -41,8 +41,10 @@ def test_a_kind_and_its_block_go_into_the_put(tmp_path: Path, kind: str, block: 
         ([], "needs --value-file"),
         (["--kind", "hmac", "--value-file", "{v}"], "needs --kind-file"),
         (["--kind", "hmac", "--value-file", "{v}", "--kind-file", "{bad}"], "is not a JSON object"),
+        # a newcomer's block was dropped without a word when --kind was left out
+        (["--value-file", "{v}", "--kind-file", "{bad}"], "give --kind"),
     ],
-    ids=["static-without-value", "kind-without-block", "block-not-json"],
+    ids=["static-without-value", "kind-without-block", "block-not-json", "block-without-kind"],
 )
 def test_a_put_missing_its_parts_is_refused_before_sending(
     tmp_path: Path, extra: list[str], says: str
