@@ -198,7 +198,8 @@ def _request(args: argparse.Namespace) -> tuple[str, str, dict[str, Any] | None,
         body["value"] = _read_value(args.value_file)
     if args.action == "put" and kind != "static":
         body["kind"] = kind
-        body[{"aws_sigv4": "aws_sigv4", "oauth_client": "mint", "hmac": "sign"}[kind]] = _read_block(args)
+        if kind != "hmac" or args.kind_file:  # hmac's sign block has a default (the example scheme)
+            body[{"aws_sigv4": "aws_sigv4", "oauth_client": "mint", "hmac": "sign"}[kind]] = _read_block(args)
     if args.placeholder:
         body["placeholder"] = args.placeholder
     if args.inject_header:

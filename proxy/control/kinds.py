@@ -130,6 +130,8 @@ def prepare(pool: Pool, body: dict[str, Any]) -> Prepared:
         raise _refuse(
             "oauth", "oauth (token capture) is for kind static: this credential is minted or signed"
         )
+    if kind == "hmac" and blocks["sign"] is None:
+        blocks["sign"] = {}  # the documented example scheme, as a rules file's hmac without sign
     if own is not None and blocks[own] is None:
         raise _refuse(own, f"kind {kind} needs its {own} block")
     if kind != "static" and body.get("inject_header") is not None and kind != "oauth_client":

@@ -39,7 +39,7 @@ def test_a_kind_and_its_block_go_into_the_put(tmp_path: Path, kind: str, block: 
     ("extra", "says"),
     [
         ([], "needs --value-file"),
-        (["--kind", "hmac", "--value-file", "{v}"], "needs --kind-file"),
+        (["--kind", "oauth_client", "--value-file", "{v}"], "needs --kind-file"),
         (["--kind", "hmac", "--value-file", "{v}", "--kind-file", "{bad}"], "is not a JSON object"),
         # a newcomer's block was dropped without a word when --kind was left out
         (["--value-file", "{v}", "--kind-file", "{bad}"], "give --kind"),

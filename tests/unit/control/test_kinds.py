@@ -130,6 +130,17 @@ async def test_hmac_put_and_get(api: httpx.AsyncClient) -> None:
     assert r.json()["sign"]["parts"] == ["timestamp", "method", "path"]
 
 
+async def test_hmac_without_a_sign_block_takes_the_example_scheme_as_a_rules_file_does(
+    api: httpx.AsyncClient,
+) -> None:
+    """A newcomer's PUT without ``sign`` was refused though rules/README.md says it defaults."""
+    await claim(api)
+    r = await cred(api, {"hosts": ["api.test"], "kind": "hmac", "value": SECRET}, name="h0")
+    assert r.status_code == 201, r.text
+    no_secret(r)
+    assert r.json()["sign"]["header"] == "X-Signature"
+
+
 REFUSALS = [
     ("aws-value", aws() | {"value": SECRET}, "value"),
     ("aws-no-block", {"hosts": ["api.test"], "kind": "aws_sigv4"}, "aws_sigv4"),
