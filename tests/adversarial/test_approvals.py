@@ -245,12 +245,15 @@ def test_a_held_upload_is_not_read_into_memory_and_goes_out_whole_once_approved(
     the proxy by about as much. Now the client is back-pressured until the decision."""
     path = f"/send/big{proto[2:]}"
     before = _rss_mib(asked.proxy.proc.pid)  # type: ignore[union-attr]
+    zeros = subprocess.Popen(["head", "-c", str(BIG), "/dev/zero"], stdout=subprocess.PIPE)
     upload = subprocess.Popen(
-        f"head -c {BIG} /dev/zero | curl -sS {proto} --max-time 60 -x '{asked.proxy.url('c1', asked.token)}' "
-        f"--cacert {asked.proxy.ca_pem} -H 'Expect:' -X POST -T - -w '\\n%{{http_code}}' "
-        f"https://api.test:{asked.upstream.port}{path}",
-        shell=True, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+        ["curl", "-sS", proto, "--max-time", "60", "-x", asked.proxy.url("c1", asked.token),
+         "--cacert", str(asked.proxy.ca_pem), "-H", "Expect:", "-X", "POST", "-T", "-",
+         "-w", "\\n%{http_code}", f"https://api.test:{asked.upstream.port}{path}"],
+        stdin=zeros.stdout, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
     )  # fmt: skip
+    assert zeros.stdout is not None
+    zeros.stdout.close()  # curl holds the pipe; head ends when it has written BIG bytes
     record = asked.pending(path)
     time.sleep(3)  # long enough for a loopback client to send all of it, were it read
     grown = _rss_mib(asked.proxy.proc.pid) - before  # type: ignore[union-attr]
@@ -258,6 +261,7 @@ def test_a_held_upload_is_not_read_into_memory_and_goes_out_whole_once_approved(
     assert asked.seen(path) == 0
     assert asked.decide(record["id"], "approve", "once").status_code == 200
     code, body = asked.done(upload)
+    zeros.wait(timeout=30)
     assert code == 200, body
     [got] = [r for r in list(asked.upstream.requests) if r.path == path]
     assert got.body_len == BIG
