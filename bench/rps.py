@@ -53,7 +53,10 @@ def _row(name: str, runs: list[HeyResult], base: tuple[float, float] | None) -> 
     cpu = statistics.median(r.cpu_us_per_req or 0.0 for r in runs)
     ratio = f"  {rps / base[0]:5.2f}× req/s  {cpu / base[1]:5.2f}× CPU" if base else ""
     others = sum(r.others for r in runs)
-    print(f"  {name:<16} {rps:9.0f} req/s  {cpu:8.1f} µs/req{ratio}" + (f"  ({others} non-200)" if others else ""))
+    print(
+        f"  {name:<16} {rps:9.0f} req/s  {cpu:8.1f} µs/req{ratio}"
+        + (f"  ({others} non-200)" if others else "")
+    )
     return rps, cpu
 
 
@@ -74,14 +77,19 @@ def main() -> int:
         stack.callback(mitm.stop)
         proxies = [Surrogate("surrogate", tmp / "wt", rules, ca.ca_pem, proxy_cpu)]
         if args.main:
-            proxies.append(_from_checkout(Surrogate("main", tmp / "main", rules, ca.ca_pem, proxy_cpu), args.main))
+            proxies.append(
+                _from_checkout(Surrogate("main", tmp / "main", rules, ca.ca_pem, proxy_cpu), args.main)
+            )
         targets: list[Target] = [mitm.target()]
         for p in proxies:
             p.start()
             stack.callback(p.stop)
             targets.append(p.target())
         small = f"https://127.0.0.1:{nginx.port}/small"  # mitmdump cannot be told where api.test is
-        urls = {t.name: small if t.name == "mitmdump" else small.replace("127.0.0.1", UPSTREAM_HOST) for t in targets}
+        urls = {
+            t.name: small if t.name == "mitmdump" else small.replace("127.0.0.1", UPSTREAM_HOST)
+            for t in targets
+        }
         bearer = [f"Authorization: Bearer {PLACEHOLDER}"]
         for t in targets:  # leaf certificates, imports, first connections
             hey(t, urls[t.name], 16, 1, bearer, load_cpu)
@@ -91,17 +99,24 @@ def main() -> int:
             order = targets[rnd % len(targets) :] + targets[: rnd % len(targets)]
             for c in CONCURRENCY:
                 for t in order:
-                    runs.setdefault((t.name, c), []).append(hey(t, urls[t.name], c, args.seconds, bearer, load_cpu))
-    print(f"\n{args.rounds} interleaved rounds × {args.seconds:g} s, medians; load average {os.getloadavg()[0]:.2f}")
-    figures = {}
+                    runs.setdefault((t.name, c), []).append(
+                        hey(t, urls[t.name], c, args.seconds, bearer, load_cpu)
+                    )
+    print(
+        f"\n{args.rounds} interleaved rounds × {args.seconds:g} s, medians; "
+        f"load average {os.getloadavg()[0]:.2f}"
+    )
+    figures: dict[tuple[str, int], tuple[float, float]] = {}
     for c in CONCURRENCY:
         print(f"c={c} (ratios against mitmdump)")
         base = _row("mitmdump", runs[("mitmdump", c)], None)
         for t in targets[1:]:
-            figures[(t.name, c)] = _row(t.name, runs[(t.name, c)], base)
-            figures[(t.name, c)] = (figures[(t.name, c)][0] / base[0], figures[(t.name, c)][1] / base[1])
+            rps, cpu = _row(t.name, runs[(t.name, c)], base)
+            figures[(t.name, c)] = (rps / base[0], cpu / base[1])
     rps16, cpu16 = figures[("surrogate", 16)]
-    print(f"target: CPU/request at c=16 ≤ 0.50× mitmdump: {cpu16:.2f}× {'MET' if cpu16 <= 0.5 else 'not met'}")
+    print(
+        f"target: CPU/request at c=16 ≤ 0.50× mitmdump: {cpu16:.2f}× {'MET' if cpu16 <= 0.5 else 'not met'}"
+    )
     print(f"target: req/s at c=16 ≥ 2.00× mitmdump: {rps16:.2f}× {'MET' if rps16 >= 2.0 else 'not met'}")
     if args.main:
         for c in CONCURRENCY:
