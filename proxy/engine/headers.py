@@ -40,9 +40,13 @@ def install() -> None:
 
 
 def _key(name: Any) -> Any:
-    # mitmproxy: _always_bytes(name), then Headers._kconv (.lower()); the same errors for a
-    # name that is neither (TypeError from always_bytes; None passes it and fails on .lower())
-    return name.lower() if type(name) is bytes else _always_bytes(name).lower()
+    # mitmproxy: _always_bytes(name) (str: UTF-8 with surrogateescape), then Headers._kconv
+    # (.lower()); anything else goes through always_bytes for the same errors (TypeError; None
+    # passes it and fails on .lower())
+    t = type(name)
+    if t is str:
+        return name.encode("utf-8", "surrogateescape").lower()
+    return name.lower() if t is bytes else _always_bytes(name).lower()
 
 
 def _get_all(self: http.Headers, name: str | bytes) -> list[str]:
