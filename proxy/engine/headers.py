@@ -49,7 +49,7 @@ def _key(name: Any) -> Any:
     return name.lower() if t is bytes else _always_bytes(name).lower()
 
 
-def _get_all(self: http.Headers, name: str | bytes) -> list[str]:
+def _get_all(self: http.Headers, name: Any) -> list[str]:
     key = _key(name)
     return [_native(v) for k, v in self.fields if k.lower() == key]
 

@@ -53,5 +53,5 @@ def install() -> None:
     """Put the class-based ``disarm`` on mitmproxy's ``TimeoutWatchdog``. Idempotent."""
     if getattr(server.TimeoutWatchdog, _MARK, False):
         return
-    server.TimeoutWatchdog.disarm = _disarm  # type: ignore[assignment]
+    server.TimeoutWatchdog.disarm = _disarm  # type: ignore[method-assign]
     setattr(server.TimeoutWatchdog, _MARK, True)
