@@ -1,0 +1,152 @@
+"""upstreamtls: TLS session resumption toward upstreams (issue 19), only where it stays verified.
+
+Every new sandbox connection made surrogate do a full TLS handshake toward the upstream: key
+exchange plus the certificate chain parsed and verified against the system roots and
+``--upstream-ca``. A resumed handshake (TLS 1.3 PSK with (EC)DHE, RFC 8446 §2.2; a TLS 1.2
+ticket, RFC 5077) skips the certificate: the client trusts it because the session was
+established by a handshake that verified it. So a session is reused only where that earlier
+verification is the one this connection would have made:
+
+- it was obtained from a completed handshake under ``VERIFY_PEER`` whose verify result was
+  ``X509_V_OK`` (a failed or unverified handshake is never stored; ``ssl_insecure`` is never on);
+- its key holds everything that verification depended on: the pyOpenSSL context (mitmproxy
+  caches one per verify mode, trusted CA file and directory, client certificate, TLS versions,
+  ciphers and curve, ``mitmproxy.net.tls.create_proxy_server_context``: another ``--upstream-ca``
+  is another context), the SNI (the name the certificate was checked for, RFC 6125), the
+  connected address and port (the pinned, policy-checked IP), and the ALPN offer;
+- it belongs to one identity: the claim (id, origin, and for a store claim its generation) of
+  the client connection, as identify recorded it. Decided: a session is never shared between
+  claims. A session ticket is a linkable identifier, and an upstream could tell two sandboxes
+  apart by it (or, with a client certificate, take one for the other); a connection whose claim
+  identify does not know gets neither a session nor stores one;
+- the policy in force: a rules reload (a new ``Policy`` object) starts from no sessions;
+- a ticket is used once (RFC 8446 §C.4): taken from the cache when offered; the connection's own
+  new ticket replaces it once its first response head arrived (TLS 1.3 tickets come after the
+  handshake, RFC 8446 §4.6.1) or when it ends; a handshake that fails drops that key's session;
+- at most ``MAX_SESSIONS`` keys (least recently stored dropped first), each at most
+  ``MAX_AGE_SECONDS`` old (OpenSSL also honours the ticket's own lifetime).
+
+Sessions live in process memory only, so a restart (a changed ``--upstream-ca``) starts empty.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import OrderedDict
+from collections.abc import Callable, Hashable
+from dataclasses import dataclass
+
+from mitmproxy import connection, http, tls
+from OpenSSL import SSL
+
+MAX_SESSIONS = 4096
+MAX_AGE_SECONDS = 3600.0
+X509_V_OK = 0
+
+# client connection id -> the identity its upstream sessions are kept under, or None (unknown)
+IdentityOf = Callable[[str], Hashable | None]
+# the rules in force; compared by identity, so a reload starts from no sessions
+PolicyOf = Callable[[], object]
+
+
+@dataclass(slots=True)
+class _Stored:
+    session: SSL.Session
+    policy: object
+    at: float
+
+
+@dataclass(slots=True)
+class _Open:
+    key: tuple[Hashable, ...]
+    policy: object
+    conn: SSL.Connection
+
+
+class UpstreamSessions:
+    """The session cache: :meth:`offer` when tlsconfig made a server connection, :meth:`keep`
+    once its handshake is done and its first response head arrived, :meth:`forget` when it
+    failed."""
+
+    def __init__(self, identity_of: IdentityOf, policy_of: PolicyOf) -> None:
+        self.identity_of = identity_of
+        self.policy_of = policy_of
+        self._cache: OrderedDict[tuple[Hashable, ...], _Stored] = OrderedDict()
+        self._open: dict[str, _Open] = {}  # server connection id -> key, until its session is kept
+        self.offered = 0  # sessions set on a new connection (tests, bench)
+
+    def _key(self, data: tls.TlsData) -> tuple[Hashable, ...] | None:
+        server = data.conn
+        if data.ssl_conn is None or data.is_dtls or server is not data.context.server:
+            return None  # no connection of tlsconfig's, DTLS, or a hop through an upstream proxy
+        assert isinstance(server, connection.Server)
+        if server.sni is None or server.address is None:
+            return None
+        identity = self.identity_of(data.context.client.id)
+        if identity is None:
+            return None
+        return (
+            data.ssl_conn.get_context(),
+            tuple(server.address),
+            server.sni,
+            tuple(server.alpn_offers),
+            identity,
+        )
+
+    def offer(self, data: tls.TlsData) -> None:
+        """``tls_start_server``, after tlsconfig: set the session stored under this connection's
+        key (taking it out of the cache), and remember the key for :meth:`keep`."""
+        key = self._key(data)
+        if key is None:
+            return
+        assert data.ssl_conn is not None
+        policy = self.policy_of()
+        self._open[data.conn.id] = _Open(key, policy, data.ssl_conn)
+        stored = self._cache.pop(key, None)
+        if stored is None or stored.policy is not policy:
+            return
+        if time.monotonic() - stored.at > MAX_AGE_SECONDS:
+            return
+        data.ssl_conn.set_session(stored.session)
+        self.offered += 1
+
+    def keep(self, server_id: str) -> None:
+        """The connection's session into the cache, if its handshake verified the upstream."""
+        opened = self._open.pop(server_id, None)
+        if opened is None:
+            return
+        ssl = opened.conn
+        if opened.policy is not self.policy_of():
+            return
+        # the caller saw the handshake complete; VERIFY_PEER failed it on a bad chain or name, and
+        # the result is checked again here rather than trusted
+        if SSL._lib.SSL_get_verify_result(ssl._ssl) != X509_V_OK:  # type: ignore[attr-defined]
+            return
+        if ssl.get_peer_certificate() is None:
+            return
+        session = ssl.get_session()
+        if session is None:
+            return
+        self._cache[opened.key] = _Stored(session, opened.policy, time.monotonic())
+        self._cache.move_to_end(opened.key)
+        while len(self._cache) > MAX_SESSIONS:
+            self._cache.popitem(last=False)
+
+    def forget(self, server_id: str) -> None:
+        """A failed handshake: nothing from it is kept, and its key's session is dropped."""
+        opened = self._open.pop(server_id, None)
+        if opened is not None:
+            self._cache.pop(opened.key, None)
+
+    # --- the mitmproxy hooks that drive it (called by addons.TlsConfig) ---
+
+    def responseheaders(self, flow: http.HTTPFlow) -> None:
+        if self._open and flow.server_conn.id in self._open and flow.server_conn.tls_established:
+            self.keep(flow.server_conn.id)
+
+    def server_disconnected(self, server: connection.Server) -> None:
+        if server.id in self._open:
+            if server.tls_established and server.error is None:
+                self.keep(server.id)
+            else:
+                self._open.pop(server.id, None)
