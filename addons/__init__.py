@@ -54,7 +54,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from mitmproxy import http, tls
+from mitmproxy import tls
 from mitmproxy.addons import errorcheck, proxyserver, tlsconfig
 from mitmproxy.proxy import server_hooks
 
@@ -116,13 +116,9 @@ class TlsConfig(tlsconfig.TlsConfig):
         if self.sessions is not None:
             self.sessions.forget(tls_start.conn.id)
 
-    def responseheaders(self, flow: http.HTTPFlow) -> None:
-        if self.sessions is not None:
-            self.sessions.responseheaders(flow)
-
     def server_disconnected(self, data: server_hooks.ServerConnectionHookData) -> None:
         if self.sessions is not None:
-            self.sessions.server_disconnected(data.server)
+            self.sessions.closed(data.server)
 
 
 def chain(state: State) -> list[Any]:

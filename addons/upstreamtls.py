@@ -20,9 +20,12 @@ verification is the one this connection would have made:
   apart by it (or, with a client certificate, take one for the other); a connection whose claim
   identify does not know gets neither a session nor stores one;
 - the policy in force: a rules reload (a new ``Policy`` object) starts from no sessions;
-- a ticket is used once (RFC 8446 §C.4): taken from the cache when offered; the connection's own
-  new ticket replaces it once its first response head arrived (TLS 1.3 tickets come after the
-  handshake, RFC 8446 §4.6.1) or when it ends; a handshake that fails drops that key's session;
+- a ticket is used once (RFC 8446 §C.4): taken from the cache when offered (a closed
+  connection's), or, when the cache has none, borrowed once from an open connection of the same
+  key (TLS 1.3 tickets come after the handshake, RFC 8446 §4.6.1: by then it has read its own if
+  the upstream sent one); nothing runs per request; a handshake that fails drops its key's
+  session. OpenSSL itself marks the session of a connection freed without close_notify not
+  resumable, which is kept (such a connection's session falls back to a full handshake);
 - at most ``MAX_SESSIONS`` keys (least recently stored dropped first), each at most
   ``MAX_AGE_SECONDS`` old (OpenSSL also honours the ticket's own lifetime).
 
@@ -36,7 +39,7 @@ from collections import OrderedDict
 from collections.abc import Callable, Hashable
 from dataclasses import dataclass
 
-from mitmproxy import connection, http, tls
+from mitmproxy import connection, tls
 from OpenSSL import SSL
 
 MAX_SESSIONS = 4096
@@ -61,18 +64,23 @@ class _Open:
     key: tuple[Hashable, ...]
     policy: object
     conn: SSL.Connection
+    server: connection.Server
+    lent: bool = False  # its ticket was offered to another connection already
 
 
 class UpstreamSessions:
-    """The session cache: :meth:`offer` when tlsconfig made a server connection, :meth:`keep`
-    once its handshake is done and its first response head arrived, :meth:`forget` when it
-    failed."""
+    """The session cache. tlsconfig calls :meth:`offer` when it made a server connection,
+    :meth:`forget` when its handshake failed, :meth:`closed` when it ended. No hook runs per
+    request: a session is taken from the cache (a closed connection's) or, when there is none,
+    from an open connection of the same key whose handshake verified (its ticket is read by then
+    if it ever came), each ticket once."""
 
     def __init__(self, identity_of: IdentityOf, policy_of: PolicyOf) -> None:
         self.identity_of = identity_of
         self.policy_of = policy_of
         self._cache: OrderedDict[tuple[Hashable, ...], _Stored] = OrderedDict()
-        self._open: dict[str, _Open] = {}  # server connection id -> key, until its session is kept
+        self._open: dict[str, _Open] = {}  # server connection id -> its key, while it is open
+        self._by_key: dict[tuple[Hashable, ...], dict[str, None]] = {}  # key -> open server ids
         self.offered = 0  # sessions set on a new connection (tests, bench)
 
     def _key(self, data: tls.TlsData) -> tuple[Hashable, ...] | None:
@@ -94,38 +102,38 @@ class UpstreamSessions:
         )
 
     def offer(self, data: tls.TlsData) -> None:
-        """``tls_start_server``, after tlsconfig: set the session stored under this connection's
-        key (taking it out of the cache), and remember the key for :meth:`keep`."""
+        """``tls_start_server``, after tlsconfig: set a session of this connection's key (taking
+        it out of the cache, or borrowing an open connection's once), and remember the key."""
         key = self._key(data)
         if key is None:
             return
-        assert data.ssl_conn is not None
+        assert data.ssl_conn is not None and isinstance(data.conn, connection.Server)
         policy = self.policy_of()
-        self._open[data.conn.id] = _Open(key, policy, data.ssl_conn)
-        stored = self._cache.pop(key, None)
-        if stored is None or stored.policy is not policy:
-            return
-        if time.monotonic() - stored.at > MAX_AGE_SECONDS:
-            return
-        data.ssl_conn.set_session(stored.session)
-        self.offered += 1
+        session = self._take(key, policy)
+        self._open[data.conn.id] = _Open(key, policy, data.ssl_conn, data.conn)
+        self._by_key.setdefault(key, {})[data.conn.id] = None
+        if session is not None:
+            data.ssl_conn.set_session(session)
+            self.offered += 1
 
-    def keep(self, server_id: str) -> None:
-        """The connection's session into the cache, if its handshake verified the upstream."""
-        opened = self._open.pop(server_id, None)
-        if opened is None:
+    def _take(self, key: tuple[Hashable, ...], policy: object) -> SSL.Session | None:
+        stored = self._cache.pop(key, None)
+        if stored is not None and stored.policy is policy and time.monotonic() - stored.at <= MAX_AGE_SECONDS:
+            return stored.session
+        for server_id in self._by_key.get(key, ()):
+            opened = self._open[server_id]
+            if not opened.lent and (session := _verified_session(opened, policy)) is not None:
+                opened.lent = True
+                return session
+        return None
+
+    def closed(self, server: connection.Server) -> None:
+        """``server_disconnected``: a verified connection's session into the cache (unless its
+        ticket was lent), least recently stored dropped past ``MAX_SESSIONS``."""
+        opened = self._drop(server.id)
+        if opened is None or opened.lent or server.error is not None:
             return
-        ssl = opened.conn
-        if opened.policy is not self.policy_of():
-            return
-        # the caller saw the handshake complete; VERIFY_PEER failed it on a bad chain or name, and
-        # the result is checked again here rather than trusted
-        if SSL._lib.SSL_get_verify_result(ssl._ssl) != X509_V_OK:  # type: ignore[attr-defined]
-            return
-        if ssl.get_peer_certificate() is None:
-            return
-        session = ssl.get_session()
-        if session is None:
+        if (session := _verified_session(opened, self.policy_of())) is None:
             return
         self._cache[opened.key] = _Stored(session, opened.policy, time.monotonic())
         self._cache.move_to_end(opened.key)
@@ -133,20 +141,31 @@ class UpstreamSessions:
             self._cache.popitem(last=False)
 
     def forget(self, server_id: str) -> None:
-        """A failed handshake: nothing from it is kept, and its key's session is dropped."""
-        opened = self._open.pop(server_id, None)
-        if opened is not None:
+        """``tls_failed_server``: nothing from it is kept, and its key's session is dropped (one
+        another connection of the key stored meanwhile)."""
+        if (opened := self._drop(server_id)) is not None:
             self._cache.pop(opened.key, None)
 
-    # --- the mitmproxy hooks that drive it (called by addons.TlsConfig) ---
+    def _drop(self, server_id: str) -> _Open | None:
+        opened = self._open.pop(server_id, None)
+        if opened is not None:
+            ids = self._by_key[opened.key]
+            del ids[server_id]
+            if not ids:
+                del self._by_key[opened.key]
+        return opened
 
-    def responseheaders(self, flow: http.HTTPFlow) -> None:
-        if self._open and flow.server_conn.id in self._open and flow.server_conn.tls_established:
-            self.keep(flow.server_conn.id)
 
-    def server_disconnected(self, server: connection.Server) -> None:
-        if server.id in self._open:
-            if server.tls_established and server.error is None:
-                self.keep(server.id)
-            else:
-                self._open.pop(server.id, None)
+def _verified_session(opened: _Open, policy: object) -> SSL.Session | None:
+    """The connection's session, if its handshake completed and verified the upstream under
+    the rules still in force."""
+    if opened.policy is not policy or not opened.server.tls_established:
+        return None
+    ssl = opened.conn
+    # VERIFY_PEER failed the handshake on a bad chain or name; the result is checked again here
+    # rather than trusted
+    if SSL._lib.SSL_get_verify_result(ssl._ssl) != X509_V_OK:  # type: ignore[attr-defined]
+        return None
+    if ssl.get_peer_certificate() is None:
+        return None
+    return ssl.get_session()

@@ -6,6 +6,7 @@ and policy (issue 19). The e2e side: tests/e2e/test_upstream_resume.py."""
 from __future__ import annotations
 
 import contextlib
+import time
 from collections.abc import Hashable
 from pathlib import Path
 
@@ -14,7 +15,7 @@ import trustme
 from cryptography import x509
 from cryptography.hazmat.primitives import serialization
 from mitmproxy import connection, tls
-from mitmproxy.proxy import context
+from mitmproxy.proxy import context, server_hooks
 from mitmproxy.test import taddons
 from OpenSSL import SSL
 
@@ -38,11 +39,18 @@ class World:
         self.policy: list[object] = [object()]
         self.sessions = UpstreamSessions(self.identities.get, lambda: self.policy[0])
         self.addon = TlsConfig(self.sessions)
+        self._conns: dict[str, SSL.Connection] = {}  # open ones stay referenced (not freed unshut)
 
     def connect(
-        self, tctx: taddons.context, claim: str | None = "c1", sni: str = "api.test", port: int = 443
-    ) -> tuple[bool, str]:
-        """One upstream handshake, and the ticket read after it; (resumed, the server conn id)."""
+        self,
+        tctx: taddons.context,
+        claim: str | None = "c1",
+        sni: str = "api.test",
+        port: int = 443,
+        close: bool = True,
+    ) -> tuple[bool, connection.Server]:
+        """One upstream handshake, and the ticket read after it; ``close``: then ended (close_notify,
+        ``server_disconnected``). (resumed, the server connection)."""
         client = connection.Client(peername=("127.0.0.1", 1), sockname=("127.0.0.1", 8080), timestamp_start=0)
         self.identities[client.id] = None if claim is None else (claim, "rules", None)
         ctx = context.Context(client, tctx.options)
@@ -65,12 +73,18 @@ class World:
         except SSL.Error:
             self.addon.tls_failed_server(data)
             raise
-        self.sessions.keep(ctx.server.id)
+        ctx.server.timestamp_tls_setup = time.time()  # as mitmproxy's tls layer marks it established
         resumed = bool(SSL._lib.SSL_session_reused(proxy._ssl))  # type: ignore[attr-defined]
+        self._conns[ctx.server.id] = proxy
+        if close:
+            self.close(ctx.server)
+        return resumed, ctx.server
+
+    def close(self, server: connection.Server) -> None:
         # close_notify, as mitmproxy ends a connection: OpenSSL marks the session of one freed
         # without it not resumable (ssl_clear_bad_session)
-        proxy.shutdown()
-        return resumed, ctx.server.id
+        self._conns.pop(server.id).shutdown()
+        self.addon.server_disconnected(server_hooks.ServerConnectionHookData(server, server))  # type: ignore[arg-type]
 
 
 def _pump(src: SSL.Connection, dst: SSL.Connection) -> None:
@@ -100,6 +114,23 @@ def test_the_same_key_resumes_and_each_ticket_is_used_once(world: World) -> None
     with _configured(world) as tctx:
         assert [world.connect(tctx)[0] for _ in range(3)] == [False, True, True]
     assert world.sessions.offered == 2
+
+
+def test_an_open_connection_lends_its_ticket_once(world: World) -> None:
+    """Keep-alive upstream connections: with none closed, a new one borrows an open verified
+    one's session; each open connection's ticket is lent once, and a lent one's is not cached
+    when it closes."""
+    with _configured(world) as tctx:
+        got = [world.connect(tctx, close=False) for _ in range(4)]
+        assert [resumed for resumed, _ in got] == [False, True, True, True]
+        assert world.sessions.offered == 3
+        world.close(got[0][1])  # lent to the second
+        assert world.sessions._cache == {}
+        world.close(got[3][1])  # never lent: cached
+        assert len(world.sessions._cache) == 1
+        assert world.connect(tctx)[0] is True  # from the cache, and its own cached when it closed
+        world.close(got[1][1])
+        world.close(got[2][1])
 
 
 @pytest.mark.parametrize(
