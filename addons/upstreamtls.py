@@ -80,7 +80,8 @@ class UpstreamSessions:
         self.policy_of = policy_of
         self._cache: OrderedDict[tuple[Hashable, ...], _Stored] = OrderedDict()
         self._open: dict[str, _Open] = {}  # server connection id -> its key, while it is open
-        self._by_key: dict[tuple[Hashable, ...], dict[str, None]] = {}  # key -> open server ids
+        # key -> open server ids whose ticket was not lent yet
+        self._by_key: dict[tuple[Hashable, ...], dict[str, None]] = {}
         self.offered = 0  # sessions set on a new connection (tests, bench)
 
     def _key(self, data: tls.TlsData) -> tuple[Hashable, ...] | None:
@@ -121,9 +122,9 @@ class UpstreamSessions:
         if stored is not None and stored.policy is policy and time.monotonic() - stored.at <= MAX_AGE_SECONDS:
             return stored.session
         for server_id in self._by_key.get(key, ()):
-            opened = self._open[server_id]
-            if not opened.lent and (session := _verified_session(opened, policy)) is not None:
-                opened.lent = True
+            if (session := _verified_session(self._open[server_id], policy)) is not None:
+                self._open[server_id].lent = True
+                self._unindex(key, server_id)  # lent once: never a candidate again
                 return session
         return None
 
@@ -149,11 +150,15 @@ class UpstreamSessions:
     def _drop(self, server_id: str) -> _Open | None:
         opened = self._open.pop(server_id, None)
         if opened is not None:
-            ids = self._by_key[opened.key]
-            del ids[server_id]
-            if not ids:
-                del self._by_key[opened.key]
+            self._unindex(opened.key, server_id)
         return opened
+
+    def _unindex(self, key: tuple[Hashable, ...], server_id: str) -> None:
+        ids = self._by_key.get(key)
+        if ids is not None:
+            ids.pop(server_id, None)
+            if not ids:
+                del self._by_key[key]
 
 
 def _verified_session(opened: _Open, policy: object) -> SSL.Session | None:

@@ -131,6 +131,7 @@ def test_an_open_connection_lends_its_ticket_once(world: World) -> None:
         assert world.connect(tctx)[0] is True  # from the cache, and its own cached when it closed
         world.close(got[1][1])
         world.close(got[2][1])
+    assert world.sessions._open == {} and world.sessions._by_key == {}  # nothing left per connection
 
 
 @pytest.mark.parametrize(
