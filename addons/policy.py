@@ -11,7 +11,9 @@
 - The request target's own authority (an absolute-form ``GET https://other.test/x``, RFC 9112
   §3.2.2, or HTTP/2's ``:authority``) and every Host header field are names too: inside a tunnel
   each must be the tunnel's host, else 421 (never "decided for one host, read as another"). An
-  agreeing absolute-form target is forwarded in origin form, so the upstream has one reading.
+  agreeing absolute-form target is forwarded in origin form, so the upstream has one reading,
+  with the decided authority as its Host field when the request sent none (RFC 9112 §3.2.2;
+  review r-h2auth: it reached the upstream with no Host at all, the secret swapped in).
 - Plain-HTTP proxy requests (absolute-form) are decided on their URL and Host header.
 """
 
@@ -137,6 +139,8 @@ class Policy:
                 )
         if req.data.authority and not req.is_http2:
             req.data.authority = b""  # absolute form, agreeing: the upstream gets the origin form
+            if "Host header" not in names:  # ...and the target's authority as its Host (RFC 9112 §3.2.2)
+                req.headers.insert(0, "Host", _hostport(host, port, req.scheme))
         # the setter also rewrites the Host header (and costs a header pass): skip it when both
         # already spell the canonical name
         header = req.host_header or ""
@@ -160,6 +164,13 @@ class Policy:
             return ambiguous
         scheme = "https" if req.scheme == "https" else "http"  # as it reached us, and will leave
         return decide_request(pool, host, port, method, path, intercepted_only=in_tunnel, scheme=scheme)
+
+
+def _hostport(host: str, port: int, scheme: str) -> str:
+    """``host[:port]`` as a Host field spells it (RFC 9110 §7.2): brackets around an IPv6
+    literal, no port when it is the scheme's default."""
+    name = f"[{host}]" if ":" in host else host
+    return name if port == {"https": 443, "http": 80}.get(scheme) else f"{name}:{port}"
 
 
 def _names(req: http.Request, sni: str | None) -> dict[str, str]:
