@@ -141,11 +141,19 @@ class Policy:
             req.data.authority = b""  # absolute form, agreeing: the upstream gets the origin form
             if "Host header" not in names:  # ...and the target's authority as its Host (RFC 9112 §3.2.2)
                 req.headers.insert(0, "Host", _hostport(host, port, req.scheme))
-        # the setter also rewrites the Host header (and costs a header pass): skip it when both
-        # already spell the canonical name
+        # rewriting costs a header pass: skip it when both already spell the canonical name
+        name = f"[{host}]" if ":" in host else host
         header = req.host_header or ""
-        if req.host != host or header not in (host, f"{host}:{port}"):
-            req.host = host  # the canonical, checked name (resolve connects it to the checked address)
+        if req.host != host or header not in (name, f"{name}:{port}"):
+            # the canonical, checked name (resolve connects it to the checked address) in every
+            # field that names it; not mitmproxy's ``host`` setter, which writes an IPv6 literal
+            # without its brackets (``Host: ::1:8443``, RFC 9110 §7.2: ``[::1]:8443``)
+            req.data.host = host
+            value = _hostport(host, port, req.scheme)
+            if "Host" in req.headers:
+                req.headers["Host"] = value
+            if req.data.authority:
+                req.data.authority = value.encode()
         flow.metadata[facts.HOST] = host
         # Inside a tunnel we terminated TLS for, only intercepting rules may allow a request: a
         # later `intercept: false` rule must not approve what the intercepting rule refused.
