@@ -207,3 +207,31 @@ def test_http2_scheme_http_inside_tls_still_goes_over_tls_under_the_tunnels_host
     status, what = _h2(world, "api.test", headers)
     assert status == b"200", what
     assert _hosts(world, "/v1/h2-scheme-http") == [[f"api.test:{port}"]]
+
+
+@pytest.mark.parametrize(
+    ("connect", "bound"), [("api.test", True), ("other.test", False)], ids=["bound", "unbound"]
+)
+def test_a_placeholder_in_a_header_block_split_over_continuation_frames_is_seen(
+    world: World, connect: str, bound: bool
+) -> None:
+    """A header block larger than one frame (16 KiB) goes as HEADERS + CONTINUATION; the
+    placeholder straddles the frame boundary. Toward its bound host it is swapped, toward another
+    host it is a violation, as in one frame."""
+    port = world.upstream.port
+    path = f"/v1/h2-continuation-{connect}"
+    pad = "p" * (16384 - 40)
+    headers = [
+        (b":method", b"GET"), (b":scheme", b"https"), (b":authority", f"{connect}:{port}".encode()),
+        (b":path", path.encode()), (b"authorization", f"Bearer {pad} {world.placeholder} {pad}".encode()),
+    ]  # fmt: skip
+    status, what = _h2(world, connect, headers)
+    if bound:
+        assert status == b"200", what
+        got = [
+            v for r in world.upstream.requests if r.path == path for k, v in r.headers if k == "authorization"
+        ]
+        assert got == [f"Bearer {pad} {world.secret} {pad}"]
+    else:
+        assert status == b"403" and "placeholder_violation" in what, (status, what)
+        assert _hosts(world, path) == []
