@@ -126,6 +126,11 @@ H2_NAMES: list[tuple[list[tuple[str, str]], str | None, str]] = [
     ([(":authority", "API.TEST:{port}")], "api.test:{port}", "authority-upper-case"),
     ([(":authority", "api.test.:{port}")], "api.test:{port}", "authority-trailing-dot"),
     ([("host", "Api.Test.:{port}")], "api.test:{port}", "host-field-only-spelled"),
+    (
+        [(":authority", "API.TEST.:{port}"), ("host", "API.TEST.:{port}")],
+        "api.test:{port}",
+        "host-same-bytes-spelled",
+    ),
     ([(":authority", "api.test:443")], None, "authority-another-port"),
     ([(":authority", "a@api.test:{port}")], None, "authority-userinfo"),
     ([(":authority", "api.test:{port}"), ("host", "API.TEST:{port}")], None, "host-beside-authority-case"),
