@@ -12,8 +12,9 @@
   §3.2.2, or HTTP/2's ``:authority``) and every Host header field are names too: inside a tunnel
   each must be the tunnel's host, else 421 (never "decided for one host, read as another"). An
   agreeing absolute-form target is forwarded in origin form, so the upstream has one reading,
-  with the decided authority as its Host field when the request sent none (RFC 9112 §3.2.2;
-  review r-h2auth: it reached the upstream with no Host at all, the secret swapped in).
+  with the decided authority as its Host field in place of any it sent (RFC 9112 §3.2.2;
+  review r-h2auth: without one it reached the upstream with no Host at all, the secret
+  swapped in).
 - Plain-HTTP proxy requests (absolute-form) are decided on their URL and Host header.
 """
 
@@ -139,7 +140,10 @@ class Policy:
                 )
         if req.data.authority and not req.is_http2:
             req.data.authority = b""  # absolute form, agreeing: the upstream gets the origin form
-            if "Host header" not in names:  # ...and the target's authority as its Host (RFC 9112 §3.2.2)
+            # ...and the target's authority as its Host, in place of any sent (RFC 9112 §3.2.2)
+            if "Host header" in names:
+                req.headers["Host"] = _hostport(host, port, req.scheme)
+            else:
                 req.headers.insert(0, "Host", _hostport(host, port, req.scheme))
         # rewriting costs a header pass: skip it when both already spell the canonical name
         name = f"[{host}]" if ":" in host else host

@@ -38,25 +38,28 @@ def _secret_reached(world: World, path: str) -> bool:
     return any(world.secret in v for r in world.upstream.requests if r.path == path for _, v in r.headers)
 
 
-# -- HTTP/1 absolute form without a Host header ------------------------------------------------
+# -- HTTP/1 absolute form: without a Host header, or one without the port ----------------------
 
 ABSOLUTE_NO_HOST = [
     ("HTTP/1.1", "https://api.test:{port}/v1/abs-nohost-11", "api.test:{port}", "http11"),
     ("HTTP/1.1", "https://API.Test.:{port}/v1/abs-nohost-spelled", "api.test:{port}", "http11-spelled"),
     ("HTTP/1.0", "https://api.test:{port}/v1/abs-nohost-10", "api.test:{port}", "http10"),
+    ("HTTP/1.1", "https://api.test:{port}/v1/abs-host-no-port", "api.test:{port}", "host-without-port"),
 ]
 
 
 @pytest.mark.parametrize(
     ("version", "target", "host"), [r[:3] for r in ABSOLUTE_NO_HOST], ids=[r[3] for r in ABSOLUTE_NO_HOST]
 )
-def test_an_absolute_form_request_without_host_reaches_the_upstream_with_the_decided_host(
+def test_an_absolute_form_request_reaches_the_upstream_with_its_target_as_host(
     world: World, version: str, target: str, host: str
 ) -> None:
     port = world.upstream.port
     target, host = target.format(port=port), host.format(port=port)
     path = "/" + target.split("/", 3)[3]
-    head = f"GET {target} {version}\r\nAuthorization: Bearer {world.placeholder}\r\nConnection: close\r\n\r\n"
+    sent = "Host: api.test\r\n" if "no-port" in target else ""  # the target's port replaces it
+    auth = f"Authorization: Bearer {world.placeholder}\r\n"
+    head = f"GET {target} {version}\r\n{sent}{auth}Connection: close\r\n\r\n"
     data = world.tunnel_request(head.encode(), host="api.test")
     assert status_line(data) == b"200", data[:300]
     assert _hosts(world, path) == [[host]]
