@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import contextlib
-import io
 import re
 import secrets
 import shutil
@@ -16,6 +14,7 @@ from pathlib import Path
 import canary
 import pytest
 from harness import ROOT, free_port
+from inprocess import surrogate as in_process
 from world import Stage, claim, egress, rules
 
 pytestmark = pytest.mark.e2e
@@ -30,17 +29,6 @@ def surrogate(*args: str, cwd: Path = ROOT) -> subprocess.CompletedProcess[str]:
         timeout=60,
         check=False,
     )
-
-
-def _main(*args: str) -> subprocess.CompletedProcess[str]:
-    """``surrogate ARGS`` through :func:`proxy.cli.main.main` in this process, its exit status and
-    what it printed, shaped as :func:`surrogate`'s answer."""
-    from proxy.cli.main import main
-
-    out, err = io.StringIO(), io.StringIO()
-    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
-        code = main(list(args))
-    return subprocess.CompletedProcess(["surrogate", *args], code, out.getvalue(), err.getvalue())
 
 
 def test_run_refuses_a_bad_rules_file_with_file_line_and_field(tmp_path: Path) -> None:
@@ -217,9 +205,9 @@ def test_creds_on_a_rules_file_claim_say_where_its_credentials_belong(tmp_path: 
         ]
         for i, argv in enumerate(commands):
             # the first as the process an operator runs (its exit status); the rest through the
-            # same main() in this process: the same parser, client and error path, 7 interpreter
-            # starts fewer (each imports mitmproxy; 8 starts were most of the test's 13 s serial)
-            run = surrogate if i == 0 else _main
+            # same main() in this process (tests/inprocess.py): the same parser, client and error
+            # path, 7 interpreter starts fewer (8 starts were most of the test's 13 s serial)
+            run = surrogate if i == 0 else in_process
             done = run(*argv, "--state-dir", str(state))
             assert done.returncode == 1, (argv, done.stdout, done.stderr)
             assert done.stderr.startswith(
