@@ -93,7 +93,8 @@ def _store_seconds(session: pytest.Session) -> None:
     """Keep this run's module seconds for the next run's order (a run that selected only some of a
     module's tests, or stopped early, measured less than the module takes: not kept)."""
     option = session.config.option
-    if not _module_seconds or option.keyword or option.markexpr or session.shouldstop \
+    some_tests = any("::" in arg for arg in session.config.args)  # node ids: part of a module
+    if not _module_seconds or some_tests or option.keyword or option.markexpr or session.shouldstop \
             or session.shouldfail or getattr(option, "lf", False):  # fmt: skip
         return
     cache = getattr(session.config, "cache", None)
