@@ -27,7 +27,10 @@ verification is the one this connection would have made:
   session. OpenSSL itself marks the session of a connection freed without close_notify not
   resumable, which is kept (such a connection's session falls back to a full handshake);
 - at most ``MAX_SESSIONS`` keys (least recently stored dropped first), each at most
-  ``MAX_AGE_SECONDS`` old (OpenSSL also honours the ticket's own lifetime).
+  ``MAX_AGE_SECONDS`` old counted from its handshake, cached or lent from an open connection
+  (OpenSSL also honours the ticket's own lifetime), and each at most ``MAX_SESSION_BYTES``
+  serialized (a hostile upstream chooses its ticket and certificate sizes); a failed handshake
+  also stops the key's open connections lending or caching theirs (review r-perf).
 
 Sessions live in process memory only, so a restart (a changed ``--upstream-ca``) starts empty.
 """
@@ -43,7 +46,8 @@ from mitmproxy import connection, tls
 from OpenSSL import SSL
 
 MAX_SESSIONS = 4096
-MAX_AGE_SECONDS = 3600.0
+MAX_AGE_SECONDS = 3600.0  # from the handshake that made the session (a resumed one: its own)
+MAX_SESSION_BYTES = 16384  # serialized (ticket, leaf certificate, secrets); ordinary ones ~1-5 KiB
 X509_V_OK = 0
 
 # client connection id -> the identity its upstream sessions are kept under, or None (unknown)
@@ -65,6 +69,7 @@ class _Open:
     policy: object
     conn: SSL.Connection
     server: connection.Server
+    at: float  # when it started (time.monotonic): its session is at most this old
     lent: bool = False  # its ticket was offered to another connection already
 
 
@@ -111,7 +116,7 @@ class UpstreamSessions:
         assert data.ssl_conn is not None and isinstance(data.conn, connection.Server)
         policy = self.policy_of()
         session = self._take(key, policy)
-        self._open[data.conn.id] = _Open(key, policy, data.ssl_conn, data.conn)
+        self._open[data.conn.id] = _Open(key, policy, data.ssl_conn, data.conn, time.monotonic())
         self._by_key.setdefault(key, {})[data.conn.id] = None
         if session is not None:
             data.ssl_conn.set_session(session)
@@ -119,7 +124,7 @@ class UpstreamSessions:
 
     def _take(self, key: tuple[Hashable, ...], policy: object) -> SSL.Session | None:
         stored = self._cache.pop(key, None)
-        if stored is not None and stored.policy is policy and time.monotonic() - stored.at <= MAX_AGE_SECONDS:
+        if stored is not None and stored.policy is policy and _young(stored.at):
             return stored.session
         for server_id in self._by_key.get(key, ()):
             if (session := _verified_session(self._open[server_id], policy)) is not None:
@@ -136,16 +141,19 @@ class UpstreamSessions:
             return
         if (session := _verified_session(opened, self.policy_of())) is None:
             return
-        self._cache[opened.key] = _Stored(session, opened.policy, time.monotonic())
+        self._cache[opened.key] = _Stored(session, opened.policy, opened.at)  # its age, not now
         self._cache.move_to_end(opened.key)
         while len(self._cache) > MAX_SESSIONS:
             self._cache.popitem(last=False)
 
     def forget(self, server_id: str) -> None:
-        """``tls_failed_server``: nothing from it is kept, and its key's session is dropped (one
-        another connection of the key stored meanwhile)."""
+        """``tls_failed_server``: nothing from it is kept, and its key's sessions are dropped: the
+        cached one, and those of the key's open connections (none of them lends or caches its
+        session afterwards: the next connection of the key verifies the upstream again)."""
         if (opened := self._drop(server_id)) is not None:
             self._cache.pop(opened.key, None)
+            for other in self._by_key.pop(opened.key, {}):
+                self._open[other].lent = True
 
     def _drop(self, server_id: str) -> _Open | None:
         opened = self._open.pop(server_id, None)
@@ -164,7 +172,7 @@ class UpstreamSessions:
 def _verified_session(opened: _Open, policy: object) -> SSL.Session | None:
     """The connection's session, if its handshake completed and verified the upstream under
     the rules still in force."""
-    if opened.policy is not policy or not opened.server.tls_established:
+    if opened.policy is not policy or not opened.server.tls_established or not _young(opened.at):
         return None
     ssl = opened.conn
     # VERIFY_PEER failed the handshake on a bad chain or name; the result is checked again here
@@ -173,4 +181,13 @@ def _verified_session(opened: _Open, policy: object) -> SSL.Session | None:
         return None
     if ssl.get_peer_certificate() is None:
         return None
-    return ssl.get_session()
+    session = ssl.get_session()
+    # a hostile upstream's certificate and ticket are its choice: past MAX_SESSION_BYTES (as
+    # serialized, RFC 8446 §4.6.1 allows a 64 KiB ticket) the session is not kept
+    if session is None or SSL._lib.i2d_SSL_SESSION(session._session, SSL._ffi.NULL) > MAX_SESSION_BYTES:  # type: ignore[attr-defined]
+        return None
+    return session
+
+
+def _young(at: float) -> bool:
+    return time.monotonic() - at <= MAX_AGE_SECONDS

@@ -51,6 +51,12 @@ class World:
     ) -> tuple[bool, connection.Server]:
         """One upstream handshake, and the ticket read after it; ``close``: then ended (close_notify,
         ``server_disconnected``). (resumed, the server connection)."""
+        return self.finish(tctx, self.start(tctx, claim, sni, port), close)
+
+    def start(
+        self, tctx: taddons.context, claim: str | None = "c1", sni: str = "api.test", port: int = 443
+    ) -> tls.TlsData:
+        """``tls_start_server`` only: connections started together, as parallel ones are."""
         client = connection.Client(peername=("127.0.0.1", 1), sockname=("127.0.0.1", 8080), timestamp_start=0)
         self.identities[client.id] = None if claim is None else (claim, "rules", None)
         ctx = context.Context(client, tctx.options)
@@ -58,6 +64,13 @@ class World:
         ctx.server.sni = sni
         data = tls.TlsData(ctx.server, ctx)
         self.addon.tls_start_server(data)
+        return data
+
+    def finish(
+        self, tctx: taddons.context, data: tls.TlsData, close: bool = True
+    ) -> tuple[bool, connection.Server]:
+        """The handshake of a started connection (``connect``)."""
+        ctx = data.context
         proxy = data.ssl_conn
         assert proxy is not None
         upstream = SSL.Connection(self.server_ctx)
@@ -204,3 +217,65 @@ def test_a_failed_verification_keeps_nothing_under_the_same_key(world: World) ->
         assert world.sessions._open == {} and world.sessions._cache == {}
         world.server_ctx = good
         assert [world.connect(tctx)[0] for _ in range(2)] == [False, True]
+
+
+def _bad_context() -> SSL.Context:
+    other = trustme.CA().issue_cert("api.test")
+    bad = SSL.Context(SSL.TLS_SERVER_METHOD)
+    bad.use_certificate(x509.load_pem_x509_certificate(other.cert_chain_pems[0].bytes()))
+    bad.use_privatekey(serialization.load_pem_private_key(other.private_key_pem.bytes(), None))  # type: ignore[arg-type]
+    return bad
+
+
+def test_a_failed_verification_leaves_no_open_connection_lending_under_its_key(world: World) -> None:
+    """Review r-perf: a failed handshake dropped its key's cached session, but open verified
+    connections of the same key still lent theirs, so the next connection resumed past the
+    verification that just failed. Now none of the key's open connections lends any more."""
+    good = world.server_ctx
+    with _configured(world) as tctx:
+        started = [world.start(tctx) for _ in range(3)]  # parallel: three full handshakes
+        opened = [world.finish(tctx, data, close=False) for data in started]
+        assert [resumed for resumed, _ in opened] == [False, False, False]
+        world.server_ctx = _bad_context()
+        with pytest.raises(SSL.Error):
+            world.connect(tctx)  # borrowed one's ticket; the upstream's certificate no longer verifies
+        world.server_ctx = good
+        assert world.connect(tctx)[0] is False  # nothing lent after the failure
+        for _, server in opened:
+            world.close(server)  # their sessions predate the failure: not cached either
+        assert len(world.sessions._cache) == 1  # the one verified after the failure
+        assert world.connect(tctx)[0] is True
+
+
+def test_an_open_connection_older_than_the_age_limit_lends_nothing(
+    world: World, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Review r-perf: ``MAX_AGE_SECONDS`` bounded only cached sessions; a long-lived open
+    connection lent a session of any age."""
+    monkeypatch.setattr("addons.upstreamtls.MAX_AGE_SECONDS", 0.2)
+    with _configured(world) as tctx:
+        old = world.connect(tctx, close=False)
+        time.sleep(0.3)
+        assert world.connect(tctx, close=False)[0] is False
+        world.close(old[1])
+        assert world.sessions._cache == {}  # too old to cache as well
+
+
+def test_a_huge_session_from_a_hostile_upstream_is_not_kept(world: World, tmp_path: Path) -> None:
+    """Review r-perf: a hostile upstream's session (its certificate, its ticket) was kept at any
+    size, up to ``MAX_SESSIONS`` of them. One past ``MAX_SESSION_BYTES`` is neither cached nor
+    lent: a full handshake each time."""
+    authority = trustme.CA()
+    authority.cert_pem.write_to_path(str(world.ca_pem))
+    names = ["api.test"] + [f"n{i:05d}-{'x' * 40}.other.test" for i in range(600)]
+    big = authority.issue_cert(*names)
+    ctx = SSL.Context(SSL.TLS_SERVER_METHOD)
+    ctx.use_certificate(x509.load_pem_x509_certificate(big.cert_chain_pems[0].bytes()))
+    ctx.use_privatekey(serialization.load_pem_private_key(big.private_key_pem.bytes(), None))  # type: ignore[arg-type]
+    world.server_ctx = ctx
+    with _configured(world) as tctx:
+        open_one = world.connect(tctx, close=False)
+        assert world.connect(tctx, close=False)[0] is False  # not lent
+        world.close(open_one[1])
+        assert world.sessions._cache == {}  # not cached
+        assert world.connect(tctx)[0] is False
