@@ -48,7 +48,8 @@ def _tunnel(w: World) -> ssl.SSLSocket:
     raw = socket.create_connection(("127.0.0.1", w.proxy.port), timeout=20)
     target = f"api.test:{w.upstream.port}"
     auth = base64.b64encode(f"c1:{w.token}".encode()).decode()
-    raw.sendall(f"CONNECT {target} HTTP/1.1\r\nHost: {target}\r\nProxy-Authorization: Basic {auth}\r\n\r\n".encode())
+    head = f"CONNECT {target} HTTP/1.1\r\nHost: {target}\r\nProxy-Authorization: Basic {auth}\r\n\r\n"
+    raw.sendall(head.encode())
     assert _head(raw).startswith(b"HTTP/1.1 200")
     tls = ssl.create_default_context(cafile=str(w.proxy.ca_pem)).wrap_socket(raw, server_hostname="api.test")
     return tls
@@ -90,7 +91,8 @@ def test_a_request_held_past_the_idle_timeout_is_answered_and_the_idle_connectio
 ) -> None:
     with _tunnel(world) as s:
         port = world.upstream.port
-        s.sendall(f"POST /echo/held HTTP/1.1\r\nHost: api.test:{port}\r\nContent-Length: 2\r\n\r\n{{}}".encode())
+        request = f"POST /echo/held HTTP/1.1\r\nHost: api.test:{port}\r\nContent-Length: 2\r\n\r\n{{}}"
+        s.sendall(request.encode())
         approval = _pending(world)
         time.sleep(IDLE_TIMEOUT * 2)  # held, the client silent: no byte either way
         with control(world.proxy) as api:
