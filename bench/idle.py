@@ -13,8 +13,8 @@ here runs with ``--header-timeout 900`` (and pools allow 100,000 connections: be
 Run alone: ``python bench/idle.py --tunnels 1000 10000``.
 
 ``--heap`` adds a third proxy, surrogate run under tracemalloc (bench/tracemem.py, one frame),
-probed at idle and with every tunnel held: per tunnel, the Python heap (what tracemalloc traces)
-beside the RSS (less tracemalloc's own overhead), so the rest is C: OpenSSL and glibc's malloc
+probed at idle and with every tunnel held: per tunnel, the Python heap (what tracemalloc traces,
+in that run) beside the plain surrogate's RSS, so the rest is C: OpenSSL and glibc's malloc
 overhead (its free chunks per tunnel shown apart, and what ``malloc_trim`` would hand back), and
 the objects gc tracks that grew most, per tunnel.
 """
