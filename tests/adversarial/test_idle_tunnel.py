@@ -9,6 +9,7 @@ hosts are held idle at once, interleaved, then each sends one request."""
 from __future__ import annotations
 
 import contextlib
+import socket
 import ssl
 import time
 from collections.abc import Iterator
@@ -94,3 +95,36 @@ def test_a_request_after_idling_is_still_refused_by_policy_and_authority(world: 
     assert status_line(post) == b"403", post[:300]
     assert status_line(evil) == b"421" and b"authority_mismatch" in evil, evil[:300]
     assert world.paths("/v1/idle-post") == [] and world.paths("/v1/idle-evil") == []
+
+
+def _tunnel(world: World, ctx: ssl.SSLContext, session: ssl.SSLSession | None) -> ssl.SSLSocket:
+    port = world.upstream.port
+    raw = socket.create_connection(("127.0.0.1", world.proxy.port), timeout=20)
+    raw.sendall(
+        f"CONNECT api.test:{port} HTTP/1.1\r\nHost: api.test:{port}\r\n"
+        f"Proxy-Authorization: {world.proxy_auth()}\r\n\r\n".encode()
+    )
+    assert raw.recv(4096).startswith(b"HTTP/1.1 200")
+    return ctx.wrap_socket(raw, server_hostname="api.test", session=session)
+
+
+def test_a_client_resumes_its_tls_session_on_the_next_tunnel_after_idling(world: World) -> None:
+    """TLS 1.3 resumption toward the client (RFC 8446 §2.2) still works with the shared leaf and
+    key, after the first tunnel idled: the next tunnel offers its ticket and is resumed, and its
+    request is served as the first's."""
+    port = world.upstream.port
+    head = (
+        f"GET /v1/idle-resume HTTP/1.1\r\nHost: api.test:{port}\r\n"
+        f"Authorization: Bearer {world.placeholder}\r\nConnection: close\r\n\r\n"
+    )
+    ctx = ssl.create_default_context(cafile=str(world.proxy.ca_pem))  # a session resumes in its context
+    ctx.set_alpn_protocols(["http/1.1"])
+    with _tunnel(world, ctx, None) as first:
+        time.sleep(IDLE_S)
+        assert status_line(_send(world, first, head)) == b"200"  # reading the response reads the ticket
+        session = first.session
+    assert session is not None
+    with _tunnel(world, ctx, session) as second:
+        assert second.session_reused
+        assert status_line(_send(world, second, head)) == b"200"
+    assert len(world.paths("/v1/idle-resume")) == 2
