@@ -260,7 +260,8 @@ def main() -> int:
         url = f"https://{UPSTREAM_HOST}:{nginx.port}/small"
         proxies: dict[int, Proxy] = {}
         for n in WORKERS:
-            s = Surrogate(f"surrogate-{n}w", tmp / f"w{n}", rules, ca.ca_pem, None, workers=n).start()
+            s = Surrogate(f"surrogate-{n}w", tmp / f"w{n}", rules, ca.ca_pem, None, workers=n)
+            s.process.start(timeout=90)  # a busy shared machine starts Python slowly
             stack.callback(s.stop)
             proxies[n] = Proxy(n, s)
         time.sleep(1.0)  # the second worker's listener

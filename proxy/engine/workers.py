@@ -324,11 +324,14 @@ def pipe_reader(fd: int, coalesce: float | None = None) -> Callable[[], Awaitabl
     until the pipe is readable, then ``coalesce`` seconds more, then returns everything in it.
 
     Decided (issue 19): the supervisor shares the cores with the workers, and woken once per
-    audit line (an epoll wake-up, a read, a write and a flush per request) it took about 90 µs
-    of CPU per request, measured with bench/workers.py. Waiting ``coalesce`` (5 ms) after the
-    pipe becomes readable, with the pipe out of the event loop meanwhile, turns that into one
-    wake-up, one read and one write per batch; an audit line reaches the file at most that much
-    later. The pipe (64 KiB) does not fill in 5 ms: a worker writes well under 1 MB/s of lines."""
+    audit line (an epoll wake-up, a read, a write and a flush per request) it took 70-90 µs of
+    CPU per request at c=64 (bench/workers.py, a busy shared machine), and 39-42 µs per line
+    with two writers of 1,500 lines/s of 1 KB each and nothing else. Waiting ``coalesce`` (5 ms)
+    after the pipe becomes readable, with the pipe out of the event loop meanwhile, turns that
+    into one wake-up, one read and one write per batch (measured so: 24-31 µs per line; reading
+    at once without the wait cost more than before, 49-56 µs, for the reader added and removed
+    per read). An audit line reaches the file at most that much later. The pipe (64 KiB) does
+    not fill in 5 ms: a worker writes well under 1 MB/s of lines."""
     loop = asyncio.get_running_loop()
     os.set_blocking(fd, False)
     wait = COALESCE_SECONDS if coalesce is None else coalesce
