@@ -49,6 +49,13 @@ from upstreams import BenchCA, Nginx  # noqa: E402
 WORKERS = (1, 2)
 
 
+def machine_busy() -> float:
+    """CPU seconds every process of the machine has used so far (/proc/stat's first line: all
+    but idle and iowait)."""
+    fields = [int(x) for x in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]]
+    return (sum(fields[:8]) - fields[3] - fields[4]) / CLK_TCK
+
+
 def children(pid: int) -> list[int]:
     """The direct children of ``pid`` (every thread's /proc children list)."""
     found: list[int] = []
@@ -91,6 +98,7 @@ class Run:
     supervisor_cpu: float
     nginx_cpu: float
     hey_cpu: float
+    machine_cpu: float  # every process of the machine, ours and others'
 
     def cores(self, cpu: float) -> float:
         return cpu / self.seconds
@@ -146,12 +154,14 @@ def one_run(p: Proxy, nginx: Nginx, url: str, c: int, seconds: float) -> Run:
     s0 = cpu_seconds(sup) if p.n > 1 else 0.0
     n0 = sum(cpu_seconds(x) for x in ng)
     r0 = resource.getrusage(resource.RUSAGE_CHILDREN)
+    m0 = machine_busy()
     t0 = time.monotonic()
     hey = subprocess.Popen(cmd, stdout=subprocess.PIPE, text=True)
     time.sleep(seconds / 2)  # hey holds its c connections for the whole run: the kernel's spread
     conns = {w: client_connections(w, p.surrogate.process.port) for w in workers}
     out, _ = hey.communicate()
     wall = time.monotonic() - t0
+    m1 = machine_busy()
     if hey.returncode != 0:
         raise RuntimeError(f"hey exited {hey.returncode}")
     r1 = resource.getrusage(resource.RUSAGE_CHILDREN)
@@ -172,6 +182,7 @@ def one_run(p: Proxy, nginx: Nginx, url: str, c: int, seconds: float) -> Run:
         supervisor_cpu=s1 - s0,
         nginx_cpu=n1 - n0,
         hey_cpu=(r1.ru_utime + r1.ru_stime) - (r0.ru_utime + r0.ru_stime),
+        machine_cpu=m1 - m0,
     )
 
 
@@ -222,6 +233,13 @@ def report(proxies: dict[int, Proxy], concurrencies: tuple[int, ...], ncpu: int)
                 f"  2w run: requests per worker {split} ({[f'{s / total:.0%}' for s in split]}), "
                 f"client connections per worker {list(r.worker_connections.values())}, "
                 f"cores per worker {per_cpu}"
+            )
+        for name, runs in (("1w", a), ("2w", b)):
+            ours = [r.hey_cpu + r.nginx_cpu + r.supervisor_cpu + sum(r.worker_cpu.values()) for r in runs]
+            foreign = _med([max(r.machine_cpu - o, 0.0) / r.seconds for r, o in zip(runs, ours, strict=True)])
+            print(
+                f"  {name}: processes outside this bench took {foreign:.2f} of {ncpu} cores"
+                + (" — a busy machine: not a quiet-machine ratio" if foreign > 0.2 else "")
             )
         # the bound: what the 2 workers could do with every core the others leave them
         others = _med([r.cores(r.hey_cpu + r.nginx_cpu + r.supervisor_cpu) for r in b])
