@@ -130,10 +130,11 @@ async def test_lines_that_come_while_the_relay_waits_go_out_in_one_batch_chained
     async def write(fd: int) -> None:
         for i in range(1, 41):
             os.write(fd, json.dumps({"event": "request", "seq": i}).encode() + b"\n")
-            if i % 10 == 0:
-                await asyncio.sleep(0.3)  # far past the wait: the next ten are a batch of their own
+            await asyncio.sleep(0.002)  # a line at a time, as flows end: a reader without the wait
+            if i % 10 == 0:  # would be woken for each (40 batches)
+                await asyncio.sleep(0.6)  # far past the wait: the next ten are a batch of their own
 
-    batches = await pipe_relay(tmp_path, write, 0.1)
+    batches = await pipe_relay(tmp_path, write, 0.25)
     events = [json.loads(line) for line in (tmp_path / "audit.jsonl").read_text().splitlines()]
     assert [e["seq"] for e in events] == list(range(1, 41))
     assert chain.verify(read_lines(tmp_path / "audit.jsonl"), audit.PREV).broken is None
