@@ -50,6 +50,7 @@ from proxy.control.service import Control
 from proxy.core.limits import DEFAULT_NODE_HOOK_PROCESSES, DEFAULT_WEBSOCKET_HELD
 from proxy.engine.closing import close_on_cancel
 from proxy.engine.dispatch import LeanMaster, cache_hook_args, drop_debug_typechecks
+from proxy.engine.reads import larger_reads
 from proxy.engine.state import State
 from proxy.engine.workers import SharedListeners
 
@@ -106,6 +107,7 @@ def build_master(config: RunConfig, on_ready: Callable[[], None] | None = None) 
     drop_debug_typechecks()
     cache_hook_args()
     close_on_cancel()
+    larger_reads()  # 256 KiB per read event, not 64 KiB (proxy/engine/reads.py)
     ca.ensure_ca(config.state_dir)
     bundle = ca.write_upstream_bundle(config.state_dir, config.upstream_cas)
     opts = options.Options()

@@ -324,16 +324,18 @@ def _escapes_reference(s: Scrubber, data: bytes) -> list[int]:
 
 @pytest.mark.parametrize("pairs", [[(SECRET.encode(), PH.encode())], [(b"a b/\\c\"d", b"surr_X")]],
                          ids=["secret", "spaces-slash-backslash-quote"])  # fmt: skip
-@given(parts=_ESCAPEY, stray=st.sampled_from([0, 63, 64, 65, 200]), pos=st.integers(0, 500))
+@given(parts=_ESCAPEY, stray=st.sampled_from([0, 15, 16, 17, 63, 64, 65, 200]),
+       gap=st.sampled_from([b"z", b"z" * 600]), pos=st.integers(0, 500))  # fmt: skip
 @settings(max_examples=200, deadline=None)
 def test_the_escape_finder_yields_every_escape_whichever_method_it_uses(
-    pairs: list[tuple[bytes, bytes]], parts: list[bytes], stray: int, pos: int
+    pairs: list[tuple[bytes, bytes]], parts: list[bytes], stray: int, gap: bytes, pos: int
 ) -> None:
     """Few heads are checked one by one, past 64 the rest of the read is searched on its skeleton,
     where ``%XX`` and ``\\uXXXX`` share one shape (as do ``\\/`` and ``\\"``) and candidates such as
     ``\\41``, ``%u0`` or ``%%`` are checked away: the same positions either way."""
     s = Scrubber(pairs)
-    data = b"%z" * stray + b"".join(parts)  # stray heads: the switch falls before, at or after an escape
+    data = (b"%" + gap) * stray + b"".join(parts)  # stray heads, dense or sparse: the switch
+    # falls before, at or after an escape
     pos %= len(data) + 1
     assert list(s._escapes(data, pos)) == [i for i in _escapes_reference(s, data) if i >= pos]
 
