@@ -90,6 +90,7 @@ def main() -> int:
         ]
 
         busy: dict[tuple[str, str, str], list[float]] = {c: [] for c in cells}
+        per_cpu: dict[tuple[str, str, str], list[float]] = {c: [] for c in cells}
 
         def run(cell: tuple[str, str, str], times: int) -> float:
             proto, body, name = cell
@@ -98,7 +99,9 @@ def main() -> int:
             url = f"https://{t.host}:{nginx.port}{BODIES[body]}"
             cpu, wall = cpu_seconds(t.pid), time.perf_counter()
             got = download(t, url, times, BIG_BYTES, load_cpu, [PROTOCOLS[proto]]).mb_per_s
-            busy[cell].append((cpu_seconds(t.pid) - cpu) / (time.perf_counter() - wall))
+            used = cpu_seconds(t.pid) - cpu
+            busy[cell].append(used / (time.perf_counter() - wall))
+            per_cpu[cell].append(times * BIG_BYTES / 1e6 / max(used, 0.01))
             return got
 
         for cell in cells:  # warm-up: leaf certificates, imports, first connections
@@ -110,6 +113,8 @@ def main() -> int:
                 got[cell].append(run(cell, args.downloads))
                 print(f"round {rnd + 1} {cell}: {got[cell][-1]:.1f} MB/s", file=sys.stderr)
     _print(got, proxies, protocols, args)
+    print("\nthe same, as MB per second of the proxy's CPU (less sensitive to a busy machine)")
+    _print(per_cpu, proxies, protocols, args)
     print("the proxy's CPU while it downloads (CPU seconds / wall seconds, median): below 1.0 it waits")
     for cell, shares in busy.items():
         print(f"  {' '.join(cell):30} {statistics.median(shares):.2f}")
