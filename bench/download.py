@@ -91,6 +91,7 @@ def main() -> int:
 
         busy: dict[tuple[str, str, str], list[float]] = {c: [] for c in cells}
         per_cpu: dict[tuple[str, str, str], list[float]] = {c: [] for c in cells}
+        rss: dict[tuple[str, str, str], list[float]] = {c: [] for c in cells}
 
         def run(cell: tuple[str, str, str], times: int) -> float:
             proto, body, name = cell
@@ -98,8 +99,9 @@ def main() -> int:
             assert t.pid is not None
             url = f"https://{t.host}:{nginx.port}{BODIES[body]}"
             cpu, wall = cpu_seconds(t.pid), time.perf_counter()
-            got = download(t, url, times, BIG_BYTES, load_cpu, [PROTOCOLS[proto]]).mb_per_s
-            used = cpu_seconds(t.pid) - cpu
+            done = download(t, url, times, BIG_BYTES, load_cpu, [PROTOCOLS[proto]])
+            got, used = done.mb_per_s, cpu_seconds(t.pid) - cpu
+            rss[cell].append(done.rss_growth_mb or 0.0)
             busy[cell].append(used / (time.perf_counter() - wall))
             per_cpu[cell].append(times * BIG_BYTES / 1e6 / max(used, 0.01))
             return got
@@ -118,6 +120,9 @@ def main() -> int:
     print("the proxy's CPU while it downloads (CPU seconds / wall seconds, median): below 1.0 it waits")
     for cell, shares in busy.items():
         print(f"  {' '.join(cell):30} {statistics.median(shares):.2f}")
+    print("the proxy's peak RSS growth during a cell (max over rounds; target ≤ 10 MB)")
+    for cell, grew in rss.items():
+        print(f"  {' '.join(cell):30} {max(grew):.1f} MB")
     return 0
 
 
