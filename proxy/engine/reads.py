@@ -1,4 +1,4 @@
-"""Read what a connection has, up to 256 KiB per event rather than 64 KiB (issue 19).
+"""Read what an upstream connection has, up to 256 KiB per event rather than 64 KiB (issue 19).
 
 mitmproxy 12.3 (``mitmproxy.proxy.server.ConnectionHandler.handle_connection``) reads each
 connection with ``reader.read(65535)`` and hands every read to the protocol layers as one
@@ -6,8 +6,14 @@ connection with ``reader.read(65535)`` and hands every read to the protocol laye
 (TLS, HTTP/1 or HTTP/2, our stream and scrub callables, about 30 layer calls per event, measured
 with bench/cprof.py). asyncio's transport already receives up to 256 KiB per ``recv()``, so under
 a fast upstream the reader's buffer holds more than 64 KiB, and the rest waits for the next turn
-of the loop. :func:`larger_reads` makes that loop's ``read(65535)`` a ``read(READ_SIZE)``:
-fewer, larger events per megabyte, the same bytes in the same order.
+of the loop. :func:`larger_reads` makes that loop's ``read(65535)`` a ``read(READ_SIZE)`` on
+connections to upstreams: fewer, larger events per megabyte of a response, the same bytes in the
+same order.
+
+Connections from clients keep mitmproxy's 64 KiB: what a request body's checks hold and bound
+is counted per read (a coded body whose tail may still become a placeholder is refused once
+more than 1 MiB is held, addons/substitute.py; tests/e2e/test_request_framing.py), and a
+client's uploads are not what issue 19 measures.
 
 Nothing waits for more: ``StreamReader.read(n)`` returns at once with whatever is buffered (at
 least one byte), so an SSE event still goes out in the read that brings it (invariant 5;
@@ -26,7 +32,7 @@ import functools
 from collections.abc import Awaitable, Callable, Coroutine
 from typing import Any
 
-from mitmproxy.connection import Connection
+from mitmproxy.connection import Connection, Server
 from mitmproxy.proxy import server
 
 READ_SIZE = 256 * 1024  # asyncio's selector transports recv() up to 256 KiB (max_size)
@@ -59,7 +65,8 @@ def _reading(original: Handler) -> Handler:
     async def handle_connection(self: server.ConnectionHandler, connection: Connection) -> None:
         io = self.transports.get(connection)
         reader = io.reader if io is not None else None
-        if isinstance(reader, asyncio.StreamReader) and "read" not in vars(reader):
+        upstream = isinstance(connection, Server)
+        if upstream and isinstance(reader, asyncio.StreamReader) and "read" not in vars(reader):
             reader.read = larger(reader)  # type: ignore[method-assign,assignment]
         await original(self, connection)
 

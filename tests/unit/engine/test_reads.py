@@ -1,5 +1,6 @@
-"""proxy/engine/reads.py: mitmproxy's per-event ``read(65535)`` reads what is there, up to 256 KiB
-(fewer layer passes per megabyte, issue 19), and still never waits for more than is there."""
+"""proxy/engine/reads.py: mitmproxy's per-event ``read(65535)`` on an upstream connection reads what
+is there, up to 256 KiB (fewer layer passes per megabyte, issue 19), and still never waits for
+more than is there; a client's connection keeps 64 KiB reads."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ import socket
 import time
 from typing import Any
 
-from mitmproxy.connection import Client, ConnectionState
+from mitmproxy.connection import Client, Connection, ConnectionState, Server
 from mitmproxy.proxy import server
 
 from proxy.engine import reads
@@ -26,12 +27,18 @@ def _client() -> Client:
     )
 
 
+def _server() -> Server:
+    conn = Server(address=("127.0.0.1", 3))
+    conn.state = ConnectionState.OPEN
+    return conn
+
+
 async def _reads_as_mitmproxy_does(sent: list[bytes], pause: float) -> list[tuple[int, float]]:
     """The wrapped handler reads as mitmproxy's loop does (``read(65535)`` per event) while the
     peer sends ``sent``, one piece each ``pause`` seconds; (bytes of each read, when it came)."""
     ours, theirs = socket.socketpair()
     reader, writer = await asyncio.open_connection(sock=ours)
-    handler, conn = _Handler(), _client()
+    handler, conn = _Handler(), _server()
     handler.transports[conn] = server.ConnectionIO(handler=None, reader=reader, writer=writer)
     got: list[tuple[int, float]] = []
 
@@ -54,14 +61,14 @@ async def _reads_as_mitmproxy_does(sent: list[bytes], pause: float) -> list[tupl
     return got
 
 
-def test_a_read_takes_everything_buffered_up_to_256_kib() -> None:
-    """What asyncio has already received comes in one event, not in 64 KiB slices."""
+def _sizes_read(conn: Connection) -> list[int]:
+    """Sizes of the reads of 1 MiB sent at once, read as mitmproxy's loop reads."""
     body = b"x" * (1024 * 1024)
     ours, theirs = socket.socketpair()
 
     async def run() -> list[int]:
         reader, writer = await asyncio.open_connection(sock=ours)
-        handler, conn = _Handler(), _client()
+        handler = _Handler()
         handler.transports[conn] = server.ConnectionIO(handler=None, reader=reader, writer=writer)
         sizes: list[int] = []
 
@@ -81,8 +88,19 @@ def test_a_read_takes_everything_buffered_up_to_256_kib() -> None:
 
     sizes = asyncio.run(run())
     assert sum(sizes) == len(body)
+    return sizes
+
+
+def test_an_upstream_read_takes_everything_buffered_up_to_256_kib() -> None:
+    """What asyncio has already received comes in one event, not in 64 KiB slices."""
+    sizes = _sizes_read(_server())
     assert max(sizes) > 65535  # mitmproxy's own size would cap every read there
     assert max(sizes) <= reads.READ_SIZE
+
+
+def test_a_client_connection_keeps_mitmproxy_s_64_kib_reads() -> None:
+    """Request-body bounds are counted per read (addons/substitute.py): left as they were."""
+    assert max(_sizes_read(_client())) == 65535
 
 
 def test_a_small_piece_is_read_when_it_arrives_not_when_more_comes() -> None:
