@@ -48,6 +48,7 @@ from proxy.control.api import make_app
 from proxy.control.ready import Readiness
 from proxy.control.service import Control
 from proxy.core.limits import DEFAULT_NODE_HOOK_PROCESSES, DEFAULT_WEBSOCKET_HELD
+from proxy.engine import headers, watchdog
 from proxy.engine.closing import close_on_cancel
 from proxy.engine.dispatch import LeanMaster, cache_hook_args, drop_debug_typechecks
 from proxy.engine.reads import larger_reads
@@ -106,6 +107,8 @@ def build_master(config: RunConfig, on_ready: Callable[[], None] | None = None) 
     errorpage.install()
     drop_debug_typechecks()
     cache_hook_args()
+    headers.install()
+    watchdog.install()
     close_on_cancel()
     larger_reads()  # 256 KiB per read event, not 64 KiB (proxy/engine/reads.py)
     ca.ensure_ca(config.state_dir)
