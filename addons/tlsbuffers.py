@@ -11,6 +11,9 @@ pyOpenSSL sets modes only on a Context, and mitmproxy builds each Connection fro
 cached Context (``mitmproxy.net.tls.create_client_proxy_context`` is an ``lru_cache``); so the
 mode is set on the Connection through pyOpenSSL's binding, as mitmproxy's own tlsconfig sets its
 hostname-verification flags.
+
+The same call shares, on a client-facing connection, one OpenSSL copy of the leaf certificate and
+its key among all connections of that leaf (addons/tlsshare.py).
 """
 
 from __future__ import annotations
@@ -18,8 +21,12 @@ from __future__ import annotations
 from mitmproxy import tls
 from OpenSSL import SSL
 
+from addons import tlsshare
+
 
 def release_when_idle(tls_start: tls.TlsData) -> None:
-    """Set SSL_MODE_RELEASE_BUFFERS on the connection tlsconfig just made (if it made one)."""
+    """Set SSL_MODE_RELEASE_BUFFERS on the connection tlsconfig just made (if it made one); share
+    its leaf certificate and key (client-facing: :func:`addons.tlsshare.share`)."""
     if tls_start.ssl_conn is not None:
         SSL._lib.SSL_set_mode(tls_start.ssl_conn._ssl, SSL.MODE_RELEASE_BUFFERS)  # type: ignore[attr-defined]
+        tlsshare.share(tls_start)

@@ -11,23 +11,33 @@ surrogate closes a connection that waits longer than ``--header-timeout`` (defau
 request head; 10,000 set-ups take longer than that on this machine, so the surrogate measured
 here runs with ``--header-timeout 900`` (and pools allow 100,000 connections: bench/proxies.py).
 Run alone: ``python bench/idle.py --tunnels 1000 10000``.
+
+``--heap`` adds a third proxy, surrogate run under tracemalloc (bench/tracemem.py, one frame),
+probed at idle and with every tunnel held: per tunnel, the Python heap (what tracemalloc traces,
+in that run) beside the plain surrogate's RSS, so the rest is C: OpenSSL and glibc's malloc
+overhead (its free chunks per tunnel shown apart, and what ``malloc_trim`` would hand back), and
+the objects gc tracks that grew most, per tunnel.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import json
 import os
 import resource
 import shutil
+import signal
 import ssl
 import statistics
 import sys
 import tempfile
 import time
+from collections import Counter
 from contextlib import ExitStack
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path[:0] = [str(ROOT), str(ROOT / "tests"), str(ROOT / "bench")]
@@ -45,6 +55,21 @@ class Held:
     setup_per_s: float
     idle_rss_mib: float
     kib_left_per_tunnel: float  # RSS above idle a second after every tunnel closed, per tunnel
+    probes: tuple[dict[str, object], dict[str, object]] | None = None  # --heap: at idle, held
+
+
+async def _probe(pid: int, out: Path) -> dict[str, object]:
+    """bench/tracemem.py's SIGUSR2 probe of ``pid``, once written."""
+    before = set(out.glob("probe-*.json"))
+    os.kill(pid, signal.SIGUSR2)
+    for _ in range(600):
+        await asyncio.sleep(0.1)
+        new = set(out.glob("probe-*.json")) - before
+        if new:
+            await asyncio.sleep(0.2)  # written whole
+            got: dict[str, object] = json.loads(new.pop().read_text())
+            return got
+    raise RuntimeError("no probe written")
 
 
 async def _open(target: Target, port: int, ctx: ssl.SSLContext) -> asyncio.StreamWriter:
@@ -60,7 +85,7 @@ async def _open(target: Target, port: int, ctx: ssl.SSLContext) -> asyncio.Strea
     return writer
 
 
-async def _hold(target: Target, port: int, k: int) -> Held:
+async def _hold(target: Target, port: int, k: int, probe_dir: Path | None) -> Held:
     assert target.pid is not None
     ctx = ssl.create_default_context(cafile=str(target.ca_pem))
     ctx.set_alpn_protocols(["http/1.1"])
@@ -69,6 +94,7 @@ async def _hold(target: Target, port: int, k: int) -> Held:
         w.close()
     await asyncio.sleep(1.0)
     idle = status_kib(target.pid, "VmRSS")
+    at_idle = None if probe_dir is None else await _probe(target.pid, probe_dir)
     gate = asyncio.Semaphore(IN_FLIGHT)
 
     async def one() -> asyncio.StreamWriter:
@@ -80,17 +106,23 @@ async def _hold(target: Target, port: int, k: int) -> Held:
     seconds = time.perf_counter() - t0
     await asyncio.sleep(1.0)  # let the proxy finish what each handshake left to do
     rss = status_kib(target.pid, "VmRSS")
+    probes = None
+    if probe_dir is not None and at_idle is not None:
+        (probe_dir / "trim").touch()
+        probes = (at_idle, await _probe(target.pid, probe_dir))
+        (probe_dir / "trim").unlink()
     for w in held:
         w.close()
     await asyncio.gather(*(w.wait_closed() for w in held), return_exceptions=True)
     await asyncio.sleep(1.0)
     after = status_kib(target.pid, "VmRSS")
-    return Held(k, (rss - idle) / k, k / seconds, idle / 1024, (after - idle) / k)
+    return Held(k, (rss - idle) / k, k / seconds, idle / 1024, (after - idle) / k, probes)
 
 
-def hold(target: Target, port: int, k: int) -> Held:
-    """Open ``k`` idle tunnels through ``target``, measure, close them."""
-    return asyncio.run(_hold(target, port, k))
+def hold(target: Target, port: int, k: int, probe_dir: Path | None = None) -> Held:
+    """Open ``k`` idle tunnels through ``target``, measure, close them; with ``probe_dir`` (the
+    target runs under bench/tracemem.py writing there), probe its heap at idle and held."""
+    return asyncio.run(_hold(target, port, k, probe_dir))
 
 
 def _main() -> int:
@@ -100,6 +132,7 @@ def _main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--tunnels", type=int, nargs="+", default=[1000])
     ap.add_argument("--rounds", type=int, default=1)
+    ap.add_argument("--heap", action="store_true", help="also surrogate under tracemalloc: heap vs RSS")
     args = ap.parse_args()
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
@@ -125,11 +158,22 @@ def _main() -> int:
         surrogate.start()
         stack.callback(surrogate.stop)
         targets = [mitm.target(), surrogate.target()]
+        probe_dirs: dict[str, Path] = {}
+        if args.heap:
+            traced = Surrogate("surrogate-traced", tmp / "t", rules, ca.ca_pem, proxy_cpu)
+            at = traced.process.args.index("-m")  # python -m proxy run … → python tracemem.py DIR run …
+            traced.process.args[at : at + 2] = [str(ROOT / "bench" / "tracemem.py"), str(tmp / "probes")]
+            traced.process.args += HEADER_TIMEOUT
+            traced.process.env["TRACEMEM_FRAMES"] = "1"
+            traced.process.start(timeout=120)  # tracemalloc slows the start
+            stack.callback(traced.stop)
+            targets.append(traced.target())
+            probe_dirs[traced.name] = tmp / "probes"
         for rnd in range(args.rounds):
             for k in args.tunnels:
                 for t in targets if rnd % 2 == 0 else targets[::-1]:
                     print(f"round {rnd + 1}: {k:,} tunnels via {t.name}…", file=sys.stderr)
-                    got.setdefault((t.name, k), []).append(hold(t, nginx.port, k))
+                    got.setdefault((t.name, k), []).append(hold(t, nginx.port, k, probe_dirs.get(t.name)))
     print(
         f"{args.rounds} round(s); {IN_FLIGHT} set-ups in flight; proxies on CPU {proxy_cpu}, client on "
         f"CPU {load_cpu}; load average {load0[0]:.2f} at start, {os.getloadavg()[0]:.2f} at end"
@@ -150,7 +194,37 @@ def render(got: dict[tuple[str, int], list[Held]]) -> str:
             f"| {statistics.median(h.setup_per_s for h in hs):.0f}/s "
             f"| {statistics.median(h.kib_left_per_tunnel for h in hs):.1f} KiB |"
         )
+        for h in hs[-1:]:
+            if h.probes is not None:
+                plain = got.get(("surrogate", k))
+                rss = statistics.median(p.kib_per_tunnel for p in plain) if plain else None
+                lines.extend(_heap(h.tunnels, *h.probes, rss))
     return "\n".join(lines)
+
+
+def _heap(k: int, idle: dict[str, Any], held: dict[str, Any], plain_rss: float | None) -> list[str]:
+    """Per tunnel, from two bench/tracemem.py probes: Python heap vs RSS, and the rest. The RSS
+    split is the plain surrogate's (``plain_rss``; tracemalloc's own overhead is not all in its
+    count), the heap the traced one's (exact: tracemalloc sees every Python allocation)."""
+
+    def per(key: str) -> float:
+        return (float(held[key]) - float(idle[key])) / k / 1024
+
+    heap = per("traced")
+    traced_rss = (held["rss_kib"] - idle["rss_kib"]) / k
+    rss = traced_rss if plain_rss is None else plain_rss
+    census = Counter(held["census"])
+    census.subtract(idle["census"])
+    grew = ", ".join(f"{name} {n / k:.1f}" for name, n in census.most_common(12))
+    return [
+        f"  {k:,} tunnels, per tunnel: surrogate's RSS {rss:.1f} KiB = Python heap {heap:.1f} KiB "
+        f"(traced run) + C side {rss - heap:.1f} KiB (OpenSSL, malloc overhead); traced run: RSS "
+        f"{traced_rss:.1f} KiB, tracemalloc's own {per('tracemalloc_overhead'):.1f} KiB, malloc in use "
+        f"{per('malloc_in_use'):.1f} KiB, "
+        f"free in its heaps {per('malloc_free'):.1f} KiB; malloc_trim would hand back "
+        f"{(held['rss_kib'] - held['rss_kib_trimmed']) / k:.1f} KiB",
+        f"  objects gc tracks, grown per tunnel: {grew}",
+    ]
 
 
 if __name__ == "__main__":

@@ -119,9 +119,13 @@ class Download:
     rss_growth_mb: float | None
 
 
-def download(target: Target, url: str, times: int, expect_bytes: int, cpu: int | None) -> Download:
-    """``times`` sequential downloads of ``url`` by one curl (one keep-alive connection)."""
+def download(
+    target: Target, url: str, times: int, expect_bytes: int, cpu: int | None, flags: list[str] | None = None
+) -> Download:
+    """``times`` sequential downloads of ``url`` by one curl (one keep-alive connection); ``flags``
+    such as ``--http1.1`` (curl's default toward a TLS peer offering h2 is HTTP/2)."""
     cmd = ["curl", "-sS", "--fail", "--cacert", str(target.ca_pem), "-w", "%{size_download} %{time_total}\n"]
+    cmd += flags or []
     if target.proxy_url:
         cmd += ["-x", target.proxy_url]
     elif target.resolve:

@@ -14,6 +14,8 @@ Measured in interleaved rounds (target order rotated each round), medians report
 2. 5 × 50 MB through one curl: MB/s, and the proxy's peak RSS growth (VmHWM reset first); the
    file is served as application/octet-stream (a package, an archive), and once more to surrogate
    as text/plain, where the scrubber also seeks escaped spellings (proxy/scrub.escapes_matter);
+   each through the proxies over HTTP/2 (curl's default) and again with ``--http1.1`` (issue 19;
+   bench/download.py measures that split alone, against main's surrogate too);
 3. SSE through a raw client: time to the first event, spread of inter-arrival gaps vs 100 ms;
 4. surrogate req/s at c=16 with a 1-credential vs a 10,000-credential claim (ABBA, half-length
    runs), the header scan's in-process cost with 1 vs 10,000 registered, and the registration;
@@ -229,6 +231,12 @@ def _round(b: Bench, rnd: int, args: argparse.Namespace, results: Results) -> No
     surrogate = next(t for t in order if t.name == SURROGATE)
     text_url = b.big[SURROGATE].replace("/files/", "/text/")
     results.text_downloads.append(download(surrogate, text_url, args.downloads, BIG_BYTES, b.load_cpu))
+    for t in order:  # the same over HTTP/1.1 toward curl (above: HTTP/2 through the proxies)
+        if t.name != DIRECT:  # nginx speaks HTTP/1.1 only: the direct row above is already that
+            got = download(t, b.big[t.name], args.downloads, BIG_BYTES, b.load_cpu, ["--http1.1"])
+            results.h1_downloads.setdefault(t.name, []).append(got)
+    h1_text = download(surrogate, text_url, args.downloads, BIG_BYTES, b.load_cpu, ["--http1.1"])
+    results.h1_text_downloads.append(h1_text)
     for t in order:
         results.sse.setdefault(t.name, []).append(sse(t, b.sse_port, SSE_EVENTS, SSE_PERIOD_S))
     for t in _rotate(b.handshake_targets, rnd):

@@ -7,12 +7,21 @@ writes ``OUTDIR/snap-N.pickle`` on SIGUSR1; with ``TRACEMEM_COLLECT=1`` after a 
 with ``python bench/tracemem.py --diff A B [PER]``: growth by allocating file, then the lines of
 surrogate's own code, ÷ PER. tracemalloc sees only Python's allocator: OpenSSL's memory is in
 RSS but not in the snapshots.
+
+On SIGUSR2 it writes ``OUTDIR/probe-N.json`` instead (cheap, no snapshot; what bench/idle.py's
+``--heap`` reads): after a full ``gc.collect()``, the Python heap tracemalloc traces, tracemalloc's
+own overhead, VmRSS, glibc's ``mallinfo2`` (arena bytes in use / free), a census of the live
+objects gc tracks by type, and, once ``OUTDIR/trim`` exists, VmRSS again after ``malloc_trim(0)``
+(what glibc could hand back: free memory held in its heaps). ``TRACEMEM_FRAMES`` sets the
+traceback depth (default 25; 1 keeps tracemalloc's own overhead small).
 """
 
 from __future__ import annotations
 
+import ctypes
 import gc
 import itertools
+import json
 import os
 import signal
 import sys
@@ -36,9 +45,54 @@ def _serve(out: Path, argv: list[str], collect: bool) -> int:
             gc.collect()  # what is alive, not what waits for the cycle collector
         tracemalloc.take_snapshot().dump(str(out / f"snap-{next(counter)}.pickle"))
 
+    probes = itertools.count()
+
+    def probe(_sig: int, _frame: FrameType | None) -> None:
+        (out / f"probe-{next(probes)}.json").write_text(json.dumps(_probe(trim=(out / "trim").exists())))
+
     signal.signal(signal.SIGUSR1, dump)
-    tracemalloc.start(25)
+    signal.signal(signal.SIGUSR2, probe)
+    tracemalloc.start(int(os.environ.get("TRACEMEM_FRAMES", "25")))
     return main(argv)
+
+
+class _Mallinfo2(ctypes.Structure):
+    _fields_ = [  # glibc's struct mallinfo2 (malloc.h), every field a size_t
+        (name, ctypes.c_size_t)
+        for name in (
+            *("arena", "ordblks", "smblks", "hblks", "hblkhd"),
+            *("usmblks", "fsmblks", "uordblks", "fordblks", "keepcost"),
+        )
+    ]
+
+
+def _rss_kib() -> int:
+    for line in Path("/proc/self/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1])
+    raise KeyError("VmRSS")
+
+
+def _probe(trim: bool) -> dict[str, object]:
+    """What this process holds now: Python heap, RSS, glibc's heaps, live objects by type."""
+    gc.collect()
+    libc = ctypes.CDLL("libc.so.6")
+    libc.mallinfo2.restype = _Mallinfo2
+    mi = libc.mallinfo2()
+    census = Counter(type(o).__module__ + "." + type(o).__qualname__ for o in gc.get_objects())
+    traced, _peak = tracemalloc.get_traced_memory()
+    got: dict[str, object] = {
+        "traced": traced,
+        "tracemalloc_overhead": tracemalloc.get_tracemalloc_memory(),
+        "rss_kib": _rss_kib(),
+        "malloc_in_use": mi.uordblks + mi.hblkhd,  # allocated from the heaps + mmapped chunks
+        "malloc_free": mi.fordblks,  # free chunks kept in the heaps
+        "census": dict(census.most_common(60)),
+    }
+    if trim:
+        libc.malloc_trim(0)
+        got["rss_kib_trimmed"] = _rss_kib()
+    return got
 
 
 def _diff(a: Path, b: Path, top: int, per: int) -> None:

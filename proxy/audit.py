@@ -71,7 +71,7 @@ import socket
 import sys
 import threading
 import time
-from collections.abc import Callable, MutableMapping
+from collections.abc import Callable, Iterable, MutableMapping
 from datetime import datetime
 from pathlib import Path
 from typing import Any
@@ -189,8 +189,9 @@ class _Sink:
             if self._ocsf is not None:
                 self._put_ocsf(event)
 
-    def line(self, line: str) -> None:
-        """Write an event another process rendered (a worker's), chained by splicing ``prev`` in."""
+    def line(self, line: str, flush: bool = True) -> None:
+        """Write an event another process rendered (a worker's), chained by splicing ``prev`` in;
+        ``flush=False`` leaves it in the stream's buffer for :meth:`flush` (a batch of lines)."""
         with self._lock:
             if self._chain:
                 spliced = hashchain.splice(line, PREV, self._prev)
@@ -198,14 +199,14 @@ class _Sink:
                     logging.getLogger("surrogate").error("an audit line that is not a JSON object: dropped")
                     return
                 line = spliced
-            self._put(self._file, line)
+            self._put(self._file, line, flush)
             if self._ocsf is not None:
                 try:
-                    self._put_ocsf(json.loads(line))
+                    self._put_ocsf(json.loads(line), flush)
                 except (ValueError, RecursionError):  # never stop the relay (a worker's pipe would fill)
                     logging.getLogger("surrogate").error("a relayed audit line is not JSON: no OCSF event")
 
-    def _put(self, f: logging.handlers.RotatingFileHandler | None, line: str) -> None:
+    def _put(self, f: logging.handlers.RotatingFileHandler | None, line: str, flush: bool = True) -> None:
         try:
             data = line.encode("utf-8")
         except UnicodeEncodeError:  # a lone surrogate (mitmproxy's surrogateescape of a path byte)
@@ -215,7 +216,8 @@ class _Sink:
             self._prev = hashchain.line_hash(data)
         if f is None:
             sys.stdout.write(line + "\n")
-            sys.stdout.flush()
+            if flush:
+                sys.stdout.flush()
             return
         if f.stream is None:  # closed after a failed rollover: reopen, as logging would
             f.stream = f._open()
@@ -223,9 +225,19 @@ class _Sink:
             f.doRollover()
             _claim(f)
         f.stream.write(line + "\n")
-        f.stream.flush()
+        if flush:
+            f.stream.flush()
 
-    def _put_ocsf(self, event: Any) -> None:
+    def flush(self) -> None:
+        """Hand every buffered line to the kernel (after a batch of ``line(..., flush=False)``)."""
+        with self._lock:
+            for f in (self._file, self._ocsf):
+                if f is not None and f.stream is not None:
+                    f.stream.flush()
+            if self._file is None:
+                sys.stdout.flush()
+
+    def _put_ocsf(self, event: Any, flush: bool = True) -> None:
         try:
             mapped = (
                 ocsf.http_activity(event, _epoch_ms(event.get(TIME))) if isinstance(event, dict) else None
@@ -234,7 +246,7 @@ class _Sink:
             logging.getLogger("surrogate").error("an audit line's fields do not map to OCSF: no OCSF event")
             return  # (the native line is written; the relay must never stop: a worker's pipe would fill)
         if mapped is not None:
-            self._put(self._ocsf, _render(mapped))
+            self._put(self._ocsf, _render(mapped), flush)
 
     def close(self) -> None:
         with self._lock:
@@ -316,6 +328,22 @@ def write_line(line: str) -> None:
     """Append an already rendered event (one JSON line without its newline) to the audit stream,
     chained; ``surrogate run --workers N`` relays its workers' lines through this."""
     _sink.line(line)
+
+
+def write_lines(lines: Iterable[str]) -> None:
+    """:func:`write_line` for each of ``lines`` in order, then one flush: the supervisor's relay
+    hands on every whole line one read of a worker's pipe brought (one write syscall, not one
+    per line; each line is still chained and rotated on its own). A line the sink cannot write
+    is logged and skipped, so the others are still written."""
+    try:
+        for line in lines:
+            try:
+                _sink.line(line, flush=False)
+            except Exception as e:  # the relay must go on: a worker whose pipe fills stalls its flows
+                why = type(e).__name__
+                logging.getLogger("surrogate").error("an audit line could not be written: %s", why)
+    finally:
+        _sink.flush()
 
 
 def subscribe(listener: Callable[[dict[str, Any]], None]) -> None:

@@ -61,12 +61,16 @@ import bisect
 from collections.abc import Iterable, Iterator
 
 from proxy.core import base64run
-from proxy.core.scrubforms import ESCAPE_HEAD, OPEN_ESCAPE, SKELETON, escapes_matter, unescape
+from proxy.core.scrubforms import ESCAPE_HEAD, OPEN_ESCAPE, SHAPES, SKELETON, escapes_matter, unescape
 from proxy.core.scrubmatch import Compiled, compile_pairs
 
 __all__ = ["MIN_BASE64", "Compiled", "Scrubber", "compile_pairs", "escapes_matter"]
 
 MIN_BASE64 = base64run.MIN_BASE64
+# Escape heads checked one by one before the rest of a read is searched on its skeleton: at most
+# _FEW_HEADS, or _DENSE_HEADS when they come closer than one per _DENSE_SPAN bytes (a read of
+# every byte value holds 512): a step per head costs about 1 µs, the skeleton about 80 µs a read.
+_FEW_HEADS, _DENSE_HEADS, _DENSE_SPAN = 64, 16, 512
 
 
 class Scrubber:
@@ -137,25 +141,41 @@ class Scrubber:
     def _escapes(self, data: bytes, pos: int) -> Iterator[int]:
         """Where escapes start in ``data`` from ``pos``, in order.
 
-        Few ``%``/``\\`` bytes (text): find each with memchr and check it. Many (binary data):
-        map ``data`` to a skeleton (hex digits to ``h``, the escape bytes kept, all else NUL) in
+        Few ``%``/``\\`` bytes (text): find each with memchr and check it. Many (binary data,
+        or a text body that is not prose): past a few heads (``_FEW_HEADS``), map the rest of
+        ``data`` to a skeleton (hex digits to ``h``, the escape bytes kept, all else NUL) in
         which each kind of escape is one fixed string bytes.find locates, so only real escapes
-        cost a Python step.
+        cost a Python step. The heads are not counted first: two counting passes over every
+        read cost more than the search itself (issue 19, bench/download.py).
         """
         kinds_all = self._c.kinds
         if not kinds_all:
             return
         heads: tuple[bytes, ...] = (b"%", b"\\", b"+") if b"+" in kinds_all else (b"%", b"\\")
-        if sum(data.count(h, pos) for h in heads) <= 64:
-            text, kinds, check = data, heads, True
-        else:
-            if self._skeleton is None or self._skeleton[0] is not data:
-                self._skeleton = (data, data.translate(SKELETON))
-            text, kinds, check = self._skeleton[1], kinds_all, False
-        nxt = {k: text.find(k, pos) for k in kinds}
+        escape, seen = self._c.escape, 0
+        nxt = {h: data.find(h, pos) for h in heads}
         while live := [i for i in nxt.values() if i >= 0]:
             i = min(live)
-            if (not check or self._c.escape.match(data, i)) and self._may_matter(data, i):
+            seen += 1
+            if seen > _FEW_HEADS or (seen > _DENSE_HEADS and i - pos < seen * _DENSE_SPAN):
+                yield from self._skeleton_escapes(data, i)
+                return
+            if escape.match(data, i) and self._may_matter(data, i):
+                yield i
+            for h, at in nxt.items():
+                if at == i:
+                    nxt[h] = data.find(h, i + 1)
+
+    def _skeleton_escapes(self, data: bytes, pos: int) -> Iterator[int]:
+        """:meth:`_escapes` from ``pos`` on, over the skeleton of ``data`` (one search per
+        shape of escape, :data:`proxy.core.scrubforms.SKELETON`; each candidate checked)."""
+        if self._skeleton is None or self._skeleton[0] is not data:
+            self._skeleton = (data, data.translate(SKELETON))
+        text, escape = self._skeleton[1], self._c.escape
+        nxt = {k: text.find(k, pos) for k in {SHAPES[k] for k in self._c.kinds}}
+        while live := [i for i in nxt.values() if i >= 0]:
+            i = min(live)
+            if escape.match(data, i) and self._may_matter(data, i):
                 yield i
             for k, at in nxt.items():
                 if at == i:

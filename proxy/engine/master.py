@@ -51,6 +51,8 @@ from proxy.core.limits import DEFAULT_NODE_HOOK_PROCESSES, DEFAULT_WEBSOCKET_HEL
 from proxy.engine import headers, watchdog
 from proxy.engine.closing import close_on_cancel
 from proxy.engine.dispatch import LeanMaster, cache_hook_args, drop_debug_typechecks
+from proxy.engine.layerqueue import lazy_event_queues
+from proxy.engine.reads import larger_reads
 from proxy.engine.state import State
 from proxy.engine.workers import SharedListeners
 
@@ -109,6 +111,8 @@ def build_master(config: RunConfig, on_ready: Callable[[], None] | None = None) 
     headers.install()
     watchdog.install()
     close_on_cancel()
+    lazy_event_queues()  # an idle tunnel's layers hold no empty deques (issue 19)
+    larger_reads()  # 256 KiB per read event, not 64 KiB (proxy/engine/reads.py)
     ca.ensure_ca(config.state_dir)
     bundle = ca.write_upstream_bundle(config.state_dir, config.upstream_cas)
     opts = options.Options()

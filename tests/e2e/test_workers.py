@@ -71,11 +71,13 @@ class World:
             host = headers.pop("host", "api.test")
             return client.get(f"https://{host}:{self.upstream.port}{path}", headers=headers).status_code
 
-    def events(self, prefix: str) -> list[dict[str, object]]:
+    def events(self, prefix: str, count: int = 1) -> list[dict[str, object]]:
+        """The audit events of paths under ``prefix``, once ``count`` are there (or after 5 s):
+        the supervisor relays a worker's lines in batches, up to 5 ms after the flow ended."""
         deadline = time.monotonic() + 5
         while True:
             found = [e for e in self.proxy.audit_events() if str(e.get("path") or "").startswith(prefix)]
-            if found or time.monotonic() > deadline:
+            if len(found) >= count or time.monotonic() > deadline:
                 return found
             time.sleep(0.05)
 
@@ -103,7 +105,7 @@ def test_the_workers_share_one_port_and_both_serve(world: World) -> None:
     codes = [world.get(f"/spread/{i}") for i in range(NEW_CONNECTIONS)]
     assert codes == [200] * NEW_CONNECTIONS
     time.sleep(0.3)  # audit events are written when each flow ends, and relayed
-    events = world.events("/spread/")
+    events = world.events("/spread/", NEW_CONNECTIONS)
     assert len(events) == NEW_CONNECTIONS
     assert {e["worker"] for e in events} == set(workers)
 
@@ -155,7 +157,8 @@ def test_a_control_api_change_reaches_every_worker_by_the_next_request(world: Wo
     ]
     assert sent == ["second-value"] * NEW_CONNECTIONS
     assert world.proxy.proc is not None
-    assert {e["worker"] for e in world.events("/ctl/after/")} == set(children(world.proxy.proc.pid))
+    after = world.events("/ctl/after/", NEW_CONNECTIONS)
+    assert {e["worker"] for e in after} == set(children(world.proxy.proc.pid))
 
 
 def test_a_reload_reaches_every_worker(world: World) -> None:
@@ -190,7 +193,7 @@ def test_the_workers_never_connect_to_their_own_port(world: World) -> None:
     for i in range(16):  # new connections: both workers get some
         with httpx.Client(proxy=proxy, timeout=20) as client:
             assert client.get(f"http://127.0.0.1:{world.proxy.port}/self/{i}").status_code == 403
-    events = world.events("/self/")
+    events = world.events("/self/", 16)
     assert {e["reason"] for e in events} == {"own_listener"} and len(events) == 16
 
 

@@ -305,3 +305,49 @@ def test_the_documented_limits_are_not_caught(form: bytes) -> None:
     list stays honest if one of them starts being caught (or the list is cut)."""
     s = Scrubber([(_LIMIT_SECRET, b"surr_AAAAAAAAAAAAAAAAAAAAAAAA")])
     assert s.scrub(form) == form
+
+
+# --- the escape finder's two methods, and the skeleton's shared shapes (issue 19) -------------
+
+_ESCAPEY = st.lists(
+    st.sampled_from([b"%", b"\\", b"u", b"U", b"0", b"4", b"1", b"a", b"F", b"/", b'"', b"+", b"x", b"\x00",
+                     b"%41", b"\\u0041", b"\\/", b'\\"', b"\\\\", b"%%", b"\\41", b"%u0", b"\\ud83d\\ude00"]),
+    min_size=0, max_size=400,
+)  # fmt: skip
+
+
+def _escapes_reference(s: Scrubber, data: bytes) -> list[int]:
+    """Every position, overlapping ones included, where an escape of the scrubber's kinds starts."""
+    c = s._c
+    return [i for i in range(len(data)) if c.escape.match(data, i) and s._may_matter(data, i)]
+
+
+@pytest.mark.parametrize("pairs", [[(SECRET.encode(), PH.encode())], [(b"a b/\\c\"d", b"surr_X")]],
+                         ids=["secret", "spaces-slash-backslash-quote"])  # fmt: skip
+@given(parts=_ESCAPEY, stray=st.sampled_from([0, 15, 16, 17, 63, 64, 65, 200]),
+       gap=st.sampled_from([b"z", b"z" * 600]), pos=st.integers(0, 500))  # fmt: skip
+@settings(max_examples=200, deadline=None)
+def test_the_escape_finder_yields_every_escape_whichever_method_it_uses(
+    pairs: list[tuple[bytes, bytes]], parts: list[bytes], stray: int, gap: bytes, pos: int
+) -> None:
+    """Few heads are checked one by one, past 64 the rest of the read is searched on its skeleton,
+    where ``%XX`` and ``\\uXXXX`` share one shape (as do ``\\/`` and ``\\"``) and candidates such as
+    ``\\41``, ``%u0`` or ``%%`` are checked away: the same positions either way."""
+    s = Scrubber(pairs)
+    data = (b"%" + gap) * stray + b"".join(parts)  # stray heads, dense or sparse: the switch
+    # falls before, at or after an escape
+    pos %= len(data) + 1
+    assert list(s._escapes(data, pos)) == [i for i in _escapes_reference(s, data) if i >= pos]
+
+
+def test_a_text_body_of_every_byte_value_hides_no_escaped_secret() -> None:
+    """The benchmark's text body (every byte value, so hundreds of stray ``%`` and ``\\`` per read)
+    with the secret percent- and JSON-escaped inside it: each caught, in 64 KiB reads."""
+    noise = bytes(range(256)) * 600
+    forms = [f for name, f in FORMS.items() if not name.startswith(("b64", "basic"))]
+    body = noise.join([b"", *forms, b""])
+    pairs = [(SECRET.encode(), PH.encode())]
+    out = run(pairs, [body[i : i + 65536] for i in range(0, len(body), 65536)])
+    assert _leaks(out) == []
+    assert out.count(PH.encode()) == len(forms)
+    assert out == run(pairs, [body])

@@ -93,3 +93,22 @@ def test_extend_searches_10000_kept_secrets_and_the_added_one_without_compiling_
     assert Scrubber((), compiled=extended).scrub(text) == b"a surr_Kept000000000000000004242 b surr_Added c"
     assert extended.literal is not None and base.literal is not None
     print(f"extend 10,000 kept secrets by one: {cpu * 1000:.1f} ms CPU")
+
+
+@settings(max_examples=300)
+@given(
+    words=st.lists(st.binary(min_size=1, max_size=6).map(lambda b: bytes(c % 3 + 97 for c in b)),
+                   min_size=1, max_size=8, unique=True),
+    data=st.binary(max_size=200).map(lambda b: bytes(c % 3 + 97 for c in b)),
+    starts=st.lists(st.integers(min_value=0, max_value=210), max_size=8),
+)  # fmt: skip
+def test_words_that_are_prefixes_of_others_are_searched_once_and_still_agree(
+    words: list[bytes], data: bytes, starts: list[int]
+) -> None:
+    """Over three letters most words are prefixes of others (as base64 spellings padded,
+    unpadded and cut short are): one search per family, the same leftmost-longest answers."""
+    literals = Literals(words)
+    rx = re.compile(b"|".join(re.escape(w) for w in sorted(words, key=len, reverse=True)))
+    for pos in [*starts, 0, *sorted(starts)]:
+        m = rx.search(data, pos)
+        assert literals.search(data, pos) == ((m.start(), m.end()) if m else None)
