@@ -15,11 +15,14 @@ from typing import Any
 import pytest
 
 from proxy.control.service import Control
+from proxy.core.policy import Policy
 from proxy.rules.loader import load_rules
 from proxy.store import kinds, rows
 from proxy.store.base import Conflict, CredentialStore
+from proxy.store.keyring import KeyRing
 from proxy.store.kinds import spec_json
 from proxy.store.registry import Registry
+from proxy.store.sqlite import Store
 from unit.control.world import RULES, SECRET
 from unit.store.test_conformance import Backend, backend
 
@@ -116,3 +119,58 @@ def test_a_store_written_before_the_spec_placeholder_table_is_filled_on_open(bac
         reopened.put_credential("c", "new", value=b"v", hosts=["api.test"], placeholder=taken)
     assert reopened.placeholder_holder("c", "new", {taken}) == (taken, "k00001")
     assert reopened.placeholder_holder("c", "k00001", {taken}) is None  # its own
+
+
+def _decoding(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    seen = [0]
+    real = rows.cred
+
+    def counted(row: Any) -> Any:
+        seen[0] += 1
+        return real(row)
+
+    monkeypatch.setattr(rows, "cred", counted)
+    return seen
+
+
+def test_the_writing_process_applies_its_own_write_and_still_sees_every_other_processes(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """SQLite (proxy/store/localchanges.py): after a write of this process, its registry reads
+    the rows the write touched, not a snapshot of the claim's MANY; a commit of another
+    connection (another worker or process) is still seen, by a whole snapshot, including when
+    this process writes after it and before the next refresh."""
+    key = KeyRing.load_or_create(tmp_path / "k")
+    with Store.open(tmp_path, key) as store, Store.open(tmp_path, key) as elsewhere:
+        _fill(store, "big", MANY)
+        registry = Registry(Policy("test", {}, {}), store)
+        registry.refresh()
+        decoded = _decoding(monkeypatch)
+        writes: list[tuple[Any, set[str], int]] = [  # a write, the names after it, rows read at most
+            (lambda: store.put_credential("big", "new", value=b"v", hosts=["api.test"]), {"new"}, 2),
+            (lambda: store.patch_credential("big", "new", hosts=["x.test"]), {"new"}, 2),
+            (lambda: store.delete_credential("big", "k00000"), {"new"}, 2),
+            (lambda: elsewhere.put_credential("big", "far", value=b"v", hosts=["api.test"]), {"new", "far"},
+             MANY + 2),  # another connection: a snapshot
+            (lambda: (elsewhere.delete_credential("big", "far"),
+                      store.put_credential("big", "near", value=b"v", hosts=["api.test"])),
+             {"new", "near"}, MANY + 2),  # another's commit, then ours: still a snapshot
+            (lambda: store.rotate_token("big"), {"new", "near"}, 2),
+            (lambda: store.set_oauth("big", "near", {"token_url": "https://api.test/t"}), {"new", "near"}, 2),
+        ]  # fmt: skip
+        for write, names, most in writes:
+            write()
+            expected = {r.name for r in elsewhere.list_credentials("big")}  # the truth, read apart
+            assert names <= expected
+            decoded[0] = 0
+            registry.refresh()
+            claim = registry.claim("big")
+            assert claim is not None and {c.name for c in claim.credentials} == expected
+            assert decoded[0] <= most, (names, decoded[0])
+        gone = store.delete_claim("big")
+        assert gone and registry.refresh() == {"big"} and registry.claim("big") is None
+        store.create_claim("big", "p")  # made again under its id: another claim, empty
+        store.put_credential("big", "again", value=b"v", hosts=["api.test"])
+        registry.refresh()
+        claim = registry.claim("big")
+        assert claim is not None and [c.name for c in claim.credentials] == ["again"]
