@@ -28,6 +28,8 @@ migrated in place)::
                 kind, spec JSON)  -- a kind's non-secret block (proxy.store.kinds); none: static
     credential_tokens(claim_id, name -> credentials ON DELETE CASCADE, PK of the two,
                 generation, updated_at, key_id, value BLOB)  -- an oauth_client's refresh token, sealed
+    credential_spec_placeholders(claim_id, name -> credentials ON DELETE CASCADE, placeholder,
+                PK (claim_id, placeholder))  -- an aws_sigv4 spec's placeholders (proxy.store.kinds)
 
 A migration only adds columns (``ALTER TABLE ... ADD COLUMN``, nullable or with a default) in one
 write transaction, so an older store keeps every row and reads as the defaults it was written with.
