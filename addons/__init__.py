@@ -56,6 +56,7 @@ from typing import Any
 
 from mitmproxy import tls
 from mitmproxy.addons import errorcheck, proxyserver, tlsconfig
+from mitmproxy.proxy import server_hooks
 
 from addons import tlsbuffers
 from addons.approve import Approve
@@ -79,6 +80,7 @@ from addons.sigv4 import SigV4
 from addons.stream import Stream
 from addons.substitute import Substitute
 from addons.tunnel import NextLayer
+from addons.upstreamtls import UpstreamSessions
 from addons.wslimit import WebSocketLimit
 from proxy.engine.state import State
 
@@ -90,9 +92,15 @@ class TlsConfig(tlsconfig.TlsConfig):
     at the handshake, never with the lazy upstream connections surrogate uses), and reads two
     options per request: about 12 µs of every request, measured (issue 7). Such a request goes
     to the upstream like any other. Every TLS connection it starts frees its record buffers
-    while idle (addons/tlsbuffers.py)."""
+    while idle (addons/tlsbuffers.py). Given ``sessions``, an upstream connection resumes a
+    session of an earlier verified one of the same claim, name, address and settings
+    (addons/upstreamtls.py)."""
 
     request = None  # type: ignore[assignment]
+
+    def __init__(self, sessions: UpstreamSessions | None = None) -> None:
+        super().__init__()
+        self.sessions = sessions
 
     def tls_start_client(self, tls_start: tls.TlsData) -> None:
         super().tls_start_client(tls_start)
@@ -101,13 +109,24 @@ class TlsConfig(tlsconfig.TlsConfig):
     def tls_start_server(self, tls_start: tls.TlsData) -> None:
         super().tls_start_server(tls_start)
         tlsbuffers.release_when_idle(tls_start)
+        if self.sessions is not None:
+            self.sessions.offer(tls_start)
+
+    def tls_failed_server(self, tls_start: tls.TlsData) -> None:
+        if self.sessions is not None:
+            self.sessions.forget(tls_start.conn.id)
+
+    def server_disconnected(self, data: server_hooks.ServerConnectionHookData) -> None:
+        if self.sessions is not None:
+            self.sessions.closed(data.server)
 
 
 def chain(state: State) -> list[Any]:
     """The full, ordered addon list for a proxy serving ``state``."""
     policy = Policy(state)
+    identify = Identify(state)
     return [
-        Identify(state),
+        identify,
         Limiter(state),
         WebSocketLimit(state),
         Hygiene(),
@@ -131,6 +150,6 @@ def chain(state: State) -> list[Any]:
         Metrics(state),
         proxyserver.Proxyserver(),
         NextLayer(state),  # mitmproxy's, refusing non-HTTP bytes in intercepted tunnels
-        TlsConfig(),
+        TlsConfig(UpstreamSessions(identify.claim_of, lambda: state.policy)),
         errorcheck.ErrorCheck(repeat_errors_on_stderr=True),
     ]

@@ -331,6 +331,16 @@ class Identify:
             return
         flow.metadata[facts.CLAIM] = claim
 
+    def claim_of(self, client_id: str) -> tuple[str, str, tuple[int, float] | None] | None:
+        """The claim a client connection serves (id, origin, store generation) as recorded when
+        it authenticated, or None before that or for none: the identity the upstream TLS sessions
+        of its connections are kept under (addons/upstreamtls.py)."""
+        if (tunnel := self.tunnels.get(client_id) or self.direct.get(client_id)) is not None:
+            return (tunnel.claim_id, tunnel.origin, tunnel.generation)
+        if (source := self.sources.get(client_id)) is not None:
+            return source[1]
+        return None
+
     def client_disconnected(self, client: connection.Client) -> None:
         self.tunnels.pop(client.id, None)
         self.direct.pop(client.id, None)

@@ -11,7 +11,10 @@
 - The request target's own authority (an absolute-form ``GET https://other.test/x``, RFC 9112
   §3.2.2, or HTTP/2's ``:authority``) and every Host header field are names too: inside a tunnel
   each must be the tunnel's host, else 421 (never "decided for one host, read as another"). An
-  agreeing absolute-form target is forwarded in origin form, so the upstream has one reading.
+  agreeing absolute-form target is forwarded in origin form, so the upstream has one reading,
+  with the decided authority as its Host field in place of any it sent (RFC 9112 §3.2.2;
+  review r-h2auth: without one it reached the upstream with no Host at all, the secret
+  swapped in).
 - Plain-HTTP proxy requests (absolute-form) are decided on their URL and Host header.
 """
 
@@ -137,11 +140,24 @@ class Policy:
                 )
         if req.data.authority and not req.is_http2:
             req.data.authority = b""  # absolute form, agreeing: the upstream gets the origin form
-        # the setter also rewrites the Host header (and costs a header pass): skip it when both
-        # already spell the canonical name
+            # ...and the target's authority as its Host, in place of any sent (RFC 9112 §3.2.2)
+            if "Host header" in names:
+                req.headers["Host"] = _hostport(host, port, req.scheme)
+            else:
+                req.headers.insert(0, "Host", _hostport(host, port, req.scheme))
+        # rewriting costs a header pass: skip it when both already spell the canonical name
+        name = f"[{host}]" if ":" in host else host
         header = req.host_header or ""
-        if req.host != host or header not in (host, f"{host}:{port}"):
-            req.host = host  # the canonical, checked name (resolve connects it to the checked address)
+        if req.host != host or header not in (name, f"{name}:{port}"):
+            # the canonical, checked name (resolve connects it to the checked address) in every
+            # field that names it; not mitmproxy's ``host`` setter, which writes an IPv6 literal
+            # without its brackets (``Host: ::1:8443``, RFC 9110 §7.2: ``[::1]:8443``)
+            req.data.host = host
+            value = _hostport(host, port, req.scheme)
+            if "Host" in req.headers:
+                req.headers["Host"] = value
+            if req.data.authority:
+                req.data.authority = value.encode()
         flow.metadata[facts.HOST] = host
         # Inside a tunnel we terminated TLS for, only intercepting rules may allow a request: a
         # later `intercept: false` rule must not approve what the intercepting rule refused.
@@ -160,6 +176,13 @@ class Policy:
             return ambiguous
         scheme = "https" if req.scheme == "https" else "http"  # as it reached us, and will leave
         return decide_request(pool, host, port, method, path, intercepted_only=in_tunnel, scheme=scheme)
+
+
+def _hostport(host: str, port: int, scheme: str) -> str:
+    """``host[:port]`` as a Host field spells it (RFC 9110 §7.2): brackets around an IPv6
+    literal, no port when it is the scheme's default."""
+    name = f"[{host}]" if ":" in host else host
+    return name if port == {"https": 443, "http": 80}.get(scheme) else f"{name}:{port}"
 
 
 def _names(req: http.Request, sni: str | None) -> dict[str, str]:

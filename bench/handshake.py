@@ -37,6 +37,8 @@ sys.path[:0] = [str(ROOT), str(ROOT / "tests"), str(ROOT / "bench")]
 
 from load import Target, cpu_seconds  # noqa: E402
 
+RESUMED_HEADER = "X-Upstream-Resumed"  # bench/upstreams.py's nginx: $ssl_session_reused
+
 
 @dataclass(frozen=True, slots=True)
 class Handshakes:
@@ -44,6 +46,7 @@ class Handshakes:
     total_ms: list[float]
     cpu_us_per_conn: float | None
     resumed: int  # connections whose TLS session the proxy (or nginx) resumed
+    upstream_resumed: int = 0  # connections whose upstream handshake nginx resumed (a proxy's)
 
     @property
     def p50(self) -> float:
@@ -83,7 +86,7 @@ def connect(target: Target, port: int) -> socket.socket:
 
 def one(
     target: Target, port: int, ctx: ssl.SSLContext, session: ssl.SSLSession | None
-) -> tuple[float, float, bool, ssl.SSLSession | None]:
+) -> tuple[float, float, bool, ssl.SSLSession | None, bool]:
     t0 = time.perf_counter()
     raw = connect(target, port)
     with ctx.wrap_socket(raw, server_hostname=target.host, session=session) as tls:
@@ -97,23 +100,25 @@ def one(
         t_end = time.perf_counter()
         if resp.status != 200 or len(body) != 100:
             raise RuntimeError(f"{target.name}: {resp.status}, {len(body)} bytes")
-        return (t_tls - t0) * 1000, (t_end - t0) * 1000, bool(tls.session_reused), tls.session
+        upstream = resp.getheader(RESUMED_HEADER) == "r"  # nginx's $ssl_session_reused
+        return (t_tls - t0) * 1000, (t_end - t0) * 1000, bool(tls.session_reused), tls.session, upstream
 
 
 def run(target: Target, port: int, n: int, resume: bool) -> Handshakes:
     """``n`` sequential fresh connections through ``target``, each with one request."""
     ctx = ssl.create_default_context(cafile=str(target.ca_pem))
     ctx.set_alpn_protocols(["http/1.1"])
-    tls_ms, total_ms, resumed, session = [], [], 0, None
+    tls_ms, total_ms, resumed, upstream, session = [], [], 0, 0, None
     before = cpu_seconds(target.pid) if target.pid else 0.0
     for _ in range(n):
-        a, b, reused, got = one(target, port, ctx, session if resume else None)
+        a, b, reused, got, up = one(target, port, ctx, session if resume else None)
         tls_ms.append(a)
         total_ms.append(b)
         resumed += reused
+        upstream += up and target.proxy_url is not None
         session = got
     cpu = (cpu_seconds(target.pid) - before) / n * 1e6 if target.pid else None
-    return Handshakes(tls_ms, total_ms, cpu, resumed)
+    return Handshakes(tls_ms, total_ms, cpu, resumed, upstream)
 
 
 def server_handshake_us(state_dir: Path, n: int = 200) -> float:
@@ -164,6 +169,57 @@ def server_handshake_us(state_dir: Path, n: int = 200) -> float:
         if client.get_peer_certificate() is None or b"finished" not in client.get_state_string():
             raise RuntimeError("in-memory handshake did not complete")
         spent.append(used * 1e6)
+    return statistics.median(spent)
+
+
+def upstream_handshake_us(ca_pem: Path, cert_pem: Path, key_pem: Path, resume: bool, n: int = 200) -> float:
+    """The proxy side's CPU for one TLS 1.3 handshake toward an upstream, in process: the median
+    over ``n`` in-memory handshakes of the client's thread CPU time (pyOpenSSL at both ends; the
+    client verifies the chain under ``ca_pem`` and the name, as mitmproxy's tlsconfig sets up its
+    upstream side). ``resume``: each offers the session (ticket) of the one before, as
+    addons/upstreamtls.py does, which skips the certificate and its verification."""
+    from OpenSSL import SSL
+
+    server_ctx = SSL.Context(SSL.TLS_SERVER_METHOD)
+    server_ctx.use_certificate_chain_file(str(cert_pem))
+    server_ctx.use_privatekey_file(str(key_pem))
+    client_ctx = SSL.Context(SSL.TLS_CLIENT_METHOD)
+    client_ctx.load_verify_locations(str(ca_pem))
+    client_ctx.set_verify(SSL.VERIFY_PEER, None)
+    spent, reused, session = [], 0, None
+    for _ in range(n):
+        t = time.thread_time()
+        client = SSL.Connection(client_ctx)
+        client.set_tlsext_host_name(b"api.test")
+        param = SSL._lib.SSL_get0_param(client._ssl)  # type: ignore[attr-defined]
+        SSL._lib.X509_VERIFY_PARAM_set1_host(param, b"api.test", 8)  # type: ignore[attr-defined]
+        if resume and session is not None:
+            client.set_session(session)
+        client.set_connect_state()
+        used = time.thread_time() - t
+        server = SSL.Connection(server_ctx)
+        server.set_accept_state()
+        for _step in range(4):
+            for side in (client, server):
+                t = time.thread_time()
+                with suppress(SSL.WantReadError):
+                    side.do_handshake()
+                if side is client:
+                    with suppress(SSL.WantReadError):
+                        client.recv(1)  # the NewSessionTicket, once it came
+                    used += time.thread_time() - t
+                peer = server if side is client else client
+                while True:
+                    try:
+                        peer.bio_write(side.bio_read(65536))
+                    except SSL.WantReadError:
+                        break
+        reused += bool(SSL._lib.SSL_session_reused(client._ssl))  # type: ignore[attr-defined]
+        session = client.get_session()
+        client.shutdown()  # a session whose connection was freed without close_notify is not resumable
+        spent.append(used * 1e6)
+    if resume and reused < n - 1:
+        raise RuntimeError(f"only {reused} of {n} in-memory handshakes resumed")
     return statistics.median(spent)
 
 
@@ -218,6 +274,8 @@ def _main() -> int:
                     got.setdefault((t.name, resume), []).append(run(t, nginx.port, args.n, resume))
         # before the state dirs are removed (ensure_ca would make a new EC CA in an empty one)
         ec_us, rsa_us = server_handshake_us(tmp / "ec" / "state"), server_handshake_us(tmp / "rsa" / "state")
+        up_full = upstream_handshake_us(ca.ca_pem, ca.cert_pem, ca.key_pem, resume=False)
+        up_resumed = upstream_handshake_us(ca.ca_pem, ca.cert_pem, ca.key_pem, resume=True)
     print(
         f"{args.rounds} interleaved rounds × {args.n} connections per target; proxies on CPU {proxy_cpu}, "
         f"client and nginx on CPU {load_cpu}; load average {load0[0]:.2f} at start, "
@@ -228,6 +286,10 @@ def _main() -> int:
         f"in process, the server side of one full TLS 1.3 handshake: EC CA {ec_us:,.0f} µs, "
         f"RSA CA {rsa_us:,.0f} µs (EC ÷ RSA {ec_us / rsa_us:.2f}×)"
     )
+    print(
+        f"in process, the proxy's side of one TLS 1.3 handshake toward the upstream (nginx's leaf): "
+        f"full {up_full:,.0f} µs, resumed {up_resumed:,.0f} µs (resumed ÷ full {up_resumed / up_full:.2f}×)"
+    )
     return 0
 
 
@@ -235,8 +297,8 @@ def render(got: dict[tuple[str, bool], list[Handshakes]], names: list[str]) -> s
     """A markdown table: per target and mode, medians over rounds of p50/p99 and CPU."""
     lines = [
         "| target | resumption | TLS up p50 | request done p50 | p99 | ÷ mitmdump p50 "
-        "| proxy CPU/conn | resumed |",
-        "|---|---|---|---|---|---|---|---|",
+        "| proxy CPU/conn | resumed | upstream resumed |",
+        "|---|---|---|---|---|---|---|---|---|",
     ]
     for resume in (False, True):
         base = _med([h.p50 for h in got.get(("mitmdump", resume), [])])
@@ -251,7 +313,7 @@ def render(got: dict[tuple[str, bool], list[Handshakes]], names: list[str]) -> s
                 f"| {name} | {'offered' if resume else 'no'} | {_med([h.tls_p50 for h in hs]):.2f} ms "
                 f"| {p50:.2f} ms | {_med([h.p99 for h in hs]):.2f} ms "
                 f"| {p50 / base:.2f}× | {f'{statistics.median(cpu):,.0f} µs' if cpu else '—'} "
-                f"| {sum(h.resumed for h in hs)}/{n} |"
+                f"| {sum(h.resumed for h in hs)}/{n} | {sum(h.upstream_resumed for h in hs)}/{n} |"
             )
     return "\n".join(lines)
 

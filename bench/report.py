@@ -305,6 +305,13 @@ def _connection_rows(table: Table, r: Results) -> None:
             f"{_fmt(med(SURROGATE, True, lambda h: h.cpu_us_per_conn), 0, ' µs')} CPU/conn; "
             f"{sum(h.resumed for h in resumed)}/{n} resumed",
         )
+    if fresh := r.handshakes.get((SURROGATE, False), []):
+        n = sum(len(h.total_ms) for h in fresh)
+        table.note(
+            "surrogate, fresh connections: upstream handshakes nginx resumed (addons/upstreamtls.py)",
+            f"{sum(h.upstream_resumed for h in fresh)}/{n}",
+            "(no target)",
+        )
     if r.idle:
         per = {t: r.idle[t].kib_per_tunnel if t in r.idle else None for t in TARGETS}
         got = per[SURROGATE]

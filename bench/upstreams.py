@@ -104,6 +104,7 @@ http {{
         ssl_protocols TLSv1.2 TLSv1.3;
         location = /small {{
             default_type text/plain;
+            add_header X-Upstream-Resumed $ssl_session_reused;  # bench/handshake.py counts it
             return 200 "{SMALL_BODY.decode()}";
         }}
         location /files/ {{  # a package, an archive, a model: binary

@@ -500,6 +500,7 @@ class Upstream:
         self.requests: list[Recorded] = []
         self.connections = 0
         self.sessions: list[str | None] = []  # per completed TLS handshake: the SNI it carried
+        self.resumed: list[bool] = []  # per completed TLS handshake: whether it resumed a session
         self.sse_release = threading.Event()
         self.oauth_refresh = ""  # /oauth/token: the first refresh token it accepts
         self.oauth_seen: list[str] = []  # refresh tokens received
@@ -598,6 +599,7 @@ class Upstream:
                     self._live.add(conn)
                     conn.surrogate_session = len(self.sessions)  # type: ignore[attr-defined]
                     self.sessions.append(getattr(conn, "surrogate_sni", None))
+                    self.resumed.append(conn.session_reused)  # type: ignore[attr-defined]
             _Handler(conn, addr, server)
         except OSError:
             pass  # handshake failures, resets and broken pipes are the client's business

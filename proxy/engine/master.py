@@ -48,6 +48,7 @@ from proxy.control.api import make_app
 from proxy.control.ready import Readiness
 from proxy.control.service import Control
 from proxy.core.limits import DEFAULT_NODE_HOOK_PROCESSES, DEFAULT_WEBSOCKET_HELD
+from proxy.engine import headers, watchdog
 from proxy.engine.closing import close_on_cancel
 from proxy.engine.dispatch import LeanMaster, cache_hook_args, drop_debug_typechecks
 from proxy.engine.state import State
@@ -105,6 +106,8 @@ def build_master(config: RunConfig, on_ready: Callable[[], None] | None = None) 
     errorpage.install()
     drop_debug_typechecks()
     cache_hook_args()
+    headers.install()
+    watchdog.install()
     close_on_cancel()
     ca.ensure_ca(config.state_dir)
     bundle = ca.write_upstream_bundle(config.state_dir, config.upstream_cas)

@@ -13,6 +13,7 @@ from pathlib import Path
 import canary
 import pytest
 from harness import ROOT
+from inprocess import surrogate as in_process
 from test_control_process import listening, start_control, stop, wait_for
 
 from proxy.store.base import ApprovalRecord, new_id
@@ -23,10 +24,15 @@ pytestmark = pytest.mark.e2e
 SECRET = canary.make("approvals-cli")
 
 
-def _cli(state: Path, action: str, *args: str) -> subprocess.CompletedProcess[str]:
+def _cli(state: Path, action: str, *args: str, process: bool = False) -> subprocess.CompletedProcess[str]:
+    """``surrogate approvals ACTION``: as a process, or (the default) through the same main() in
+    this process (tests/inprocess.py: the same parser, client and answers, no interpreter start)."""
+    argv = ["approvals", action, "--state-dir", str(state), *args]
+    if not process:
+        return in_process(*argv)
     return subprocess.run(
-        [sys.executable, "-m", "proxy", "approvals", action, "--state-dir", str(state), *args],
-        cwd=ROOT, capture_output=True, text=True, timeout=60, check=False,
+        [sys.executable, "-m", "proxy", *argv], cwd=ROOT, capture_output=True, text=True, timeout=60,
+        check=False,
     )  # fmt: skip
 
 
@@ -43,7 +49,7 @@ def test_list_approve_for_a_while_then_revoke_through_the_cli(tmp_path: Path) ->
         )  # fmt: skip
         with Store.open(state / "store.sqlite3", KeyRing.load_or_create(state / "store.key")) as store:
             store.add_approval(asked)  # as the node holding the request would
-        listed = _cli(state, "list")
+        listed = _cli(state, "list", process=True)
         assert listed.returncode == 0, listed.stderr
         assert [a["id"] for a in json.loads(listed.stdout)] == [asked.id]
         # an id that begins with "-" (a stored one could: before new_id, 1 in 64 did) goes after "--"

@@ -22,7 +22,6 @@ import json
 import re
 import shutil
 import subprocess
-import sys
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -32,7 +31,8 @@ from pathlib import Path
 import canary
 import pytest
 from _netns import Lab, NsProxy, flush_rules, load_printed, missing, sh, upstream_argv
-from harness import ROOT, free_port
+from harness import free_port
+from inprocess import surrogate as in_process
 from world import Stage, claim, credential, egress, rules
 
 pytestmark = pytest.mark.e2e
@@ -217,13 +217,9 @@ def printed(fence: Fence, form: str, *extra: str) -> str:
         "source": ["--source", "10.241.0.2/32", "--source", "fd00:241::2/128", "--unsafe-source-only"],
         "uid": ["--uid", str(SANDBOX_UID), "--proxy-uid", "0"],
     }[form]
-    return subprocess.run(
-        [sys.executable, "-m", "proxy", "transparent-rules", "--port", str(fence.tport), *args, *extra],
-        capture_output=True,
-        text=True,
-        cwd=ROOT,
-        check=True,
-    ).stdout
+    # in-process (tests/inprocess.py): the same text; the command as a process is
+    # tests/e2e/test_fence_revocation.py's
+    return in_process("transparent-rules", "--port", str(fence.tport), *args, *extra, check=True).stdout
 
 
 def test_without_the_fence_the_probes_do_arrive(fence: Fence) -> None:
@@ -394,10 +390,7 @@ def test_every_printed_variant_loads_on_this_machines_tools(fence: Fence, varian
     """Each option combination's rules load as printed (iptables, ip6tables, ebtables, nft), and
     loading them twice (a second sandbox) merges instead of failing."""
     ns = fence.lab.add(f"ld{len(fence.lab.spaces)}")
-    out = subprocess.run(
-        [sys.executable, "-m", "proxy", "transparent-rules", "--port", "8081", *VARIANTS[variant]],
-        capture_output=True, text=True, cwd=ROOT, check=True,
-    ).stdout  # fmt: skip
+    out = in_process("transparent-rules", "--port", "8081", *VARIANTS[variant], check=True).stdout
     load_printed(out, ns, tool)
     if tool == "nft":
         load_printed(out, ns, tool)

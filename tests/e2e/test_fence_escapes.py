@@ -30,7 +30,8 @@ from pathlib import Path
 
 import pytest
 from _netns import Lab, NsProxy, flush_rules, load_printed, missing, sh
-from harness import ROOT, free_port
+from harness import free_port
+from inprocess import surrogate as in_process
 from world import Stage, claim, egress, rules
 
 pytestmark = pytest.mark.e2e
@@ -45,10 +46,8 @@ class R3Lab(Lab):
 
 
 def printed(*args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "proxy", "transparent-rules", "--port", "8081", *args],
-        capture_output=True, text=True, cwd=ROOT, check=check,
-    )  # fmt: skip
+    """In-process (tests/inprocess.py): the same text, status and stderr as the process."""
+    return in_process("transparent-rules", "--port", "8081", *args, check=check)
 
 
 # B counts what reaches it from A at the earliest hook of its namespace, every family and
@@ -394,10 +393,9 @@ def routed(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Routed]:
         tport = free_port()
         pins = {n: "10.250.12.2" for n in ("10.250.12.2", "api.test", "opaque.test")}
         proxy = st.proxy(text, pins, cls=partial(NsProxy, host), args=["--transparent", f"0.0.0.0:{tport}"])
-        rules_out = subprocess.run(
-            [sys.executable, "-m", "proxy", "transparent-rules", "--port", str(tport), "--interface", hs],
-            capture_output=True, text=True, cwd=ROOT, check=True,
-        ).stdout  # fmt: skip
+        rules_out = in_process(
+            "transparent-rules", "--port", str(tport), "--interface", hs, check=True
+        ).stdout
         load_printed(rules_out, host, "iptables")
         yield Routed(lab, host, sbx, up, proxy, accepted, proxy.ca_pem)
 

@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import json
 import subprocess
-import sys
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -28,7 +27,8 @@ from pathlib import Path
 import canary
 import pytest
 from _netns import Lab, NsProxy, flush_rules, load_printed, missing, sh, upstream_argv
-from harness import ROOT, free_port
+from harness import free_port
+from inprocess import surrogate as in_process
 from world import Stage, claim, credential, egress, rules
 
 pytestmark = pytest.mark.e2e
@@ -70,10 +70,7 @@ class Bridge:
         return [json.loads(line)["path"] for line in text.splitlines()]
 
     def printed(self, *args: str) -> str:
-        return subprocess.run(
-            [sys.executable, "-m", "proxy", "transparent-rules", "--port", str(self.tport), *args],
-            capture_output=True, text=True, cwd=ROOT, check=True,
-        ).stdout  # fmt: skip
+        return in_process("transparent-rules", "--port", str(self.tport), *args, check=True).stdout
 
     def port_rules(self, port: str, sources: tuple[str, str]) -> str:
         return self.printed(

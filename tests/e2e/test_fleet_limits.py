@@ -85,8 +85,11 @@ class Fleet:
         return httpx.Client(proxy=proxy.url(claim, token), verify=ctx, timeout=20)
 
 
-@pytest.fixture
-def two(tmp_path: Path, pg_cluster: Cluster) -> Iterator[Fleet]:
+@pytest.fixture(scope="module")
+def two(tmp_path_factory: pytest.TempPathFactory, pg_cluster: Cluster) -> Iterator[Fleet]:
+    """One fleet for the module: each test takes a claim of its own (a claim's counts are its
+    own), and the test that kills node A runs last (started once: 15 s a test under load)."""
+    tmp_path = tmp_path_factory.mktemp("fleet")
     url = pg_cluster.database()
     with Stage(tmp_path) as st:
         st.every_canary = True
@@ -126,55 +129,6 @@ def _admitted(answers: list[bytes]) -> int:
         if a.startswith(b"HTTP/1.1 429"):
             assert b"too_many_connections" in a, a
     return sum(a.startswith(b"HTTP/1.1 200") for a in answers)
-
-
-def test_a_claims_connections_hold_across_two_nodes_and_a_killed_node_gives_them_back(two: Fleet) -> None:
-    token = two.claim("cn", "conn")
-    opened: list[socket.socket] = []
-
-    def connect(node: int) -> tuple[socket.socket, bool]:
-        s, head = two.connect(node, "cn", token)
-        opened.append(s)
-        return s, _admitted([head]) == 1
-
-    try:
-        on_a = [connect(0) for _ in range(3)]
-        assert all(ok for _, ok in on_a)
-        time.sleep(SEEN)
-        assert [ok for _, ok in (connect(1) for _ in range(4))] == [True, False, False, False], (
-            "3 on A: B admits the remainder of 4, no more"
-        )
-        time.sleep(SEEN)
-        assert not connect(0)[1], "A sees B's one too"
-
-        on_a[0][0].close()  # closing on A frees a slot on B
-        time.sleep(SEEN)
-        assert connect(1)[1]
-        assert not connect(1)[1], "2 on A and 2 on B"
-
-        victim = two.nodes[0].proc
-        assert victim is not None
-        for pid in [*children(victim.pid), victim.pid]:  # every process of node A (its workers first)
-            os.kill(pid, signal.SIGKILL)  # A's 2 tunnels are gone with it, its rows are not
-        victim.wait()
-        killed = time.monotonic()
-        given_back = None
-        while time.monotonic() - killed < HEARTBEAT_BOUND + 10:
-            s, ok = connect(1)
-            if ok:
-                given_back = time.monotonic() - killed
-                break
-            s.close()
-            time.sleep(0.2)
-        assert given_back is not None, "a dead node's connections are given back"
-        early = HEARTBEAT_BOUND - 2 * TICK - 0.5
-        assert given_back >= early, f"given back after {given_back:.1f} s, before the bound"
-        time.sleep(SEEN)  # with --workers 2, A's second worker's row may expire a tick later
-        assert connect(1)[1]
-        assert not connect(1)[1], "B alone holds the claim's 4 now"
-    finally:
-        for s in opened:
-            s.close()
 
 
 def test_many_connects_at_once_on_both_nodes_stay_within_the_tolerance(two: Fleet) -> None:
@@ -294,6 +248,55 @@ def test_a_restarted_node_and_a_recreated_claim_get_no_fresh_allowance(two: Flee
         assert got == [True] * 4, "every tunnel of the deleted claim was closed on both nodes"
         time.sleep(SEEN)
         assert not connect(0, again) and not connect(1, again)
+    finally:
+        for s in opened:
+            s.close()
+
+
+def test_a_claims_connections_hold_across_two_nodes_and_a_killed_node_gives_them_back(two: Fleet) -> None:
+    token = two.claim("cn", "conn")
+    opened: list[socket.socket] = []
+
+    def connect(node: int) -> tuple[socket.socket, bool]:
+        s, head = two.connect(node, "cn", token)
+        opened.append(s)
+        return s, _admitted([head]) == 1
+
+    try:
+        on_a = [connect(0) for _ in range(3)]
+        assert all(ok for _, ok in on_a)
+        time.sleep(SEEN)
+        assert [ok for _, ok in (connect(1) for _ in range(4))] == [True, False, False, False], (
+            "3 on A: B admits the remainder of 4, no more"
+        )
+        time.sleep(SEEN)
+        assert not connect(0)[1], "A sees B's one too"
+
+        on_a[0][0].close()  # closing on A frees a slot on B
+        time.sleep(SEEN)
+        assert connect(1)[1]
+        assert not connect(1)[1], "2 on A and 2 on B"
+
+        victim = two.nodes[0].proc
+        assert victim is not None
+        for pid in [*children(victim.pid), victim.pid]:  # every process of node A (its workers first)
+            os.kill(pid, signal.SIGKILL)  # A's 2 tunnels are gone with it, its rows are not
+        victim.wait()
+        killed = time.monotonic()
+        given_back = None
+        while time.monotonic() - killed < HEARTBEAT_BOUND + 10:
+            s, ok = connect(1)
+            if ok:
+                given_back = time.monotonic() - killed
+                break
+            s.close()
+            time.sleep(0.2)
+        assert given_back is not None, "a dead node's connections are given back"
+        early = HEARTBEAT_BOUND - 2 * TICK - 0.5
+        assert given_back >= early, f"given back after {given_back:.1f} s, before the bound"
+        time.sleep(SEEN)  # with --workers 2, A's second worker's row may expire a tick later
+        assert connect(1)[1]
+        assert not connect(1)[1], "B alone holds the claim's 4 now"
     finally:
         for s in opened:
             s.close()

@@ -694,6 +694,42 @@ def test_a_client_hello_split_over_reads_in_a_redirected_connection_is_still_tls
     assert done.returncode == 0 and done.stdout.strip() == "HTTP/1.1 200 OK", done
 
 
+def _echoed_hosts(stdout: str) -> list[str]:
+    """The Host values /echo repeated (one raw line per header value): lines naming api.test."""
+    return [line for line in stdout.splitlines() if line.split(":")[0] in ("api.test", "API.Test.")]
+
+
+def test_an_absolute_form_request_without_host_reaches_the_upstream_with_the_decided_host(
+    world: World,
+) -> None:
+    """Review r-h2auth: an absolute-form target and no Host field (curl ``-H "Host:"``) reached
+    the upstream in origin form with no Host at all; it now carries the decided authority."""
+    done = world.curl(
+        "--http1.1", "--resolve", "api.test:443:10.232.0.2", "-H", "Host:",
+        "--request-target", "https://api.test/echo?t=authority-abs", "https://api.test/",
+    )  # fmt: skip
+    assert done.stdout.endswith("200"), done.stdout + done.stderr
+    assert "api.test" in _echoed_hosts(done.stdout), done.stdout
+
+
+def test_an_http2_authority_in_another_spelling_reaches_the_upstream_canonical(world: World) -> None:
+    done = world.curl(
+        "--http2", "--resolve", "api.test:443:10.232.0.2", "-H", "Host: API.Test.",
+        "https://api.test/echo?t=authority-h2",
+    )  # fmt: skip
+    assert done.stdout.endswith("200"), done.stdout + done.stderr
+    hosts = _echoed_hosts(done.stdout)
+    assert "api.test" in hosts and "API.Test." not in hosts, done.stdout
+
+
+def test_an_http2_authority_naming_another_host_than_the_sni_gets_421(world: World) -> None:
+    done = world.curl(
+        "--http2", "--resolve", "api.test:443:10.232.0.2", "-H", "Host: other.test",
+        "https://api.test/t/authority-other",
+    )  # fmt: skip
+    assert done.stdout.endswith("421") and "authority_mismatch" in done.stdout, done.stdout
+
+
 def test_zz_upstream_saw_only_the_allowed_requests_with_the_real_secret(world: World) -> None:
     """Runs last in this module: stops the upstream to read what it recorded."""
     assert world.upstream.stdin is not None
@@ -712,6 +748,7 @@ def test_zz_upstream_saw_only_the_allowed_requests_with_the_real_secret(world: W
         "/t/split-hello-2",
     ]
     expected += ["/t/transparent-node", "/t/transparent-fetch"] if shutil.which("node") else []
+    expected += ["/echo?t=authority-abs", "/echo?t=authority-h2"]  # review r-h2auth
     assert sorted(p for p in paths if not p.startswith("/git/")) == sorted(expected)
     assert any(p.startswith("/git/repo.git/info/refs") for p in paths)
     auth = [
@@ -724,7 +761,7 @@ def test_zz_upstream_saw_only_the_allowed_requests_with_the_real_secret(world: W
     assert auth == [f"Bearer {world.secret}"]
     # deny, unknown source, mismatch and cleartext made no upstream connection at all
     # the allowed requests (git's several among them) and nothing for the refused ones
-    assert seen[-1]["connections"] <= 22  # 20, and the two split-ClientHello requests
+    assert seen[-1]["connections"] <= 24  # 20, the two split-ClientHello and two authority requests
     for text in world.received:
         assert world.secret not in text
     # the WebSocket, package index and MCP servers saw only the real secret
