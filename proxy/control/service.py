@@ -222,7 +222,7 @@ class Control:
         placeholder = templated(
             body.get("placeholder_template"), placeholder, self.store.get_credential(claim_id, name)
         )
-        kinds.check_placeholders(self.store.list_credentials(claim_id), name, placeholder, made.spec)
+        kinds.check_placeholders(self.store, claim_id, name, placeholder, made.kind, made.spec)
         try:
             oauth = parse_spec(body["oauth"]) if body.get("oauth") is not None else None
         except ValueError as e:
@@ -281,8 +281,7 @@ class Control:
             changes["value"] = check_value(changes["value"])
         if "placeholder" in changes:
             check_placeholder(changes["placeholder"])
-            others = self.store.list_credentials(claim_id)
-            kinds.check_placeholders(others, name, changes["placeholder"], None)
+            kinds.check_placeholders(self.store, claim_id, name, changes["placeholder"], None, None)
         if header is not None and fmt is None:
             changes["inject_format"] = "Bearer {value}"
         try:

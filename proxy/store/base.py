@@ -280,6 +280,11 @@ class CredentialStore(Protocol):
         """False when absent (PreconditionFailed(None) when ``if_match`` was given)."""
         ...
 
+    def placeholder_holder(self, claim_id: str, name: str, mine: set[str]) -> tuple[str, str] | None:
+        """(placeholder, credential) when another credential of the claim than ``name`` holds one
+        of ``mine`` (as its placeholder or in its kind's spec), else None; indexed lookups."""
+        ...
+
     def secret(self, claim_id: str, name: str) -> tuple[bytes, int]:
         """The decrypted value and its version. NotFound, DecryptError."""
         ...

@@ -11,6 +11,9 @@ What is kept where::
                             oauth_client the mint spec (token_url, client_id, grant, ...);
                             hmac the sign spec. Written with the credentials row in one
                             transaction; a static credential has no row here.
+    credential_spec_placeholders  an aws_sigv4 spec's placeholders, one row each (primary key
+                            (claim_id, placeholder)), written with the kind row: the uniqueness
+                            check of a write is indexed lookups, not a read of the claim
     credential_tokens       an oauth_client's refresh token (grant refresh_token), sealed under
                             rows.token_aad(claim, name, generation); a PUT replaces it, a rotation
                             by the token endpoint (:meth:`KindQueries.keep_refresh_token`) seals
@@ -45,9 +48,11 @@ if TYPE_CHECKING:
 
 KINDS = ("static", "aws_sigv4", "oauth_client", "hmac")
 _TOKEN = "SELECT key_id, value, generation FROM credential_tokens WHERE claim_id = ? AND name = ?"  # noqa: S105
-_CLAIM_PLACEHOLDERS = (
-    "SELECT c.name, c.placeholder, k.kind, k.spec FROM credentials c LEFT JOIN credential_kinds k "
-    "ON k.claim_id = c.claim_id AND k.name = c.name WHERE c.claim_id = ? AND c.name <> ?"
+# who else in the claim holds a placeholder: as its ``placeholder`` (credentials.placeholder is
+# UNIQUE: an index) or in its spec (credential_spec_placeholders' primary key); O(1) rows each
+_HOLDERS = (
+    "SELECT name FROM credentials WHERE claim_id = ? AND placeholder = ? AND name <> ?",
+    "SELECT name FROM credential_spec_placeholders WHERE claim_id = ? AND placeholder = ? AND name <> ?",
 )
 
 
@@ -140,6 +145,21 @@ class KindQueries:
     @abstractmethod
     def _auto(self) -> AbstractContextManager[Conn]: ...
 
+    def _holder(self, db: Conn, claim_id: str, name: str, mine: set[str]) -> tuple[str, str] | None:
+        """(placeholder, credential) for the first of ``mine`` (in sorted order) that another
+        credential of the claim holds, as its ``placeholder`` or in its spec; None when none is."""
+        for placeholder in sorted(mine):
+            for sql in _HOLDERS:
+                if row := db.execute(sql, (claim_id, placeholder, name)).fetchone():
+                    return placeholder, row[0]
+        return None
+
+    def placeholder_holder(self, claim_id: str, name: str, mine: set[str]) -> tuple[str, str] | None:
+        """The control API's early answer (outside the write, so only a hint; the write checks
+        again inside its transaction): :meth:`_holder`, two index lookups per placeholder."""
+        with self._auto() as db:
+            return self._holder(db, claim_id, name, mine)
+
     def _check_placeholders(
         self, db: Conn, claim_id: str, name: str, placeholder: str, kind: str, spec: str | None
     ) -> None:
@@ -147,21 +167,26 @@ class KindQueries:
         spec's too) is one of another credential of the claim; Conflict naming the holder.
         The write transaction serialises writers on both backends (SQLite ``BEGIN IMMEDIATE``,
         PostgreSQL's ``data_version`` row lock), so two concurrent PUTs cannot both pass: the
-        control API's check before the write only answers early. (``credentials.placeholder`` is
-        UNIQUE across the store; a spec's placeholders live in its JSON, so they are checked here.)"""
-        mine = {placeholder} | spec_placeholders(kind, spec)
-        others = db.execute(_CLAIM_PLACEHOLDERS, (claim_id, name)).fetchall()
-        for other, theirs, other_kind, other_spec in others:
-            if taken := mine & ({theirs} | spec_placeholders(other_kind, other_spec)):
-                raise Conflict(f"placeholder {min(taken)} is already used by credential {other!r}")
+        control API's check before the write only answers early. Indexed lookups, not a read of
+        the claim: ``credentials.placeholder`` is UNIQUE, a spec's placeholders have their rows
+        in ``credential_spec_placeholders`` (primary key (claim_id, placeholder), a second
+        backstop against a doubled spec placeholder), written by :meth:`_save_kind`."""
+        if found := self._holder(db, claim_id, name, {placeholder} | spec_placeholders(kind, spec)):
+            raise Conflict(f"placeholder {found[0]} is already used by credential {found[1]!r}")
 
     def _save_kind(self, db: Conn, claim_id: str, name: str, kind: str, spec: str | None) -> None:
         """Inside the credential's write transaction: its kind row (none for ``static``)."""
         db.execute("DELETE FROM credential_kinds WHERE claim_id = ? AND name = ?", (claim_id, name))
+        key = (claim_id, name)
+        db.execute("DELETE FROM credential_spec_placeholders WHERE claim_id = ? AND name = ?", key)
         if kind != "static":
             if kind not in KINDS or spec is None:
                 raise ValueError(f"kind {kind!r} needs its spec (one of: {', '.join(KINDS)})")
             db.execute("INSERT INTO credential_kinds VALUES (?, ?, ?, ?)", (claim_id, name, kind, spec))
+            for placeholder in sorted(spec_placeholders(kind, spec)):
+                db.execute(
+                    "INSERT INTO credential_spec_placeholders VALUES (?, ?, ?)", (claim_id, name, placeholder)
+                )
 
     def _seal_refresh(self, db: Conn, claim_id: str, name: str, token: bytes | None) -> None:
         """Inside a write transaction: replace the refresh token (None: remove it)."""

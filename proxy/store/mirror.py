@@ -9,7 +9,8 @@ claim's index, whose Claim is then taken with C-level copies (a tuple of a list,
 so a write to one of a claim's 10,000 credentials builds one Credential, not 10,000 (measured by
 ``bench/fleet.py``). Claim-level changes cost more, as they may: a claim deleted, or deleted and
 created again under its id, empties its index; a token rotation or a new pool rebuilds only the
-Claim. A whole snapshot (the SQLite store, or a reader behind PostgreSQL's pruned tombstones) is
+Claim. A whole snapshot (SQLite after another process's commit, or a reader behind PostgreSQL's
+pruned tombstones) is
 first compared with the rows held (:meth:`Mirror.diff`) and then applied the same way: a pass of
 C-level comparisons, and claims whose rows did not change keep their Claim object (and with it
 the scrubber's compiled patterns, :mod:`addons.scrubpairs`).

@@ -86,6 +86,14 @@ SIDE_TABLES = (
       updated_at double precision NOT NULL, key_id text NOT NULL, value bytea NOT NULL,
       PRIMARY KEY (claim_id, name),
       FOREIGN KEY (claim_id, name) REFERENCES credentials(claim_id, name) ON DELETE CASCADE)""",
+    # an aws_sigv4 spec's placeholders, one row each (proxy.store.kinds; SQLite's schema.py):
+    # written with the kind row, filled from the kinds when created (SPEC_PLACEHOLDERS_FILL)
+    """CREATE TABLE IF NOT EXISTS credential_spec_placeholders (
+      claim_id text COLLATE "C" NOT NULL, name text COLLATE "C" NOT NULL,
+      placeholder text COLLATE "C" NOT NULL, PRIMARY KEY (claim_id, placeholder),
+      FOREIGN KEY (claim_id, name) REFERENCES credentials(claim_id, name) ON DELETE CASCADE)""",
+    """CREATE INDEX IF NOT EXISTS credential_spec_placeholders_of
+      ON credential_spec_placeholders(claim_id, name)""",
     # fleet-wide limits (proxy.store.fleetlimits): heartbeats, connection counts, rate buckets
     """CREATE TABLE IF NOT EXISTS fleet_nodes (run text COLLATE "C" NOT NULL, worker integer NOT NULL,
       node text NOT NULL, heartbeat double precision NOT NULL, PRIMARY KEY (run, worker))""",
@@ -95,6 +103,15 @@ SIDE_TABLES = (
     """CREATE TABLE IF NOT EXISTS fleet_buckets (claim text COLLATE "C" PRIMARY KEY,
       tokens double precision NOT NULL, stamp double precision NOT NULL,
       granted double precision NOT NULL, full_at double precision NOT NULL)""",
+)
+# fills credential_spec_placeholders from the kinds written before it existed
+SPEC_PLACEHOLDERS_FILL = (
+    """INSERT INTO credential_spec_placeholders SELECT claim_id, name, spec::json ->> 'secret_placeholder'
+      FROM credential_kinds WHERE kind = 'aws_sigv4' AND spec::json ->> 'secret_placeholder' IS NOT NULL
+      ON CONFLICT DO NOTHING""",
+    """INSERT INTO credential_spec_placeholders SELECT claim_id, name,
+      spec::json ->> 'session_token_placeholder' FROM credential_kinds WHERE kind = 'aws_sigv4'
+      AND spec::json ->> 'session_token_placeholder' IS NOT NULL ON CONFLICT DO NOTHING""",
 )
 # MIGRATIONS[n] takes a database from schema version n to n + 1 (a new database runs them all).
 MIGRATIONS: dict[int, tuple[str, ...]] = {
@@ -168,5 +185,9 @@ def migrate(conn: psycopg.Connection[tuple[Any, ...]], where: str) -> None:
             for statement in MIGRATIONS[step]:
                 conn.execute(statement.encode())
         conn.execute("UPDATE surrogate_state SET schema_version = %s", (SCHEMA_VERSION,))
+        row = conn.execute("SELECT to_regclass('credential_spec_placeholders') IS NOT NULL").fetchone()
+        filled = bool(row and row[0])
         for statement in SIDE_TABLES:
+            conn.execute(statement.encode())
+        for statement in () if filled else SPEC_PLACEHOLDERS_FILL:
             conn.execute(statement.encode())

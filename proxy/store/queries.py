@@ -107,6 +107,11 @@ class SQLStore(ApprovalQueries, KindQueries, KeyRotation, Leases, ABC):
     @abstractmethod
     def data_version(self) -> int: ...
 
+    def _changed(self, claim_id: str, name: str | None = None, *, deleted: bool = False) -> None:
+        """Inside a write transaction: it changes the claim (``deleted``: deletes it) or the
+        credential ``name`` of it. The SQLite store journals it (proxy.store.localchanges); a write
+        that declares nothing makes its readers read a whole snapshot."""
+
     @abstractmethod
     def touch_used(self, claim_id: str, name: str, at: float) -> None: ...
 
@@ -144,6 +149,7 @@ class SQLStore(ApprovalQueries, KindQueries, KeyRotation, Leases, ABC):
         with self._write() as db:
             if db.execute("SELECT 1 FROM claims WHERE id = ?", (claim_id,)).fetchone():
                 raise Conflict(f"claim {claim_id!r} already exists")
+            self._changed(claim_id)
             row = (claim_id, pool, json.dumps(nets), rows.token_hash(token), now, now, interface)
             db.execute(
                 "INSERT INTO claims (id, pool, sources, token_hash, version, created_at, updated_at,"
@@ -171,6 +177,7 @@ class SQLStore(ApprovalQueries, KindQueries, KeyRotation, Leases, ABC):
             sql = "UPDATE claims SET token_hash = ?, version = version + 1, updated_at = ? WHERE id = ?"
             if not db.execute(sql, (rows.token_hash(token), time.time(), claim_id)).rowcount:
                 raise NotFound(f"claim {claim_id!r} not found")
+            self._changed(claim_id)
             return rows.claim(db.execute(_CLAIM, (claim_id,)).fetchone()), token
 
     def delete_claim(self, claim_id: str) -> bool:
@@ -180,6 +187,7 @@ class SQLStore(ApprovalQueries, KindQueries, KeyRotation, Leases, ABC):
         with self._write() as db:
             if db.execute("DELETE FROM claims WHERE id = ?", (claim_id,)).rowcount == 0:
                 return False
+            self._changed(claim_id, deleted=True)
             db.execute(
                 "UPDATE grants SET revoked_at = ?, revoked_by = 'claim deleted' "
                 "WHERE claim_id = ? AND revoked_at IS NULL",
@@ -220,6 +228,7 @@ class SQLStore(ApprovalQueries, KindQueries, KeyRotation, Leases, ABC):
         with self._write() as db:
             if not db.execute("SELECT 1 FROM claims WHERE id = ?", (claim_id,)).fetchone():
                 raise NotFound(f"claim {claim_id!r} not found")
+            self._changed(claim_id, name)
             old = self._current(db, claim_id, name, if_match, must_exist=False)
             if old is None:  # a stand-in at version 0, so that creating is replacing nothing
                 now = time.time()
@@ -247,6 +256,7 @@ class SQLStore(ApprovalQueries, KindQueries, KeyRotation, Leases, ABC):
         ):
             raise ValueError(f"{', '.join(cleared)} cannot be cleared")
         with self._write() as db:
+            self._changed(claim_id, name)
             old = self._current(db, claim_id, name, if_match, must_exist=True)
             assert old is not None
             return self._save(db, old, changes) if changes else old
@@ -263,6 +273,7 @@ class SQLStore(ApprovalQueries, KindQueries, KeyRotation, Leases, ABC):
         with self._write() as db:
             if self._current(db, claim_id, name, if_match, must_exist=False) is None:
                 return False
+            self._changed(claim_id, name)
             db.execute("DELETE FROM credentials WHERE claim_id = ? AND name = ?", (claim_id, name))
             return True
 
@@ -280,6 +291,7 @@ class SQLStore(ApprovalQueries, KindQueries, KeyRotation, Leases, ABC):
                 "SELECT 1 FROM credentials WHERE claim_id = ? AND name = ?", (claim_id, name)
             ).fetchone():
                 raise NotFound(f"credential {name!r} of claim {claim_id!r} not found")
+            self._changed(claim_id, name)
             db.execute("DELETE FROM credential_oauth WHERE claim_id = ? AND name = ?", (claim_id, name))
             if spec is not None:
                 db.execute(

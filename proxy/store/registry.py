@@ -7,7 +7,9 @@ used by the very next request, inside already-open tunnels too.
 
 Values of store credentials are decrypted on first use after a rebuild and kept in memory for
 that version only. A store that can list its changes since a version (the PostgreSQL store's
-``changes_since``) is re-read incrementally; others, and a reader too far behind, whole. Either
+``changes_since``; the SQLite store's for this process's own writes, :mod:`proxy.store.localchanges`)
+is re-read incrementally; others, a reader too far behind, and a SQLite reader after another
+process's commit, whole. Either
 way only what changed is built: :mod:`proxy.store.mirror` applies a change to the credentials
 it touched (a write to one of a claim's 10,000 credentials builds one), and a whole snapshot is
 compared with the rows held first.
@@ -199,8 +201,9 @@ class Registry:
         their tunnels must close.
 
         A store that can say what changed since a version (``changes_since``: the PostgreSQL
-        store) is read incrementally: one write costs the rows it wrote, not a snapshot of every
-        credential; a store that cannot, or a reader too far behind, is read whole."""
+        store; the SQLite store for this process's own writes) is read incrementally: one write
+        costs the rows it wrote, not a snapshot of every credential; a store that cannot, or a
+        reader too far behind, or a SQLite reader after another process's commit, is read whole."""
         if self.store is None:
             return set()
         now = time.monotonic()

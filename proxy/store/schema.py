@@ -7,8 +7,8 @@ Tables (see :mod:`proxy.store.sqlite` for what each column means)::
                 inject_header, inject_format, placeholder UNIQUE, key_id, value, version,
                 created_at, updated_at, expires_at, last_used_at, surfaces, on_misplaced,
                 max_requests, requests_used, headers, basic_parts)
-    credential_history, credential_oauth, credential_kinds, credential_tokens -> credentials
-        ON DELETE CASCADE; rules_budgets
+    credential_history, credential_oauth, credential_kinds, credential_tokens,
+        credential_spec_placeholders -> credentials ON DELETE CASCADE; rules_budgets
     approvals, grants (issue 16: proxy.store.approvals)
 
 A new file runs the base schema and then every migration; an older one runs the migrations from
@@ -98,9 +98,30 @@ TOKENS = """CREATE TABLE IF NOT EXISTS credential_tokens (
       claim_id TEXT NOT NULL, name TEXT NOT NULL, generation INTEGER NOT NULL, updated_at REAL NOT NULL,
       key_id TEXT NOT NULL, value BLOB NOT NULL, PRIMARY KEY (claim_id, name),
       FOREIGN KEY (claim_id, name) REFERENCES credentials(claim_id, name) ON DELETE CASCADE) STRICT"""
+# The placeholders an aws_sigv4 spec gives the sandbox beside ``placeholder`` (proxy.store.kinds
+# ``spec_placeholders``), one row each, so that a write checks them by index, not by reading every
+# spec of the claim; written with the kind row. Created when absent, then filled from the kinds.
+SPEC_PLACEHOLDERS = """CREATE TABLE IF NOT EXISTS credential_spec_placeholders (
+      claim_id TEXT NOT NULL, name TEXT NOT NULL, placeholder TEXT NOT NULL,
+      PRIMARY KEY (claim_id, placeholder),
+      FOREIGN KEY (claim_id, name) REFERENCES credentials(claim_id, name) ON DELETE CASCADE) STRICT"""
 SIDE_TABLES = {"credential_history": HISTORY, "credential_oauth": OAUTH, "rules_budgets": RULES_BUDGETS,
                "leases": LEASES, "approvals": APPROVALS, "grants": GRANTS,
-               "credential_kinds": KINDS, "credential_tokens": TOKENS}  # fmt: skip
+               "credential_kinds": KINDS, "credential_tokens": TOKENS,
+               "credential_spec_placeholders": SPEC_PLACEHOLDERS}  # fmt: skip
+SIDE_INDEXES = (
+    "CREATE INDEX IF NOT EXISTS credential_spec_placeholders_of "
+    "ON credential_spec_placeholders(claim_id, name)",
+)
+# fills credential_spec_placeholders from the kinds written before it existed
+SPEC_PLACEHOLDERS_FILL = (
+    """INSERT INTO credential_spec_placeholders SELECT claim_id, name, json_extract(spec,
+      '$.secret_placeholder') FROM credential_kinds WHERE kind = 'aws_sigv4'
+      AND json_extract(spec, '$.secret_placeholder') IS NOT NULL ON CONFLICT DO NOTHING""",
+    """INSERT INTO credential_spec_placeholders SELECT claim_id, name, json_extract(spec,
+      '$.session_token_placeholder') FROM credential_kinds WHERE kind = 'aws_sigv4'
+      AND json_extract(spec, '$.session_token_placeholder') IS NOT NULL ON CONFLICT DO NOTHING""",
+)
 
 
 def _user_version(db: sqlite3.Connection) -> int:
@@ -131,5 +152,9 @@ def migrate(db: sqlite3.Connection, path: Path) -> None:
             for statement in MIGRATIONS[step]:
                 db.execute(statement)
         db.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
-    for statement in SIDE_TABLES.values():
+    have = {r[0] for r in db.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
+    for statement in (*SIDE_TABLES.values(), *SIDE_INDEXES):
         db.execute(statement)
+    if "credential_spec_placeholders" not in have:
+        for statement in SPEC_PLACEHOLDERS_FILL:
+            db.execute(statement)

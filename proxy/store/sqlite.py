@@ -28,6 +28,8 @@ migrated in place)::
                 kind, spec JSON)  -- a kind's non-secret block (proxy.store.kinds); none: static
     credential_tokens(claim_id, name -> credentials ON DELETE CASCADE, PK of the two,
                 generation, updated_at, key_id, value BLOB)  -- an oauth_client's refresh token, sealed
+    credential_spec_placeholders(claim_id, name -> credentials ON DELETE CASCADE, placeholder,
+                PK (claim_id, placeholder))  -- an aws_sigv4 spec's placeholders (proxy.store.kinds)
 
 A migration only adds columns (``ALTER TABLE ... ADD COLUMN``, nullable or with a default) in one
 write transaction, so an older store keeps every row and reads as the defaults it was written with.
@@ -65,10 +67,11 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import ClassVar
 
-from proxy.store import schema
+from proxy.store import localchanges, schema
 from proxy.store.base import (
     HISTORY_SECONDS,
     HISTORY_VERSIONS,
+    Changes,
     ClaimRecord,
     Conflict,
     CredentialRecord,
@@ -121,7 +124,9 @@ class Store(SQLStore):
         self._db = db
         self._keyring = keyring
         self._lock = threading.RLock()
-        self._commits = 0  # PRAGMA data_version ignores this connection's own commits
+        # PRAGMA data_version ignores this connection's own commits: they are counted here, with
+        # what each touched, so this process's registry applies them one by one (changes_since)
+        self._local = localchanges.LocalChanges()
         self._touched: dict[tuple[str, str], float] = {}
 
     @classmethod
@@ -169,6 +174,10 @@ class Store(SQLStore):
             except sqlite3.OperationalError as e:  # busy past busy_timeout, read-only, disk full
                 raise StoreError(f"store {self.path} cannot be written now: {e}") from None
             try:
+                # a commit of another connection is seen here at the latest (the write lock is
+                # held: none can fall between this look and the COMMIT)
+                self._local.saw(int(self._db.execute("PRAGMA data_version").fetchone()[0]))
+                self._local.begin()
                 self._keyring.refresh()
                 yield self._db
                 self._db.execute("COMMIT")
@@ -176,7 +185,10 @@ class Store(SQLStore):
                 if self._db.in_transaction:
                     self._db.execute("ROLLBACK")
                 raise
-            self._commits += 1
+            self._local.committed()
+
+    def _changed(self, claim_id: str, name: str | None = None, *, deleted: bool = False) -> None:
+        self._local.touch(claim_id, name, deleted=deleted)
 
     @contextmanager
     def _count(self) -> Iterator[sqlite3.Connection]:
@@ -230,5 +242,19 @@ class Store(SQLStore):
                 self._db.execute(f"PRAGMA busy_timeout = {_BUSY_MS}")
 
     def data_version(self) -> int:
-        """A number that changes after any commit to the file, by this or another connection."""
-        return int(self._one("PRAGMA data_version")[0]) + self._commits
+        """A number that changes after any commit to the file, by this or another connection
+        (:mod:`proxy.store.localchanges`: counted by this handle, so only it compares them)."""
+        with self._lock:
+            return self._local.saw(int(self._db.execute("PRAGMA data_version").fetchone()[0]))
+
+    def changes_since(self, version: int) -> Changes | None:
+        """The rows this process's own writes after ``version`` touched, read now; None when
+        another connection committed since, or a write declared nothing, or ``version`` is older
+        than the journal: the caller then reads a whole :meth:`snapshot`."""
+        with self._lock:
+            now = self.data_version()
+            touched = self._local.since(version)
+            if touched is None:
+                return None
+            with self._snapshot() as db:
+                return localchanges.read(db, now, touched)
