@@ -174,3 +174,38 @@ def test_the_writing_process_applies_its_own_write_and_still_sees_every_other_pr
         registry.refresh()
         claim = registry.claim("big")
         assert claim is not None and [c.name for c in claim.credentials] == ["again"]
+
+
+def _aws(store: CredentialStore, claim_id: str, name: str, sec: str, tok: str | None = None) -> None:
+    spec = AWS_SPEC | {"secret_placeholder": sec} | ({"session_token_placeholder": tok} if tok else {})
+    store.put_credential(
+        claim_id, name, value=b"{}", hosts=["api.test"], kind="aws_sigv4", spec=spec_json(spec)
+    )
+
+
+def test_the_indexed_placeholder_check_follows_changes_deletes_and_kinds(backend: Backend) -> None:
+    """Review r-perf: the side table of spec placeholders must follow every write, on both
+    backends: a spec placeholder taken by another credential (as a spec's or as a placeholder)
+    is refused; a PUT changing a spec frees the old ones; a deleted credential, a credential
+    turned static and a deleted claim free theirs; another claim is not checked."""
+    store = backend.open()
+    store.create_claim("c", "p")
+    store.create_claim("d", "p")
+    _aws(store, "c", "a", "surr_SpecSecretPlaceholder0001", "surr_SpecTokenPlaceholder00001")
+    for taken in ("surr_SpecSecretPlaceholder0001", "surr_SpecTokenPlaceholder00001"):
+        with pytest.raises(Conflict):
+            _aws(store, "c", "b", taken)
+        with pytest.raises(Conflict):
+            store.put_credential("c", "b", value=b"v", hosts=["api.test"], placeholder=taken)
+    _aws(store, "d", "b", "surr_SpecSecretPlaceholder0001")  # another claim: not checked
+    _aws(store, "c", "a", "surr_SpecSecretPlaceholder0002")  # the spec changed: both old ones free
+    _aws(store, "c", "b", "surr_SpecSecretPlaceholder0001", "surr_SpecTokenPlaceholder00001")
+    with pytest.raises(Conflict):
+        _aws(store, "c", "x", "surr_SpecSecretPlaceholder0002")
+    assert store.delete_credential("c", "a")
+    _aws(store, "c", "x", "surr_SpecSecretPlaceholder0002")  # freed by the delete
+    store.put_credential("c", "b", value=b"v", hosts=["api.test"])  # turned static: frees its spec's
+    _aws(store, "c", "y", "surr_SpecSecretPlaceholder0001", "surr_SpecTokenPlaceholder00001")
+    store.delete_claim("c")
+    store.create_claim("c", "p")
+    _aws(store, "c", "z", "surr_SpecSecretPlaceholder0002")  # the claim's rows went with it
