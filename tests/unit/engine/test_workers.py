@@ -147,3 +147,16 @@ async def test_the_last_line_a_worker_wrote_before_exiting_is_relayed(tmp_path: 
 
     await pipe_relay(tmp_path, write, 0.0)
     assert [json.loads(line)["seq"] for line in (tmp_path / "audit.jsonl").read_text().splitlines()] == [1, 2]
+
+
+@pytest.mark.parametrize("cut", [1, 9, 17, 30])
+def test_a_line_torn_by_a_worker_dying_mid_write_is_not_relayed_at_the_end(cut: int) -> None:
+    """Review r-perf: a worker killed inside the write of a line (one over PIPE_BUF is not written
+    atomically) left its start in the pipe; the relay wrote it to the audit file as a line of its
+    own, which no reader parses. A last line without its newline is relayed only when it is
+    a whole JSON object; a torn one is dropped and counted (the worker's seq shows the gap)."""
+    whole = b'{"seq": 1}\n'
+    torn = b'{"seq": 2, "path": "/a/long/path"}'[:cut]
+    split = workers.LineSplitter(limit=4096)
+    assert split.feed(whole + torn) == [b'{"seq": 1}']
+    assert split.end() == [] and split.torn == 1
