@@ -10,11 +10,7 @@ import secrets
 from pathlib import Path
 from typing import Any
 
-from certs import ca
 from proxy.cli import options
-from proxy.store.choose import open_store
-from proxy.store.keyring import KeyRing
-from proxy.store.sqlite import KEY_FILE, STORE_FILE
 
 
 def add_keys(sub: Any, state: argparse.ArgumentParser) -> None:
@@ -44,6 +40,9 @@ def add_demo(sub: Any, state: argparse.ArgumentParser) -> None:
 def rotate_keys(args: argparse.Namespace) -> int:
     """Refuses (ValueError) a state dir with no store: rotating nothing there would create one.
     With ``--store URL`` the database is the store, and the key file must exist."""
+    from proxy.store.choose import open_store
+    from proxy.store.sqlite import KEY_FILE, STORE_FILE
+
     if args.store is None and not all((args.state_dir / name).is_file() for name in (STORE_FILE, KEY_FILE)):
         raise options.missing_state(args.state_dir, "credential store")
     with open_store(args.state_dir, args.store, args.key_file, create=False) as store:
@@ -54,6 +53,9 @@ def rotate_keys(args: argparse.Namespace) -> int:
 
 def init_keys(args: argparse.Namespace) -> int:
     """``keys init``: the key file alone (``keys rotate`` reads a store and never creates one)."""
+    from proxy.store.keyring import KeyRing
+    from proxy.store.sqlite import KEY_FILE
+
     path = args.state_dir / KEY_FILE
     existed = path.is_file()
     KeyRing.load_or_create(path)
@@ -62,6 +64,8 @@ def init_keys(args: argparse.Namespace) -> int:
 
 
 def demo_init(state_dir: Path) -> int:
+    from certs import ca
+
     old = os.umask(0o077)
     try:
         state_dir.mkdir(parents=True, exist_ok=True)

@@ -55,6 +55,7 @@ from proxy.cli.dryrun import (
     unregistered,
     url_host,
 )
+from proxy.cli.options import EXPLAIN_EXIT_HELP
 from proxy.core import placeholders
 from proxy.core.decide import Action, Decision, Reason, check_path, decide_connect, decide_request, deny
 from proxy.core.errors import HostError
@@ -72,13 +73,7 @@ __getattr__ = forward("proxy.cli.why")
 
 EXIT = {Action.ALLOW: 0, Action.DENY: 3, Action.VIOLATION: 4, Action.ERROR: 5}  # by the verdict
 EXIT_INPUT, EXIT_USAGE = 1, 2
-EXIT_HELP = """exit status:
-  0  allow (also an opaque tunnel, and report mode's would_deny)
-  3  deny
-  4  violation (a placeholder headed where its credential may not go)
-  5  error (the proxy could not process the request)
-  1  the input cannot be explained: the rules file does not load, unknown claim, bad URL or header
-  2  usage error"""
+EXIT_HELP = EXPLAIN_EXIT_HELP  # in proxy.cli.options: the parser shows it without this module
 
 NOT_REPLAYED = (
     "not replayed: name resolution and the address checks made when connecting "

@@ -41,10 +41,9 @@ import argparse
 import sys
 from collections.abc import Callable
 
+import proxy.control.client as client  # not `from proxy.control import`: its __getattr__ loads the service
 from proxy.cli import admin, offline, options, sandbox, serve
-from proxy.control import client
 from proxy.core.errors import SurrogateError
-from proxy.engine import hardening
 
 Handler = Callable[[argparse.Namespace], int]
 
@@ -74,6 +73,8 @@ def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     args = _parser().parse_args(argv)
     if args.command in ("run", "control"):  # before any secret is read: no core dump can hold one
+        from proxy.engine import hardening  # the engine package: only for run and control
+
         for problem in hardening.harden():
             print(f"surrogate: warning: {problem}", file=sys.stderr)
     handler: Handler = args.handler

@@ -10,14 +10,30 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from proxy.cli.explain import EXIT_HELP as EXPLAIN_EXIT_HELP
-from proxy.cli.explain import main_explain
+from proxy.cli.options import EXPLAIN_EXIT_HELP
 from proxy.cli.verify import add_parser as add_verify_parser
-from proxy.cli.verify import main_verify
-from proxy.cli.why import main_why
-from proxy.core import placeholders, templates
-from proxy.core.errors import RulesError, SurrogateError
-from proxy.rules.loader import load_rules
+from proxy.core import templates
+
+# The parser is built for every command: the rules loader (and the Public Suffix List it reads)
+# and the dry run are imported by the handlers (issue 19).
+
+
+def main_explain(args: argparse.Namespace) -> int:
+    from proxy.cli.explain import main_explain
+
+    return main_explain(args)
+
+
+def main_why(args: argparse.Namespace) -> int:
+    from proxy.cli.why import main_why
+
+    return main_why(args)
+
+
+def main_verify(args: argparse.Namespace) -> int:
+    from proxy.cli.verify import main_verify
+
+    return main_verify(args)
 
 
 def add_rules(sub: Any) -> None:
@@ -106,6 +122,10 @@ def _sources_arg(p: argparse.ArgumentParser) -> None:
 
 def check_files(files: list[Path], read_sources: bool = False) -> int:
     """``rules check``: 0 when every file is valid (warnings on stderr), 1 when one is not."""
+    from proxy.core import placeholders
+    from proxy.core.errors import RulesError, SurrogateError
+    from proxy.rules.loader import load_rules
+
     status = 0
     for f in files:
         try:

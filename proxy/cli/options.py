@@ -18,6 +18,24 @@ from proxy.core.hosts import canonical_host
 from proxy.core.limits import DEFAULT_NODE_HOOK_PROCESSES, DEFAULT_WEBSOCKET_HELD
 from proxy.core.node import node_name
 
+# Parser-time values of modules a client command should not import (issue 19); a unit test
+# (tests/unit/cli/test_lazy.py) holds each equal to its source.
+BUNDLE_FORMATS = ("pem", "pkcs12")  # certs.ca.BUNDLE_FORMATS (certs.ca imports mitmproxy.certs)
+EXPLAIN_EXIT_HELP = """exit status:
+  0  allow (also an opaque tunnel, and report mode's would_deny)
+  3  deny
+  4  violation (a placeholder headed where its credential may not go)
+  5  error (the proxy could not process the request)
+  1  the input cannot be explained: the rules file does not load, unknown claim, bad URL or header
+  2  usage error"""  # rules explain's epilog
+
+
+def cores() -> int:
+    """``run --workers``' default: one per core this process may run on (as
+    proxy.engine.workers.default_count, which the parser does not import)."""
+    count = os.process_cpu_count() if hasattr(os, "process_cpu_count") else os.cpu_count()
+    return max(1, count or 1)
+
 
 def plain(rst: str) -> str:
     """``rst`` (a docstring's reStructuredText) as --help shows it: roles (``:mod:`x```) and

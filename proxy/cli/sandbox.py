@@ -18,14 +18,10 @@ from contextlib import nullcontext
 from pathlib import Path
 from typing import Any
 
-from certs import ca
 from proxy.cli import options
-from proxy.cli.provision import notes, render, sandbox_env, trust_store_beside
-from proxy.core.netrules import transparent_rules
-from proxy.core.policy import SourceToken
-from proxy.rules.loader import load_rules
-from proxy.store.registry import Registry
-from proxy.store.sqlite import STORE_FILE, open_state_store
+
+# The parser is built for every command: certs.ca (which imports mitmproxy.certs), the rules
+# loader and the store are imported by the handlers that use them (issue 19).
 
 
 def add_env(sub: Any, state: argparse.ArgumentParser) -> None:
@@ -86,7 +82,7 @@ def add_ca(sub: Any, state: argparse.ArgumentParser) -> None:
         "bundle", parents=[state], help="write system roots + surrogate's CA to one file"
     )
     bundle.add_argument("--out", type=Path, help="default: <state dir>/ca/bundle.pem (.p12)")
-    bundle.add_argument("--format", choices=ca.BUNDLE_FORMATS, default="pem", help="pkcs12: for the JVM")
+    bundle.add_argument("--format", choices=options.BUNDLE_FORMATS, default="pem", help="pkcs12: for the JVM")
     bundle.set_defaults(handler=write_bundle)
     init = ca_sub.add_parser(
         "init", parents=[state], help="create the CA if absent (run does too), e.g. a fleet's one CA"
@@ -95,6 +91,8 @@ def add_ca(sub: Any, state: argparse.ArgumentParser) -> None:
 
 
 def _require_ca(state_dir: Path) -> None:
+    from certs import ca
+
     if not ca.ca_cert_path(state_dir).is_file():
         raise options.missing_state(state_dir, "CA")
 
@@ -102,6 +100,13 @@ def _require_ca(state_dir: Path) -> None:
 def print_env(args: argparse.Namespace) -> int:
     """The environment of one claim. Refuses (ValueError, before reading anything) a state dir
     with no CA; reads its store only when there is one (rules-file claims need none)."""
+    from certs import ca
+    from proxy.cli.provision import notes, render, sandbox_env, trust_store_beside
+    from proxy.core.policy import SourceToken
+    from proxy.rules.loader import load_rules
+    from proxy.store.registry import Registry
+    from proxy.store.sqlite import STORE_FILE, open_state_store
+
     _require_ca(args.state_dir)
     policy = load_rules(args.rules)
     has_store = (args.state_dir / STORE_FILE).is_file()
@@ -133,6 +138,8 @@ def print_env(args: argparse.Namespace) -> int:
 
 
 def export_ca(args: argparse.Namespace) -> int:
+    from certs import ca
+
     _require_ca(args.state_dir)
     sys.stdout.write(ca.export_pem(args.state_dir))
     return 0
@@ -140,6 +147,8 @@ def export_ca(args: argparse.Namespace) -> int:
 
 def init_ca(args: argparse.Namespace) -> int:
     """``ca init``: the one command besides ``run``, ``control`` and ``demo init`` that makes a CA."""
+    from certs import ca
+
     existed = ca.ca_cert_path(args.state_dir).is_file()
     cert = ca.ensure_ca(args.state_dir)
     print(f"surrogate: CA {cert} ({'already there' if existed else 'created'})")
@@ -147,6 +156,8 @@ def init_ca(args: argparse.Namespace) -> int:
 
 
 def write_bundle(args: argparse.Namespace) -> int:
+    from certs import ca
+
     _require_ca(args.state_dir)
     out = ca.write_sandbox_bundle(args.state_dir, args.out, args.format)
     if str(out) != "/dev/stdout":
@@ -155,6 +166,8 @@ def write_bundle(args: argparse.Namespace) -> int:
 
 
 def print_fence(args: argparse.Namespace) -> int:
+    from proxy.core.netrules import transparent_rules
+
     sys.stdout.write(
         transparent_rules(
             args.port,

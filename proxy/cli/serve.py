@@ -15,22 +15,16 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from certs import ca
-from proxy import audit
 from proxy.cli import options
-from proxy.core.hosts import canonical_host
-from proxy.core.policy import Policy, SourceToken
-from proxy.engine import workers
-from proxy.engine.state import State
-from proxy.rules.loader import load_rules
-from proxy.rules.sources import ValueSource
-from proxy.store import counters
-from proxy.store.choose import open_store
-from proxy.store.registry import Registry
 
 if TYPE_CHECKING:
+    from proxy.core.policy import Policy
     from proxy.engine.master import ControlConfig
+    from proxy.store import counters
     from proxy.store.fleetlimits import FleetCounters
+
+# The parser is built for every command: the engine, the rules loader and the store are imported
+# by the handlers below that use them, so a client command never loads them (issue 19).
 
 
 def add_run(sub: Any, state: argparse.ArgumentParser) -> None:
@@ -75,7 +69,7 @@ def add_run(sub: Any, state: argparse.ArgumentParser) -> None:
     run.add_argument(
         "--workers",
         type=options.positive,
-        default=workers.default_count(),
+        default=options.cores(),
         help="proxy processes sharing the ports (default: one per core, %(default)s here; 1: one process)",
     )
     run.add_argument("--worker-index", type=int, help=argparse.SUPPRESS)  # set by the supervisor
@@ -99,6 +93,7 @@ def add_control(sub: Any, state: argparse.ArgumentParser) -> None:
 def control_config(args: argparse.Namespace) -> ControlConfig:
     """The control listeners of ``run``/``control``. Raises ValueError for ``--control-tcp``
     without a token file, a token under 16 characters, or an address that is not loopback."""
+    from proxy.core.hosts import canonical_host
     from proxy.engine.master import ControlConfig
 
     socket_path = (
@@ -136,6 +131,13 @@ def control_config(args: argparse.Namespace) -> ControlConfig:
 def supervise(args: argparse.Namespace, argv: list[str]) -> int:
     """``run --workers N`` (N > 1): check everything a worker would refuse, create the CA and the
     store once, then run N workers (proxy/engine/workers.py) and relay their audit lines."""
+    from certs import ca
+    from proxy import audit
+    from proxy.engine import workers
+    from proxy.rules.loader import load_rules
+    from proxy.store import counters
+    from proxy.store.choose import open_store
+
     policy = load_rules(args.rules)
     for warning in policy.warnings:
         print(warning, file=sys.stderr)
@@ -170,7 +172,15 @@ def supervise(args: argparse.Namespace, argv: list[str]) -> int:
 
 def run_proxy(args: argparse.Namespace) -> int:
     """``run`` as one process, or as worker ``--worker-index`` of a supervisor."""
+    from certs import ca
+    from proxy import audit
+    from proxy.engine import workers
     from proxy.engine.master import RunConfig, serve  # mitmproxy is imported only to serve
+    from proxy.engine.state import State
+    from proxy.rules.loader import load_rules
+    from proxy.store import counters
+    from proxy.store.choose import open_store
+    from proxy.store.registry import Registry
 
     worker = args.worker_index
     if worker is not None:
@@ -259,8 +269,13 @@ def _start_traces(endpoint: str | None) -> Callable[[], None]:
 
 def control_only(args: argparse.Namespace) -> int:
     """``control``: the control API over the same store and rules, no proxy listener."""
+    from proxy import audit
     from proxy.control.service import Control
+    from proxy.engine import workers
     from proxy.engine.master import serve_control_only
+    from proxy.rules.loader import load_rules
+    from proxy.store.choose import open_store
+    from proxy.store.registry import Registry
 
     policy = load_rules(args.rules)
     node = options.node(args)
@@ -283,6 +298,10 @@ def banner(policy: Policy, args: argparse.Namespace, host: str, port: int, contr
     reads them ($(cat FILE) or $VAR), never as the value. The file to trust is the bundle
     (system roots + the CA) that ``surrogate env`` names too: the CA alone fails every
     ``intercept: false`` host, whose own certificate the client sees."""
+    from certs import ca
+    from proxy.core.policy import SourceToken
+    from proxy.rules.sources import ValueSource
+
     hostport = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
     bundle = ca.sandbox_bundle_path(args.state_dir).resolve()
     lines = [

@@ -29,7 +29,6 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from proxy import audit
 from proxy.core import chain
 
 INTACT, BROKEN, USAGE = 0, 1, 2
@@ -132,6 +131,8 @@ class _Files:
 
 
 def main_verify(args: argparse.Namespace) -> int:
+    from proxy import audit  # structlog: only to verify, not to build the parser
+
     files = chain_order(args.files)
     for path in files:
         try:

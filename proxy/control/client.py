@@ -15,9 +15,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-import httpx
-
-from proxy.control import approvalclient
+import proxy.control.approvalclient as approvalclient  # not `from proxy.control`: its __getattr__
 
 
 def add_commands(sub: Any, state: argparse.ArgumentParser) -> None:
@@ -133,6 +131,8 @@ def run_command(args: argparse.Namespace) -> int:
             file=sys.stderr,
         )
         return 1
+    import httpx  # only to send: ``--help`` and usage errors never import it
+
     method, url, body, headers = _request(args)
     try:
         with httpx.Client(transport=httpx.HTTPTransport(uds=str(path)), base_url="http://control") as c:
