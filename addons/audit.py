@@ -207,7 +207,7 @@ def _kind(claim: Claim | None, name: str, signed: dict[str, str]) -> dict[str, s
     ``header`` for ``hmac`` (the algorithm, the header it set); ``grant`` for ``oauth_client``
     (``applied`` says minted or cached); ``signature`` ``sigv4`` and ``applied`` ``sigv4_signed``
     for ``aws_sigv4`` once addons/sigv4.py re-signed with it. ``{}`` for a static credential."""
-    cred = next((c for c in claim.credentials if c.name == name), None) if claim is not None else None
+    cred = next((c for c in claim.kinded if c.name == name), None) if claim is not None else None
     if cred is None or cred.kind == "static":
         return {}
     out = {"kind": cred.kind}

@@ -61,7 +61,7 @@ class Sign:
         if claim is None or req.scheme != "https":
             return
         host = flow.metadata.get(facts.HOST, "")
-        signing = [c for c in claim.credentials if c.sign is not None and c.bound_to(host)]
+        signing = [c for c in claim.signing if c.bound_to(host)]
         if not signing:
             return
         bodied = [c.sign.max_body for c in signing if c.sign is not None and c.sign.signs_body]

@@ -31,6 +31,9 @@ _SUBSETS: dict[str, Callable[[Credential], bool]] = {
     "body": lambda c: Surface.BODY in c.surfaces,
     "oauth": lambda c: c.oauth is not None,
     "metered": lambda c: c.max_requests is not None,
+    "kinded": lambda c: c.kind != "static",
+    "sigv4": lambda c: c.sigv4 is not None,
+    "signing": lambda c: c.sign is not None,
 }
 
 
@@ -135,6 +138,9 @@ class ClaimIndex:
             oauth=tuple(s["oauth"].creds),
             metered=tuple(s["metered"].creds),
             interface=interface,
+            kinded=tuple(s["kinded"].creds),
+            sigv4=tuple(s["sigv4"].creds),
+            signing=tuple(s["signing"].creds),
         )
 
     def _index(self, p: bytes, c: Credential) -> None:

@@ -211,6 +211,9 @@ class Claim:
     oauth: tuple[Credential, ...] = field(default=(), repr=False, compare=False)  # token endpoints
     metered: tuple[Credential, ...] = field(default=(), repr=False, compare=False)  # max_requests
     interface: str | None = None  # transparent mode: the interface its connections must arrive on
+    kinded: tuple[Credential, ...] = field(default=(), repr=False, compare=False)  # kind not static
+    sigv4: tuple[Credential, ...] = field(default=(), repr=False, compare=False)  # kind aws_sigv4
+    signing: tuple[Credential, ...] = field(default=(), repr=False, compare=False)  # kind hmac
 
     @classmethod
     def build(
@@ -237,6 +240,9 @@ class Claim:
             tuple(c for c in credentials if c.oauth is not None),
             tuple(c for c in credentials if c.max_requests is not None),
             interface,
+            tuple(c for c in credentials if c.kind != "static"),
+            tuple(c for c in credentials if c.sigv4 is not None),
+            tuple(c for c in credentials if c.sign is not None),
         )
 
 
