@@ -11,9 +11,9 @@ A module's seconds come from, first, this machine's last run of it (``.pytest_ca
 table ``tests/durations.json`` (a clean clone: no cache yet), else an estimate from its tier and
 test count (:func:`estimate`). A scope's seconds are the sum of its modules' (the network-namespace
 scope is several modules). ``--store-durations`` writes this run's module seconds into
-``tests/durations.json`` too (merged: a partial run updates only its modules). Its first figures
-were measured one module at a time (``-n 0``) on the shared 2-core machine under a load of about 9:
-they order the modules, they are not the seconds a quiet run takes.
+``tests/durations.json`` too (merged: a partial run updates only its modules). Its figures are
+the module seconds of a clean-clone ``.ci/run`` on the 2-core machine (two xdist workers, 700 s
+in all): they order the modules; a module's seconds vary with the load.
 """
 
 from __future__ import annotations
