@@ -58,18 +58,21 @@ Pure; no I/O.
 from __future__ import annotations
 
 import bisect
+import functools
+import re
 from collections.abc import Iterable, Iterator
 
 from proxy.core import base64run
-from proxy.core.scrubforms import ESCAPE_HEAD, OPEN_ESCAPE, SHAPES, SKELETON, escapes_matter, unescape
+from proxy.core.scrubforms import ESCAPE_HEAD, OPEN_ESCAPE, escapes_matter, unescape
 from proxy.core.scrubmatch import Compiled, compile_pairs
 
 __all__ = ["MIN_BASE64", "Compiled", "Scrubber", "compile_pairs", "escapes_matter"]
 
 MIN_BASE64 = base64run.MIN_BASE64
-# Escape heads checked one by one before the rest of a read is searched on its skeleton: at most
-# _FEW_HEADS, or _DENSE_HEADS when they come closer than one per _DENSE_SPAN bytes (a read of
-# every byte value holds 512): a step per head costs about 1 µs, the skeleton about 80 µs a read.
+# Escape heads checked one by one before the rest of a read is searched by the head regexes
+# (_finders): at most _FEW_HEADS, or _DENSE_HEADS when they come closer than one per _DENSE_SPAN
+# bytes (a read of every byte value holds 512): a step per head costs about 1 µs, the regexes
+# about 70 µs a 256 KiB read each.
 _FEW_HEADS, _DENSE_HEADS, _DENSE_SPAN = 64, 16, 512
 
 
@@ -85,7 +88,8 @@ class Scrubber:
         """``compiled``: what :func:`compile_pairs` returned for these pairs, kept by the caller
         (hashing 10,000 pairs to find them in the cache cost ~100 µs per response)."""
         self._c = compiled if compiled is not None else compile_pairs(tuple(pairs), escapes)
-        self._skeleton: tuple[bytes, bytes] | None = None  # (data, its skeleton), see _escapes
+        # (data, from where, the escapes that matter from there on), see _dense_escapes
+        self._found: tuple[bytes, int, list[int]] | None = None
         self._carry = b""
 
     @property
@@ -142,11 +146,11 @@ class Scrubber:
         """Where escapes start in ``data`` from ``pos``, in order.
 
         Few ``%``/``\\`` bytes (text): find each with memchr and check it. Many (binary data,
-        or a text body that is not prose): past a few heads (``_FEW_HEADS``), map the rest of
-        ``data`` to a skeleton (hex digits to ``h``, the escape bytes kept, all else NUL) in
-        which each kind of escape is one fixed string bytes.find locates, so only real escapes
-        cost a Python step. The heads are not counted first: two counting passes over every
-        read cost more than the search itself (issue 19, bench/download.py).
+        or a text body that is not prose): past a few heads (``_FEW_HEADS``), the rest of
+        ``data`` is searched by one regex per head byte for the escapes themselves
+        (:meth:`_dense_escapes`), so only real escapes cost a Python step. The heads are not
+        counted first: two counting passes over every read cost more than the search itself
+        (issue 19, bench/download.py).
         """
         kinds_all = self._c.kinds
         if not kinds_all:
@@ -158,7 +162,7 @@ class Scrubber:
             i = min(live)
             seen += 1
             if seen > _FEW_HEADS or (seen > _DENSE_HEADS and i - pos < seen * _DENSE_SPAN):
-                yield from self._skeleton_escapes(data, i)
+                yield from self._dense_escapes(data, i)
                 return
             if escape.match(data, i) and self._may_matter(data, i):
                 yield i
@@ -166,20 +170,17 @@ class Scrubber:
                 if at == i:
                     nxt[h] = data.find(h, i + 1)
 
-    def _skeleton_escapes(self, data: bytes, pos: int) -> Iterator[int]:
-        """:meth:`_escapes` from ``pos`` on, over the skeleton of ``data`` (one search per
-        shape of escape, :data:`proxy.core.scrubforms.SKELETON`; each candidate checked)."""
-        if self._skeleton is None or self._skeleton[0] is not data:
-            self._skeleton = (data, data.translate(SKELETON))
-        text, escape = self._skeleton[1], self._c.escape
-        nxt = {k: text.find(k, pos) for k in {SHAPES[k] for k in self._c.kinds}}
-        while live := [i for i in nxt.values() if i >= 0]:
-            i = min(live)
-            if escape.match(data, i) and self._may_matter(data, i):
-                yield i
-            for k, at in nxt.items():
-                if at == i:
-                    nxt[k] = text.find(k, i + 1)
+    def _dense_escapes(self, data: bytes, pos: int) -> Iterator[int]:
+        """:meth:`_escapes` from ``pos`` on, for a read dense in escape heads: every escape of
+        the claim's kinds in the rest of ``data``, found by one regex per head byte
+        (:func:`_finders`; each starts with a literal byte, which ``re`` seeks at memchr speed),
+        checked with :meth:`_may_matter`, and kept per read, so the next match in it bisects."""
+        found = self._found
+        if found is None or found[0] is not data or found[1] > pos:
+            at = sorted({m.start() for rx in _finders(self._c.kinds) for m in rx.finditer(data, pos)})
+            found = self._found = (data, pos, [i for i in at if self._may_matter(data, i)])
+        positions = found[2]
+        yield from positions[bisect.bisect_left(positions, pos) :]
 
     def _may_matter(self, data: bytes, i: int) -> bool:
         """Whether the escape at ``i`` decodes to a byte some spelling holds. Every escape
@@ -292,3 +293,27 @@ class Scrubber:
         if c.literal.search(data) is None and not (c.kinds and c.escape.search(data)):
             return data
         return self._scan(data, len(data))[0]
+
+
+_HEX = rb"[0-9A-Fa-f]"
+# what follows a backslash in each backslash kind of proxy.core.scrubforms.KINDS
+_AFTER_BACKSLASH = {b"\\uhhhh": b"u" + _HEX + b"{4}", b"\\/": b"/", b'\\"': b'"', b"\\\\": rb"\\"}
+
+
+@functools.cache
+def _finders(kinds: tuple[bytes, ...]) -> tuple[re.Pattern[bytes], ...]:
+    """One pattern per head byte for the escape ``kinds`` (``Compiled.kinds``), each matching
+    where an escape of those kinds starts, overlapping ones included: the backslash kinds are a
+    lookahead, so ``\\\\u0041`` yields both backslashes (which reading holds is the views' to
+    decide). Every pattern starts with a literal byte: ``re`` then skips to it at memchr speed,
+    where one alternation of two heads steps the matcher through every byte (8 times slower
+    over a 256 KiB read, and 3 times translating the read to a skeleton and searching it)."""
+    out = []
+    if b"%hh" in kinds:
+        out.append(re.compile(b"%" + _HEX + b"{2}"))
+    after = [_AFTER_BACKSLASH[k] for k in kinds if k in _AFTER_BACKSLASH]
+    if after:
+        out.append(re.compile(rb"\\(?=" + b"|".join(after) + b")"))
+    if b"+" in kinds:
+        out.append(re.compile(rb"\+"))
+    return tuple(out)

@@ -61,21 +61,8 @@ ESCAPE_HEAD = re.compile(rb"[%\\+]")
 OPEN_ESCAPE = re.compile(
     rb"(?:%[0-9A-Fa-f]?|\\(?:u[0-9A-Fa-f]{0,3})?|\\u[dD][89abAB][0-9A-Fa-f]{2}\\?u?[0-9A-Fa-f]{0,3})\Z"
 )
-# ESCAPE's escapes as fixed strings over a skeleton of the data, one search per shape rather than
-# per kind: both escape heads read "%", hex digits and "u" read "h", "/" and '"' read "q", a "+"
-# stays, everything else is NUL. "%hh" is then where every %XX and every \uXXXX starts (and a
-# few non-escapes, such as "\41" or "%u0": each candidate is checked against ESCAPE), "%q" a \/
-# or \", "%%" a \\ (or "%%", checked away). One short-string search over a 64 KiB read costs
-# about as much as the translation itself (issue 19): fewer of them is the saving.
-SKELETON = bytes(
-    ord("%") if chr(b) in "%\\"
-    else ord("h") if chr(b) in "0123456789abcdefABCDEFu"
-    else ord("q") if chr(b) in '/"'
-    else ord("+") if chr(b) == "+"
-    else 0
-    for b in range(256)
-)  # fmt: skip
-SHAPES = {b"%hh": b"%hh", b"\\uhhhh": b"%hh", b"\\/": b"%q", b'\\"': b"%q", b"\\\\": b"%%", b"+": b"+"}
+# the escape kinds a claim may seek (Compiled.kinds): the one-byte ones only when a spelling holds
+# their byte; proxy.core.scrub finds each kind's starts by one regex per head byte
 KINDS = (b"%hh", b"\\uhhhh", b"\\/", b'\\"', b"\\\\")
 
 

@@ -307,7 +307,7 @@ def test_the_documented_limits_are_not_caught(form: bytes) -> None:
     assert s.scrub(form) == form
 
 
-# --- the escape finder's two methods, and the skeleton's shared shapes (issue 19) -------------
+# --- the escape finder's two methods: heads one by one, and one regex per head byte (issue 19) --
 
 _ESCAPEY = st.lists(
     st.sampled_from([b"%", b"\\", b"u", b"U", b"0", b"4", b"1", b"a", b"F", b"/", b'"', b"+", b"x", b"\x00",
@@ -325,19 +325,27 @@ def _escapes_reference(s: Scrubber, data: bytes) -> list[int]:
 @pytest.mark.parametrize("pairs", [[(SECRET.encode(), PH.encode())], [(b"a b/\\c\"d", b"surr_X")]],
                          ids=["secret", "spaces-slash-backslash-quote"])  # fmt: skip
 @given(parts=_ESCAPEY, stray=st.sampled_from([0, 15, 16, 17, 63, 64, 65, 200]),
-       gap=st.sampled_from([b"z", b"z" * 600]), pos=st.integers(0, 500))  # fmt: skip
+       gap=st.sampled_from([b"z", b"z" * 600]), pos=st.integers(0, 500),
+       again=st.integers(0, 500))  # fmt: skip
 @settings(max_examples=200, deadline=None)
 def test_the_escape_finder_yields_every_escape_whichever_method_it_uses(
-    pairs: list[tuple[bytes, bytes]], parts: list[bytes], stray: int, gap: bytes, pos: int
+    pairs: list[tuple[bytes, bytes]], parts: list[bytes], stray: int, gap: bytes, pos: int, again: int
 ) -> None:
-    """Few heads are checked one by one, past 64 the rest of the read is searched on its skeleton,
-    where ``%XX`` and ``\\uXXXX`` share one shape (as do ``\\/`` and ``\\"``) and candidates such as
-    ``\\41``, ``%u0`` or ``%%`` are checked away: the same positions either way."""
+    """Few heads are checked one by one, past a few dense ones the rest of the read is searched
+    by one regex per head byte (``\\\\u0041`` yields both backslashes; ``\\41``, ``%u0`` or ``%%``
+    are no escapes): the same positions either way. A second search of the same read, from a
+    later position (the found escapes kept for the read are bisected) or an earlier one (searched
+    again), gives the same answer as a fresh scrubber."""
     s = Scrubber(pairs)
     data = (b"%" + gap) * stray + b"".join(parts)  # stray heads, dense or sparse: the switch
     # falls before, at or after an escape
     pos %= len(data) + 1
-    assert list(s._escapes(data, pos)) == [i for i in _escapes_reference(s, data) if i >= pos]
+    reference = _escapes_reference(s, data)
+    assert list(s._escapes(data, pos)) == [i for i in reference if i >= pos]
+    again %= len(data) + 1
+    assert list(s._escapes(data, again)) == [i for i in reference if i >= again]
+    longer = data + b"%41"  # another read (a new bytes object): not the kept one's answer
+    assert list(s._escapes(longer, again)) == [i for i in _escapes_reference(s, longer) if i >= again]
 
 
 def test_a_text_body_of_every_byte_value_hides_no_escaped_secret() -> None:
