@@ -149,7 +149,10 @@ def _percent(draw: st.DrawFn, value: bytes) -> bytes:
 def _base64(draw: st.DrawFn, value: bytes, urlsafe_only: bool = False) -> bytes:
     """``value`` inside random bytes (so at any of the 3 byte alignments), base64 or base64url,
     padded or not."""
-    before, after = draw(st.binary(max_size=5)), draw(st.binary(max_size=5))
+    # no "%" around it: a random "%" before "c3Vy…" (base64 of "surr_") made the escape "%c3",
+    # and every percent-decoding reader, the receiver's too, then sees no placeholder (found by
+    # hypothesis here: a generated case that held none, not a miss of the reader)
+    before, after = (draw(st.binary(max_size=5).map(lambda b: b.replace(b"%", b"#"))) for _ in range(2))
     urlsafe = urlsafe_only or draw(st.booleans())
     return _b64(before + value + after, urlsafe=urlsafe, pad=not urlsafe_only and draw(st.booleans()))
 
