@@ -1,5 +1,5 @@
 """Downloads through the proxies (issue 19): 50 MB × N over HTTP/1.1 and HTTP/2 toward the
-client, binary and text, bare mitmdump vs surrogate (vs main's surrogate, A/B), interleaved.
+client, binary, text and JSON, bare mitmdump vs surrogate (vs main's surrogate, A/B), interleaved.
 
 Every proxy runs pinned to one core (as bench/run.py), curl and nginx to the other. Bare mitmdump
 is configured as bench/proxies.py does: ``stream_large_bodies=1`` (every body streamed, as
@@ -38,7 +38,9 @@ from upstreams import BIG_BYTES, BenchCA, Nginx  # noqa: E402
 
 TARGET = 0.9  # issue 19: surrogate with scrubbing on ≥ 0.9 × bare mitmdump's MB/s
 PROTOCOLS = {"HTTP/1.1": "--http1.1", "HTTP/2": "--http2"}
-BODIES = {"binary": "/files/big", "text": "/text/big"}
+# text: the binary file's every-byte-value bytes as text/plain (a % and a \ every 256 bytes, the
+# escape finder's worst case); json: an API's JSON (bench/upstreams.py JSON_RECORD)
+BODIES = {"binary": "/files/big", "text": "/text/big", "json": "/json/big"}
 
 
 def _cores() -> tuple[int | None, int | None]:
@@ -86,7 +88,7 @@ def main() -> int:
             for proto in protocols
             for body in BODIES
             for name in proxies
-            if not (name == "mitmdump" and body == "text")
+            if not (name == "mitmdump" and body != "binary")
         ]
 
         busy: dict[tuple[str, str, str], list[float]] = {c: [] for c in cells}

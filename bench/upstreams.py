@@ -23,7 +23,17 @@ from servers import TestCA
 HOSTNAMES = ("api.test", "localhost", "127.0.0.1")  # surrogate pins api.test; mitmdump dials the IP
 SMALL_BODY = b"x" * 100  # the 100-byte response
 BIG_MB = 50
-BIG_BYTES = BIG_MB * 1024 * 1024
+MIB = 1024 * 1024
+BIG_BYTES = BIG_MB * MIB
+# an API's JSON as json.dumps writes it (ensure_ascii): every string's \" \n \u00e9 and a URL's
+# %3A are escapes, thousands per 256 KiB read, of bytes a typical secret does not hold
+JSON_RECORD = (
+    b'{"id": 1347, "url": "https://api.test/repos/octo/proj/issues/1347", "html_url": '
+    b'"https://api.test/octo/proj/issues?q=is%3Aopen+label%3Abug", "title": "Caf\\u00e9 na\\u00efve '
+    b'r\\u00e9sum\\u00e9 fix", "body": "Steps:\\n1. run \\"make test\\"\\n2. see C:\\\\tmp\\n", '
+    b'"user": {"login": "octocat", "avatar_url": "https://avatars.test/u/583231?v=4"}, '
+    b'"labels": [{"name": "bug", "color": "d73a4a"}], "state": "open", "comments": 12}, '
+)
 SSE_EVENTS = 20  # one every 100 ms for 2 s
 SSE_PERIOD_S = 0.1
 _SSE_SERVER = Path(__file__).with_name("sse_server.py")
@@ -115,13 +125,18 @@ http {{
             default_type text/plain;
             alias {root / "www" / "files"}/;
         }}
+        location /json/ {{  # an API's JSON (JSON_RECORD repeated): text, dense in escapes
+            default_type application/json;
+            root {root / "www"};
+        }}
     }}
 }}
 """
 
 
 class Nginx:
-    """``GET /small``: 100 bytes; ``GET /files/big``: the 50 MB file."""
+    """``GET /small``: 100 bytes; ``GET /files/big``: the 50 MB file (``/text/big``: the same as
+    text/plain); ``GET /json/big``: 50 MB of JSON_RECORD as application/json."""
 
     def __init__(self, tmp: Path, ca: BenchCA, cpu: int | None) -> None:
         self.binary = shutil.which("nginx") or "/usr/sbin/nginx"  # sbin is not on every PATH
@@ -134,6 +149,11 @@ class Nginx:
             (self.root / sub).mkdir(parents=True)
         with open(self.root / "www" / "files" / "big", "wb") as f:
             block = bytes(range(256)) * 4096  # 1 MiB, incompressible enough and written once
+            for _ in range(BIG_MB):
+                f.write(block)
+        (self.root / "www" / "json").mkdir()
+        with open(self.root / "www" / "json" / "big", "wb") as f:
+            block = (JSON_RECORD * (MIB // len(JSON_RECORD) + 1))[:MIB]
             for _ in range(BIG_MB):
                 f.write(block)
         self.conf = self.root / "nginx.conf"
