@@ -5,7 +5,8 @@ A hostile upstream (a raw TLS server, so it decides where every TCP write ends) 
 response whose body holds the claim's secret in one spelling (raw, percent-escaped, JSON
 ``\\u``-escaped, base64, and mixes of escaped and plain characters) after a padding that puts it
 at mitmproxy's old 64 KiB read boundary and the new 256 KiB one, cut by a pause at every offset
-inside the spelling (so the proxy reads the two halves separately), or written in one piece.
+inside the spelling (so the proxy reads the two halves separately), or written in one piece;
+the padding is plain, or an API's JSON dense in escapes (the escape finder's dense path).
 Text and binary content types (binary bodies are searched for the plain spellings only). The
 sandbox must never receive a spelling of the secret (tests/canary.py's forms)."""
 
@@ -76,7 +77,7 @@ class Hostile:
         q = {k: v[0] for k, v in parse_qs(urlsplit(target).query).items()}
         pad, cut = int(q["pad"]), int(q["cut"])
         spelled = spell(self.secret, q["form"])
-        body = b"a" * pad + spelled + b"z" * 100
+        body = padding(pad, q.get("noise", "a")) + spelled + b"z" * 100
         head = f"HTTP/1.1 200 OK\r\nContent-Type: {q['ctype']}\r\nContent-Length: {len(body)}\r\n\r\n"
         s.sendall(head.encode())
         if cut < 0:
@@ -85,6 +86,20 @@ class Hostile:
         s.sendall(body[: pad + cut])
         time.sleep(0.15)
         s.sendall(body[pad + cut :])
+
+
+# an API's JSON record: escapes of bytes the secret's spellings do not hold (\u00e9, \", \n, %3A),
+# which the escape finder skips in C, beside ones it must look at (%41, \u0042)
+JSON_NOISE = b'{"t": "caf\\u00e9 \\"q\\" \\n", "u": "/q?is%3Aopen", "x": "%41\\u0042"}, '
+
+
+def padding(pad: int, noise: str) -> bytes:
+    """``pad`` bytes: "a"s, or (``noise=json``) whole JSON_NOISE records then "a"s, so no escape
+    is left open against the spelling that follows."""
+    if noise == "a":
+        return b"a" * pad
+    records = JSON_NOISE * (pad // len(JSON_NOISE))
+    return records + b"a" * (pad - len(records))
 
 
 def spell(secret: bytes, form: str) -> bytes:
@@ -134,8 +149,8 @@ PLAIN = {"raw", "base64", "basic"}  # what a binary body is searched for
 PADS = [65535 - 7, 65536 + 3, 262144 - 11, 262144 + 5]
 
 
-def _get(w: World, pad: int, form: str, cut: int, ctype: str) -> bytes:
-    url = f"https://api.test:{w.hostile.port}/?pad={pad}&form={form}&cut={cut}&ctype={ctype}"
+def _get(w: World, pad: int, form: str, cut: int, ctype: str, noise: str = "a") -> bytes:
+    url = f"https://api.test:{w.hostile.port}/?pad={pad}&form={form}&cut={cut}&ctype={ctype}&noise={noise}"
     got = w.client.get(url)
     w.stage.received.append(got.content)
     assert got.status_code == 200, got.text[:200]
@@ -167,6 +182,23 @@ def test_a_secret_at_the_64k_and_256k_read_boundaries_is_never_received(
     for cut in (-1, 1, len(spelled) // 2, len(spelled) - 1):
         body = _get(world, pad, form, cut, "text/plain")
         assert len(body) >= pad
+        assert canary.find(body, [world.hostile.secret.decode()]) == [], (form, pad, cut)
+        assert spelled not in body
+        if form == "raw":
+            assert PH.encode() in body
+
+
+@pytest.mark.parametrize("pad", PADS)
+@pytest.mark.parametrize("form", FORMS)
+def test_a_secret_after_json_dense_in_escapes_at_the_read_boundaries_is_never_received(
+    world: World, form: str, pad: int
+) -> None:
+    """The same after an API's JSON (thousands of escapes per read, so the escape finder's dense
+    path with its head regexes runs; issue 19), as application/json."""
+    spelled = spell(world.hostile.secret, form)
+    for cut in (-1, 1, len(spelled) // 2, len(spelled) - 1):
+        body = _get(world, pad, form, cut, "application/json", noise="json")
+        assert body.count(JSON_NOISE) == pad // len(JSON_NOISE)  # the noise passed unchanged
         assert canary.find(body, [world.hostile.secret.decode()]) == [], (form, pad, cut)
         assert spelled not in body
         if form == "raw":
