@@ -78,37 +78,70 @@ def unescape(data: bytes, start: int, end: int, view: View) -> tuple[bytes, list
     server treating bytes as Latin-1 writes: ``\\u00c3\\u00a9`` for "é"). The backslash view is
     off unless a secret holds a backslash: decoding starts anywhere in a run of backslashes, so
     pairing them could hide a ``\\u`` escape that another alignment reveals; the byte view is
-    off unless a secret holds a non-ASCII byte."""
+    off unless a secret holds a non-ASCII byte.
+
+    The escapes of one byte (``%XX``, ``\\u00XX``, the one-character ones) are looked up in a
+    table made once (:data:`_PIECES`); a body made of nothing but escapes (``%41%41…``) decodes
+    one dict lookup an escape, not five group tests and an int()."""
     out = bytearray()
     offsets: list[int] = []
     pos = start
+    pieces = _PIECES[view[2]]
     for m in TOKENS[view[0], view[1]].finditer(data, start, end):
-        out += data[pos : m.start()]
-        offsets += range(pos, m.start())
-        if m.group(1) is not None:
-            piece = bytes([int(m.group(1), 16)])
-        elif m.group(2) is not None:
-            hi, lo = int(m.group(2), 16), int(m.group(3), 16)
-            piece = chr(0x10000 + ((hi - 0xD800) << 10) + (lo - 0xDC00)).encode()
-        elif m.group(4) is not None:
-            point = int(m.group(4), 16)
-            if view[2] and 0x80 <= point <= 0xFF:
-                piece = bytes([point])
-            else:
-                piece = chr(point).encode("utf-8", "surrogatepass")
-        elif m.group(5) is not None:
-            piece = m.group(5)
-        elif m.group(6) is not None:
-            piece = b"\\"
-        else:
-            piece = b" "
+        at, to = m.span()
+        if at > pos:
+            out += data[pos:at]
+            offsets += range(pos, at)
+        piece = pieces.get(data[at:to])
+        if piece is None:
+            piece = _decode(m, view)
         out += piece
-        offsets += [m.start()] * len(piece)
-        pos = m.end()
+        if len(piece) == 1:
+            offsets.append(at)
+        else:
+            offsets += [at] * len(piece)
+        pos = to
     out += data[pos:end]
     offsets += range(pos, end)
     offsets.append(end)
     return bytes(out), offsets
+
+
+def _decode(m: re.Match[bytes], view: View) -> bytes:
+    """What the token ``m`` of :data:`TOKENS` decodes to under ``view``."""
+    if m.group(1) is not None:
+        return bytes([int(m.group(1), 16)])
+    if m.group(2) is not None:
+        hi, lo = int(m.group(2), 16), int(m.group(3), 16)
+        return chr(0x10000 + ((hi - 0xD800) << 10) + (lo - 0xDC00)).encode()
+    if m.group(4) is not None:
+        point = int(m.group(4), 16)
+        if view[2] and 0x80 <= point <= 0xFF:
+            return bytes([point])
+        return chr(point).encode("utf-8", "surrogatepass")
+    if m.group(5) is not None:
+        return m.group(5)
+    if m.group(6) is not None:
+        return b"\\"
+    return b" "
+
+
+def _pieces(byte_view: bool) -> dict[bytes, bytes]:
+    """Every escape of one byte value in every hex case, with what it decodes to (as
+    :func:`_decode` does: each is checked against it in tests/unit/core/test_scrubforms.py)."""
+    digits = "0123456789abcdefABCDEF"
+    table: dict[bytes, bytes] = {b"\\/": b"/", b'\\"': b'"', b"\\\\": b"\\", b"+": b" "}
+    for hi in digits:
+        for lo in digits:
+            value = int(hi + lo, 16)
+            table[f"%{hi}{lo}".encode()] = bytes([value])
+            code = f"\\u00{hi}{lo}".encode()
+            table[code] = bytes([value]) if byte_view and value >= 0x80 else chr(value).encode()
+    return table
+
+
+# by the byte view (View[2]): the one-byte escapes and what they decode to
+_PIECES = {False: _pieces(False), True: _pieces(True)}
 
 
 # Media types whose bodies are binary: escaped spellings are not sought in them (escapes_matter).

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 
+from proxy.core import scrubforms
 from proxy.core.scrubforms import escapes_matter, recoded, secret_spellings, unescape
 
 
@@ -55,3 +56,29 @@ def test_a_secrets_spellings_hold_its_recodings_and_base64_forms() -> None:
     assert forms[secret] == b"surr_PH1"
     assert all(r in forms for r in recoded(secret))
     assert runs and all(text in forms for text in runs)
+
+
+VIEWS = [(s, b, u) for s in (False, True) for b in (False, True) for u in (False, True)]
+
+
+@pytest.mark.parametrize("view", VIEWS)
+def test_the_one_byte_escape_table_decodes_as_the_tokens_do(
+    view: tuple[bool, bool, bool], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Every entry of the lookup table unescape uses (``_PIECES``) gives what decoding the token
+    itself gives (``_decode``), in every view where the tokenizer matches it; and a text of
+    escapes of every kind decodes, offsets included, as it does with no table at all."""
+    tokens = scrubforms.TOKENS[view[0], view[1]]
+    checked = 0
+    for text, piece in scrubforms._PIECES[view[2]].items():
+        m = tokens.fullmatch(text)
+        if m is None:  # "+" or "\\" outside the views that read them
+            assert text in (b"+", b"\\\\") and not (view[0] if text == b"+" else view[1])
+            continue
+        assert piece == scrubforms._decode(m, view), text
+        checked += 1
+    assert checked >= 2 * 22 * 22
+    text = b"a%41\\u00e9%c3%A9\\u0042\\/x+\\\\\\ud83d\\ude00\\u20AC%zz\\\"%7e%7E\\u00FFb"
+    with_table = unescape(text, 0, len(text), view), unescape(text, 3, len(text) - 2, view)
+    monkeypatch.setattr(scrubforms, "_PIECES", {False: {}, True: {}})
+    assert with_table == (unescape(text, 0, len(text), view), unescape(text, 3, len(text) - 2, view))
