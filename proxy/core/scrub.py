@@ -59,6 +59,7 @@ from __future__ import annotations
 
 import bisect
 import functools
+import itertools
 import re
 from collections.abc import Iterable, Iterator
 
@@ -154,28 +155,30 @@ class Scrubber:
         """
         kinds_all = self._c.kinds
         if not kinds_all:
-            return
+            return iter(())
         heads: tuple[bytes, ...] = (b"%", b"\\", b"+") if b"+" in kinds_all else (b"%", b"\\")
         escape, seen = self._c.escape, 0
         nxt = {h: data.find(h, pos) for h in heads}
+        few: list[int] = []
         while live := [i for i in nxt.values() if i >= 0]:
             i = min(live)
             seen += 1
             if seen > _FEW_HEADS or (seen > _DENSE_HEADS and i - pos < seen * _DENSE_SPAN):
-                yield from self._dense_escapes(data, i)
-                return
+                return itertools.chain(few, self._dense_escapes(data, i))
             if escape.match(data, i) and self._may_matter(data, i):
-                yield i
+                few.append(i)
             for h, at in nxt.items():
                 if at == i:
                     nxt[h] = data.find(h, i + 1)
+        return iter(few)
 
     def _dense_escapes(self, data: bytes, pos: int) -> Iterator[int]:
         """:meth:`_escapes` from ``pos`` on, for a read dense in escape heads: every escape of
         the claim's kinds in the rest of ``data``, found by one regex per head byte
         (:func:`_finders`: each starts with a literal byte, which ``re`` seeks in a C loop, and
         matches only the escapes :meth:`_may_matter` keeps), kept per read, so the next match in
-        it bisects."""
+        it starts by bisection. The iterator is C-level and copies nothing: a read of many
+        matches asks again per match, and a copy of the rest each time was quadratic."""
         found = self._found
         if found is None or found[0] is not data or found[1] > pos:
             c = self._c
@@ -184,7 +187,7 @@ class Scrubber:
             at = [m.start() for rx in finders for m in rx.finditer(data, pos)]
             found = self._found = (data, pos, sorted(at))
         positions = found[2]
-        yield from positions[bisect.bisect_left(positions, pos) :]
+        return map(positions.__getitem__, range(bisect.bisect_left(positions, pos), len(positions)))
 
     def _may_matter(self, data: bytes, i: int) -> bool:
         """Whether the escape at ``i`` decodes to a byte some spelling holds. Every escape
