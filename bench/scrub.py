@@ -1,15 +1,17 @@
 """Response scrubbing's cost (issue 6), measured side by side in one run, on loopback.
 
-1. In process: :class:`proxy.core.scrub.Scrubber` over 64 KiB reads of 32 MB, with 1 and 10
-   credentials, on three kinds of body: plain text, random bytes, and JSON dense with the escapes
-   that wake the escape-aware matcher (``\\"``, ``\\/``, ``\\u00e9``); beside a plain copy.
+1. In process: :class:`proxy.core.scrub.Scrubber` over 256 KiB reads of 32 MB (4 MB for the last
+   body), with 1 and 10 credentials, on six kinds of body: plain text, random bytes, JSON dense
+   with the escapes that wake the escape-aware matcher (``\\"``, ``\\/``, ``\\u00e9``), an API's
+   JSON (bench/upstreams.py), every byte value, and nothing but ``%73`` (escapes of a byte the
+   secrets hold: the escape finder's and decoder's worst case); beside a plain copy.
 2. Through surrogate: a 50 MB download by a claim with a credential (scrubbed) and by a claim
    without (plain streaming, the same proxy), and directly; MB/s, median of 3.
 3. SSE: time from request to the first event on a kept-alive connection, directly, through the
    plain claim and through the scrubbed one, interleaved; median and p95 of 40.
 
-Run: ``.venv/bin/python bench/scrub.py`` (about 1 minute). Numbers vary with machine load: read
-the ratios, which are taken in the same run.
+Run: ``.venv/bin/python bench/scrub.py`` (about 1 minute; ``--in-process``: section 1 only).
+Numbers vary with machine load: read the ratios, which are taken in the same run.
 """
 
 from __future__ import annotations
@@ -27,14 +29,15 @@ from pathlib import Path
 import httpx
 
 ROOT = Path(__file__).resolve().parent.parent
-sys.path[:0] = [str(ROOT), str(ROOT / "tests")]
+sys.path[:0] = [str(ROOT), str(ROOT / "tests"), str(ROOT / "bench")]
 
 from harness import ProxyProcess  # noqa: E402
 from servers import TestCA, Upstream  # noqa: E402
+from upstreams import JSON_RECORD  # noqa: E402
 
 from proxy.core.scrub import Scrubber  # noqa: E402
 
-READ = 64 * 1024
+READ = 256 * 1024  # what surrogate reads from an upstream per event (proxy/engine/reads.py)
 BIG = 50_000_000
 
 
@@ -42,7 +45,13 @@ def _bodies() -> dict[str, bytes]:
     size = 32 << 20
     text = (b"data: the quick brown fox jumps over the lazy dog 0123456789\n" * (size // 62))[:size]
     escaped = (b'{"text": "caf\\u00e9 \\"quoted\\" http:\\/\\/x.test\\/a"}\n' * (size // 50))[:size]
-    return {"text": text, "random": os.urandom(size), "json-escapes": escaped}
+    api = (JSON_RECORD * (size // len(JSON_RECORD) + 1))[:size]
+    every = bytes(range(256)) * (size // 256)  # a % and a \ every 256 bytes, as text
+    # a hostile upstream's body of nothing but escapes of a byte the secrets hold ("s"): each is
+    # decoded, in windows that merge into one per read
+    hostile = (b"%73" * (size // 3))[: size // 8]
+    return {"text": text, "random": os.urandom(size), "json-escapes": escaped, "api-json": api,
+            "every-byte": every, "%73%73...": hostile}  # fmt: skip
 
 
 def _pairs(n: int) -> list[tuple[bytes, bytes]]:
@@ -56,7 +65,7 @@ def _mbps(run: Callable[[], object], size: int) -> float:
 
 
 def in_process() -> None:
-    print("1. in process, MB/s over 64 KiB reads (plain copy beside)")
+    print("1. in process, MB/s over 256 KiB reads (plain copy beside)")
     print(f"   {'body':<14}{'plain':>10}{'1 cred':>10}{'10 creds':>10}")
     for name, body in _bodies().items():
         reads = [body[i : i + READ] for i in range(0, len(body), READ)]
@@ -165,4 +174,5 @@ def through_proxy() -> None:
 
 if __name__ == "__main__":
     in_process()
-    through_proxy()
+    if "--in-process" not in sys.argv[1:]:
+        through_proxy()
