@@ -350,29 +350,25 @@ def test_the_escape_finder_yields_every_escape_whichever_method_it_uses(
     assert list(s._escapes(longer, again)) == [i for i in _escapes_reference(s, longer) if i >= again]
 
 
-def test_a_text_body_of_every_byte_value_hides_no_escaped_secret() -> None:
-    """The benchmark's text body (every byte value, so hundreds of stray ``%`` and ``\\`` per read)
-    with the secret percent- and JSON-escaped inside it: each caught, in 64 KiB reads."""
-    noise = bytes(range(256)) * 600
+_API_RECORD = (
+    b'{"title": "caf\\u00e9 na\\u00efve", "body": "a \\"quoted\\" line\\n", "url": "/q?is%3Aopen"}, '
+)
+
+
+@pytest.mark.parametrize(
+    ("noise", "read"),
+    [(bytes(range(256)) * 600, 65536), (_API_RECORD * 4000, 262144)],
+    ids=["every-byte-64k", "api-json-256k"],
+)
+def test_a_text_body_dense_in_escapes_hides_no_escaped_secret(noise: bytes, read: int) -> None:
+    """The benchmarks' text bodies with the secret percent- and JSON-escaped inside them: every
+    byte value (hundreds of stray ``%`` and ``\\`` per read), and an API's JSON (``\\u00e9``,
+    ``\\n``, ``\\"``, a URL's ``%3A``: thousands of escapes of bytes no spelling holds, which the
+    finders skip in C). Each form caught, in reads of ``read`` bytes and at once alike."""
     forms = [f for name, f in FORMS.items() if not name.startswith(("b64", "basic"))]
     body = noise.join([b"", *forms, b""])
     pairs = [(SECRET.encode(), PH.encode())]
-    out = run(pairs, [body[i : i + 65536] for i in range(0, len(body), 65536)])
-    assert _leaks(out) == []
-    assert out.count(PH.encode()) == len(forms)
-    assert out == run(pairs, [body])
-
-
-def test_a_json_body_dense_in_escapes_no_spelling_holds_hides_no_escaped_secret() -> None:
-    """A JSON API body (``\\u00e9``, ``\\n``, ``\\"``, a URL's ``%3A``: thousands of escapes of
-    bytes no spelling holds, which the finders skip in C) with the secret percent- and
-    JSON-escaped inside it: each caught, in 256 KiB reads (an upstream's) and at once alike."""
-    record = b'{"title": "caf\\u00e9 na\\u00efve", "body": "a \\"quoted\\" line\\n", "url": "/q?is%3Aopen"}, '
-    noise = record * 4000
-    forms = [f for name, f in FORMS.items() if not name.startswith(("b64", "basic"))]
-    body = noise.join([b"", *forms, b""])
-    pairs = [(SECRET.encode(), PH.encode())]
-    out = run(pairs, [body[i : i + 262144] for i in range(0, len(body), 262144)])
+    out = run(pairs, [body[i : i + read] for i in range(0, len(body), read)])
     assert _leaks(out) == []
     assert out.count(PH.encode()) == len(forms)
     assert out == run(pairs, [body])
