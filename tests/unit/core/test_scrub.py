@@ -357,14 +357,16 @@ _API_RECORD = (
 
 @pytest.mark.parametrize(
     ("noise", "read"),
-    [(bytes(range(256)) * 600, 65536), (_API_RECORD * 4000, 262144)],
-    ids=["every-byte-64k", "api-json-256k"],
+    [(bytes(range(256)) * 600, 65536), (_API_RECORD * 4000, 262144), (_API_RECORD[:150], 65536)],
+    ids=["every-byte-64k", "api-json-256k", "header-sized"],
 )
 def test_a_text_body_dense_in_escapes_hides_no_escaped_secret(noise: bytes, read: int) -> None:
     """The benchmarks' text bodies with the secret percent- and JSON-escaped inside them: every
     byte value (hundreds of stray ``%`` and ``\\`` per read), and an API's JSON (``\\u00e9``,
     ``\\n``, ``\\"``, a URL's ``%3A``: thousands of escapes of bytes no spelling holds, which the
-    finders skip in C). Each form caught, in reads of ``read`` bytes and at once alike."""
+    finders skip in C), and a header-sized piece of it. Each form caught, in reads of ``read``
+    bytes, fed at once, and by ``scrub`` (what header values, trailers, WebSocket messages and
+    hook answers go through) alike."""
     forms = [f for name, f in FORMS.items() if not name.startswith(("b64", "basic"))]
     body = noise.join([b"", *forms, b""])
     pairs = [(SECRET.encode(), PH.encode())]
@@ -372,3 +374,4 @@ def test_a_text_body_dense_in_escapes_hides_no_escaped_secret(noise: bytes, read
     assert _leaks(out) == []
     assert out.count(PH.encode()) == len(forms)
     assert out == run(pairs, [body])
+    assert Scrubber(pairs).scrub(body) == out
