@@ -79,10 +79,11 @@ class World:
     secret: str
     ui: str  # the control listener's base URL (plain HTTP on loopback, `surrogate run`'s own)
     stream: list[bytes] = field(default_factory=list)  # every byte of /ui/stream, for the scan
+    procs: list[subprocess.Popen[bytes]] = field(default_factory=list)  # reaped after each test
 
     def post(self, path: str) -> subprocess.Popen[bytes]:
         """curl -X POST through the proxy, in the background (it waits while held)."""
-        return subprocess.Popen(
+        proc = subprocess.Popen(
             [
                 "curl", "-sS", "--max-time", "40", "-x", self.proxy.url("c1", self.token),
                 "--cacert", str(self.proxy.ca_pem), "-w", "\n%{http_code}", "-X", "POST",
@@ -91,6 +92,17 @@ class World:
             ],
             stdout=subprocess.PIPE, stderr=subprocess.PIPE,
         )  # fmt: skip
+        self.procs.append(proc)
+        return proc
+
+    def reap(self) -> None:
+        """Stop and wait for every curl a test left running (it failed before :meth:`done`), so
+        none outlives its test and is reported, when collected, against a later one."""
+        while self.procs:
+            proc = self.procs.pop()
+            if proc.poll() is None:
+                proc.kill()
+            proc.communicate(timeout=10)
 
     def done(self, proc: subprocess.Popen[bytes]) -> tuple[int, bytes]:
         out, err = proc.communicate(timeout=60)
@@ -117,7 +129,14 @@ def world(tmp_path_factory: pytest.TempPathFactory) -> Iterator[World]:
         w = World(st, up, proxy, token, secret, f"http://127.0.0.1:{port}")
         threading.Thread(target=_listen, args=(w,), daemon=True).start()
         yield w
+        w.reap()
         st.received.append(b"".join(w.stream))
+
+
+@pytest.fixture(autouse=True)
+def _reaped(world: World) -> Iterator[None]:
+    yield
+    world.reap()
 
 
 def _listen(w: World) -> None:
@@ -157,12 +176,20 @@ class Seen:
 
     responses: list[tuple[str, bytes]] = field(default_factory=list)
     pages: list[bytes] = field(default_factory=list)
+    errors: list[str] = field(default_factory=list)  # fetches that failed, shown when a test does
 
     def route(self, route: Any) -> None:
-        try:
-            r = route.fetch(max_redirects=0)
-            body = r.body()
-        except playwright_sync.Error:  # the page went on (a reload, a click) or closed first:
+        # A GET is fetched a second time when the first fails, as a browser retries an idempotent
+        # request whose reused keep-alive connection the server had just closed; both are kept.
+        tries = 2 if route.request.method == "GET" else 1
+        for _ in range(tries):
+            try:
+                r = route.fetch(max_redirects=0)
+                body = r.body()
+                break
+            except playwright_sync.Error as e:  # or the page went on (a reload, a click) or closed
+                self.errors.append(f"{route.request.method} {route.request.url}: {e}")
+        else:
             with contextlib.suppress(playwright_sync.Error):  # the browser gets no byte of it
                 route.abort()
             return
@@ -216,7 +243,10 @@ class Operator:
         on the stream's event; without JavaScript the operator reloads)."""
         row = self.page.locator("#pending tr[data-approval]", has_text=path)
         if self.javascript:
-            row.wait_for()
+            try:
+                row.wait_for()
+            except playwright_sync.TimeoutError as e:
+                raise AssertionError(f"{path} was never shown: {self.seen.errors}") from e
         else:
             deadline = time.monotonic() + 30
             while not row.count():
@@ -253,7 +283,7 @@ def _scan(world: World, op: Operator) -> None:
     no script error in its console (the script's re-render once tripped the style's CSP)."""
     broken = [m for m in op.console if m.startswith(("error:", "pageerror:"))]
     assert not broken, broken
-    assert any("/ui/approvals" in s for s in op.seen.statuses()), op.seen.statuses()
+    assert any("/ui/approvals" in s for s in op.seen.statuses()), (op.seen.statuses(), op.seen.errors)
     blobs = {**op.seen.blobs(), "/ui/stream": b"".join(world.stream)}
     world.stage.received.extend(blobs.values())
     canary.assert_absent({**world.stage.artifacts(), **blobs}, world.stage.canaries)

@@ -506,7 +506,7 @@ def test_websocket_messages_and_the_101_head_are_scrubbed(world: World) -> None:
         proxy=world.proxy.url("c", "tok"),
         ssl=ctx,
         additional_headers={"Authorization": f"Bearer {PH}"},
-        open_timeout=10,
+        open_timeout=30,  # a loaded 2-core machine
     ) as ws:
         assert ws.response is not None
         head = "\n".join(f"{k}: {v}" for k, v in ws.response.headers.raw_items())
@@ -678,7 +678,7 @@ def test_a_websocket_message_in_many_frames_is_scrubbed_whole(world: World) -> N
         proxy=world.proxy.url("c", "tok"),
         ssl=ctx,
         additional_headers={"Authorization": f"Bearer {PH}"},
-        open_timeout=10,
+        open_timeout=30,  # a loaded 2-core machine
     ) as ws:
         ws.send("fragments")
         got = [ws.recv(timeout=10) for _ in range(3)]
@@ -738,7 +738,7 @@ def test_a_value_rotated_while_a_websocket_is_open_is_scrubbed_on_it(world: Worl
                 proxy=world.proxy.url("wsrot", token),
                 ssl=ctx,
                 additional_headers={"Authorization": f"Bearer {placeholder}"},
-                open_timeout=10,
+                open_timeout=30,  # a loaded 2-core machine
             )
 
         with open_ws() as first:

@@ -61,7 +61,7 @@ def test_websocket_handshake_gets_the_secret_and_messages_stream(
         proxy=proxy.url("c", "tok"),
         ssl=ctx,
         additional_headers={"Authorization": f"Bearer {PH}"},
-        open_timeout=10,
+        open_timeout=30,  # a loaded 2-core machine
     ) as ws:
         for i in range(50):  # one at a time: each answer must arrive before the next is sent
             ws.send(f"m{i}")

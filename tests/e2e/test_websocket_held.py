@@ -42,7 +42,7 @@ class World:
             f"wss://ws.test:{self.upstream.port}/echo",
             proxy=self.proxy.url("d", "tok"),
             ssl=ctx,
-            open_timeout=10,
+            open_timeout=30,  # a loaded 2-core machine
             max_size=None,
             compression=None,
         )

@@ -74,7 +74,7 @@ class World:
                 f"wss://ws.test:{self.upstream.port}{path}",
                 proxy=self.proxy.url(claim, "tok"),
                 ssl=ctx,
-                open_timeout=10,
+                open_timeout=30,  # a loaded 2-core machine
                 max_size=None,
                 compression=compression,
             )
