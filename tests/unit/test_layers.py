@@ -40,7 +40,7 @@ PEERS = {frozenset({"proxy.engine", "addons"})}
 
 # What the core may import besides the standard library modules below: parsers and data only.
 CORE_LIBRARIES = {
-    "h11", "idna", "ahocorasick", "publicsuffixlist", "confusable_homoglyphs", "http_sf",  # parsers, data
+    "h11", "idna", "ahocorasick_rs", "publicsuffixlist", "confusable_homoglyphs", "http_sf",  # parsers, data
     "brotli", "compression", "backports",  # codecs of bodies (zstd: compression.zstd, backports.zstd)
 }  # fmt: skip
 # Standard library modules that mean I/O, a clock, processes, threads or the network.

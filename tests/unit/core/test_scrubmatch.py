@@ -24,9 +24,9 @@ from proxy.core.scrubmatch import Compiled, Literals, compile_pairs, extend
 def test_the_find_search_agrees_with_the_alternation(
     words: list[bytes], data: bytes, starts: list[int]
 ) -> None:
-    """``Literals`` searches up to _FIND_LIMIT strings with bytes.find and keeps each one's next
-    occurrence; from any start, in any order (a cached answer must never skip an occurrence),
-    it gives what a longest-first ``re`` alternation gives."""
+    """``Literals`` runs its automaton once over the rest of the data and keeps the matches; from
+    any start, in any order (a kept answer must never skip an occurrence, nor one that starts
+    inside a kept match), it gives what a longest-first ``re`` alternation gives."""
     literals = Literals(words)
     rx = re.compile(b"|".join(re.escape(w) for w in sorted(words, key=len, reverse=True)))
     for pos in [*starts, 0, *sorted(starts)]:
@@ -102,13 +102,59 @@ def test_extend_searches_10000_kept_secrets_and_the_added_one_without_compiling_
     data=st.binary(max_size=200).map(lambda b: bytes(c % 3 + 97 for c in b)),
     starts=st.lists(st.integers(min_value=0, max_value=210), max_size=8),
 )  # fmt: skip
-def test_words_that_are_prefixes_of_others_are_searched_once_and_still_agree(
+def test_words_that_are_prefixes_and_overlaps_of_others_agree(
     words: list[bytes], data: bytes, starts: list[int]
 ) -> None:
-    """Over three letters most words are prefixes of others (as base64 spellings padded,
-    unpadded and cut short are): one search per family, the same leftmost-longest answers."""
+    """Over three letters most words are prefixes and overlaps of others (as base64 spellings
+    padded, unpadded and cut short are), and most starts fall inside a kept match: the same
+    leftmost-longest answers as the alternation."""
     literals = Literals(words)
     rx = re.compile(b"|".join(re.escape(w) for w in sorted(words, key=len, reverse=True)))
     for pos in [*starts, 0, *sorted(starts)]:
         m = rx.search(data, pos)
         assert literals.search(data, pos) == ((m.start(), m.end()) if m else None)
+
+
+@settings(max_examples=300)
+@given(
+    words=st.lists(st.binary(min_size=1, max_size=5).map(lambda b: bytes(c % 2 + 97 for c in b)),
+                   min_size=1, max_size=6, unique=True),
+    blobs=st.lists(st.binary(max_size=120).map(lambda b: bytes(c % 2 + 97 for c in b)), min_size=1,
+                   max_size=4),
+    asks=st.lists(st.tuples(st.integers(min_value=0, max_value=3), st.integers(min_value=0, max_value=125)),
+                  max_size=30),
+)  # fmt: skip
+def test_searches_of_several_objects_interleaved_agree_with_the_alternation(
+    words: list[bytes], blobs: list[bytes], asks: list[tuple[int, int]]
+) -> None:
+    """The scrubber alternates searches of a read and of decoded windows, and several
+    connections share one compiled set: searches of up to four objects (some equal in value,
+    never the same object) in any order, from any start, are each what the alternation finds."""
+    literals = Literals(words)
+    rx = re.compile(b"|".join(re.escape(w) for w in sorted(words, key=len, reverse=True)))
+    objects = [bytes(bytearray(b)) for b in blobs]  # distinct objects, even when equal
+    for which, pos in asks:
+        data = objects[which % len(objects)]
+        m = rx.search(data, pos)
+        assert literals.search(data, pos) == ((m.start(), m.end()) if m else None), (data, pos)
+    for data in objects:
+        assert list(literals.finditer(data)) == [(m.start(), m.end()) for m in rx.finditer(data)]
+
+
+def test_many_strings_agree_with_the_alternation_and_a_mutable_buffer_is_never_kept() -> None:
+    """One mechanism for any number of strings (the three tiers it replaced switched at 32 and
+    512): 2,000 spellings of 500 secrets, searched from every 7th byte of a body that holds them
+    at every offset, agree with the alternation. A bytearray changed between two searches is
+    searched as it is now (only immutable bytes are kept between searches)."""
+    secrets = [f"sk-{i:04d}-{'q' * (i % 9)}".encode() for i in range(500)]
+    words = [w for s in secrets for w in (s, s.upper(), base64.b64encode(s)[2:-2], s[:-1] + b"%")]
+    literals = Literals(words)
+    rx = re.compile(b"|".join(re.escape(w) for w in sorted(set(words), key=len, reverse=True)))
+    body = b"".join(b"." * (i % 5) + w for i, w in enumerate(words[::3])) + b"tail"
+    for pos in range(0, len(body), 7):
+        m = rx.search(body, pos)
+        assert literals.search(body, pos) == ((m.start(), m.end()) if m else None)
+    buffer = bytearray(b"....sk-0001-q....")
+    assert literals.search(buffer) == (4, 13)  # type: ignore[arg-type]
+    buffer[4:13] = b"........."
+    assert literals.search(buffer) is None  # type: ignore[arg-type]
