@@ -23,9 +23,11 @@ from typing import Any
 import canary
 import pytest
 import schedule
+import unixconnect
 from pg import pg_cluster  # noqa: F401  (the session's private PostgreSQL: tests/pg.py)
 
 pytest_plugins = ["pytester"]  # tests/test_canary.py runs an inner session under xdist
+unixconnect.install()  # a failed connect to a control socket closes its socket (tests/unixconnect.py)
 _worker_scans: dict[str, dict[str, Any] | None] = {}  # the controller's: worker id -> its scan
 _module_seconds: dict[str, float] = {}  # the controller's: module -> seconds of its tests this run
 

@@ -118,7 +118,7 @@ def test_the_scan_covers_every_xdist_worker_and_fails_the_session(pytester: pyte
     line)."""
     leak = True
     here = Path(__file__).parent
-    for name in ("conftest.py", "canary.py", "pg.py", "schedule.py"):
+    for name in ("conftest.py", "canary.py", "pg.py", "schedule.py", "unixconnect.py"):
         (pytester.path / name).write_text((here / name).read_text())
     body = _INNER.replace("{leak}", "") if leak else _INNER.replace('canary.make("inner{leak}")', '"none"')
     body = "import canary\ncanary.make('unused')\n" + body  # every worker has a canary to scan for

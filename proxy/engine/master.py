@@ -180,13 +180,17 @@ def _unix_socket(path: Path) -> socket.socket:
         if path.is_socket():
             path.unlink()
     sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-    old = os.umask(0o177)
     try:
-        sock.bind(str(path))
-    finally:
-        os.umask(old)
-    os.chmod(path, 0o600)
-    sock.listen(64)
+        old = os.umask(0o177)
+        try:
+            sock.bind(str(path))
+        finally:
+            os.umask(old)
+        os.chmod(path, 0o600)
+        sock.listen(64)
+    except BaseException:
+        sock.close()  # a failed bind (path too long, no such dir) leaves no descriptor behind
+        raise
     return sock
 
 
