@@ -93,7 +93,7 @@ class ProxyProcess:
     def url(self, claim: str, token: str) -> str:
         return f"http://{claim}:{token}@127.0.0.1:{self.port}"
 
-    def start(self, timeout: float = 20.0) -> ProxyProcess:
+    def start(self, timeout: float = 45.0) -> ProxyProcess:  # N workers start slowly on a loaded machine
         with open(self.stderr_path, "wb") as err:
             self.proc = subprocess.Popen(
                 self.args, cwd=ROOT, env=self.env, stdout=subprocess.DEVNULL, stderr=err

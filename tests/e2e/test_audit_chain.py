@@ -126,6 +126,19 @@ class World:
                 return
             time.sleep(0.05)
 
+    def request_workers(self) -> set[object]:
+        """The ``worker`` of every request event written so far (a line being written is skipped)."""
+        seen = set()
+        for f in self.files():
+            for line in f.read_bytes().splitlines():
+                try:
+                    event = json.loads(line)
+                except ValueError:
+                    continue
+                if event.get("event") == "request":
+                    seen.add(event.get("worker"))
+        return seen
+
     def files(self) -> list[Path]:
         return sorted(self.tmp.glob("audit.jsonl*"))
 
@@ -147,6 +160,11 @@ def test_workers_and_rotation_write_one_chain_that_verifies_and_edits_break(work
     w = workers_world
     for i in range(30):
         assert w.get(f"/ok/{i}", authorization=f"Bearer {PLACEHOLDER}") == 200
+    # the proxy answers once one worker listens: on a loaded machine the second may bind after
+    # these 30 connections went to the first (CI), so go on until it has written too
+    deadline = time.monotonic() + 60
+    while len(w.request_workers()) < 2 and time.monotonic() < deadline:
+        assert w.get("/ok/more", authorization=f"Bearer {PLACEHOLDER}") == 200
     w.wait_lines(30)
     w.proxy.stop()
     files = w.files()
