@@ -18,6 +18,10 @@ Forms caught, for a secret S and its placeholder P:
   hex, with a surrogate pair beyond the BMP (RFC 8259 §7), and JSON's ``\\/``, ``\\"``, ``\\\\``.
   Replaced by P as it is: a placeholder is ASCII letters, digits, ``_`` and ``-`` (a template's
   prefix), which need no escaping in a URL, a form or a JSON string.
+- **S next to text that looks like an escape**: a literal ``%`` or backslash before it that
+  decoding would take with S's first bytes (a JSON value ``"50%ab\\u0063defgh"``), or an S that
+  ends in ``%`` or a backslash before text that completes an escape (``p\\u0061ss%41`` for
+  ``pass%``): the match starts or ends inside that escape (:meth:`Scrubber._inside`).
 - **Base64 of S**, standard and URL-safe alphabets (RFC 4648 §4, §5), its characters possibly
   percent- or JSON-escaped as above (``%2B``, ``\\/``): the whole encoding of S alone, padded or
   not, becomes P's encoding (so a client that decodes it reads P); S inside a longer run
@@ -38,12 +42,13 @@ JavaScript's or C's ``\\xNN``, quoted-printable with a soft line break inside S)
 changed (upper- or lower-cased), and S split by anything the forms above do not produce.
 
 How: every form above is one plain spelling (S, or a base64 slice of S) with some characters
-escaped, so a claim's secrets compile to one alternation of plain spellings, longest first
-(:mod:`proxy.core.scrubmatch`; Python's ``re`` scans it at ~150 MB/s and compiles 10,000 secrets
-in well under a second). Escaped spellings are found by decoding: within reach of an escape
-sequence the data is decoded (``%XX`` to its byte, ``\\uXXXX`` and surrogate pairs to UTF-8,
+escaped, so a claim's secrets compile to one leftmost-longest search of plain spellings, an
+Aho-Corasick automaton (:class:`proxy.core.scrubmatch.Literals`; 60,000 spellings, 10,000
+secrets, build in under 2 s). Escaped spellings are found by decoding: the escapes that decode to
+a byte some spelling holds are found by a second automaton (:class:`_Heads`), and within reach
+of one the data is decoded (``%XX`` to its byte, ``\\uXXXX`` and surrogate pairs to UTF-8,
 ``\\/ \\" \\\\``, and ``+`` to a space when a secret holds one) with a map back to the original
-offsets (:mod:`proxy.core.scrubforms`), and the same alternation runs on the decoded bytes; a
+offsets (:mod:`proxy.core.scrubforms`), and the same search runs on the decoded bytes; a
 match there replaces the escaped original. Whether a held tail could still grow into a match is
 one binary search in the sorted spellings.
 
@@ -59,22 +64,19 @@ from __future__ import annotations
 
 import bisect
 import functools
-import itertools
 import re
 from collections.abc import Iterable, Iterator
 
+import ahocorasick_rs
+
 from proxy.core import base64run
-from proxy.core.scrubforms import ESCAPE_HEAD, OPEN_ESCAPE, escapes_matter, unescape
+from proxy.core.scrubforms import ESCAPE_HEAD, OPEN_ESCAPE, TOKENS, View, escapes_matter, unescape
 from proxy.core.scrubmatch import Compiled, compile_pairs
 
 __all__ = ["MIN_BASE64", "Compiled", "Scrubber", "compile_pairs", "escapes_matter"]
 
 MIN_BASE64 = base64run.MIN_BASE64
-# Escape heads checked one by one before the rest of a read is searched by the head regexes
-# (_finders): at most _FEW_HEADS, or _DENSE_HEADS when they come closer than one per _DENSE_SPAN
-# bytes (a read of every byte value holds 512): a step per head costs about 1 µs, the regexes
-# about 100–140 µs a 256 KiB read each (timed in process with re.finditer).
-_FEW_HEADS, _DENSE_HEADS, _DENSE_SPAN = 64, 16, 512
+_INSIDE_ESCAPES = frozenset(b"0123456789abcdefABCDEFu/\"")  # after the head of %XX, \\uXXXX, \\/, \\"
 
 
 class Scrubber:
@@ -89,8 +91,10 @@ class Scrubber:
         """``compiled``: what :func:`compile_pairs` returned for these pairs, kept by the caller
         (hashing 10,000 pairs to find them in the cache cost ~100 µs per response)."""
         self._c = compiled if compiled is not None else compile_pairs(tuple(pairs), escapes)
-        # (data, from where, the escapes that matter from there on), see _dense_escapes
+        # (data, from where, the escapes that matter from there on), see _escapes
         self._found: tuple[bytes, int, list[int]] | None = None
+        # the bytes a spelling may start with that can stand inside an escape (see _hidden)
+        self._inner = self._c.starts & _INSIDE_ESCAPES
         self._carry = b""
 
     @property
@@ -138,72 +142,28 @@ class Scrubber:
                     if e > s and data[s:e] != decoded[ms:me]:  # an escaped spelling (else: plain)
                         found = (s, e, decoded[ms:me])
                         break
+                inside = self._inside(data, start, end, view, decoded, offsets, min(last, limit - 1))
+                if inside is not None and (found is None or (inside[0], -inside[1]) < (found[0], -found[1])):
+                    found = inside
             if found is not None:
                 return found
             pos = last + 1
         return (lit[0], lit[1], data[lit[0] : lit[1]]) if lit else None
 
     def _escapes(self, data: bytes, pos: int) -> Iterator[int]:
-        """Where escapes start in ``data`` from ``pos``, in order.
-
-        Few ``%``/``\\`` bytes (text): find each with memchr and check it. Many (binary data,
-        or a text body that is not prose): past a few heads (``_FEW_HEADS``), the rest of
-        ``data`` is searched by one regex per head byte for the escapes themselves
-        (:meth:`_dense_escapes`), so only real escapes cost a Python step. The heads are not
-        counted first: two counting passes over every read cost more than the search itself
-        (issue 19, bench/download.py).
-        """
-        kinds_all = self._c.kinds
-        if not kinds_all:
+        """Where the escapes that matter start in ``data`` from ``pos``, in order: found in the
+        rest of ``data`` by one automaton (:class:`_Heads`; escapes of bytes no spelling holds
+        cost no Python step) and kept per read, so the search from the next match on starts by
+        bisection. The iterator is C-level and copies nothing: a read of
+        many matches asks again per match, and a copy of the rest each time was quadratic."""
+        c = self._c
+        if not c.kinds:
             return iter(())
-        heads: tuple[bytes, ...] = (b"%", b"\\", b"+") if b"+" in kinds_all else (b"%", b"\\")
-        escape, seen = self._c.escape, 0
-        nxt = {h: data.find(h, pos) for h in heads}
-        few: list[int] = []
-        while live := [i for i in nxt.values() if i >= 0]:
-            i = min(live)
-            seen += 1
-            if seen > _FEW_HEADS or (seen > _DENSE_HEADS and i - pos < seen * _DENSE_SPAN):
-                return itertools.chain(few, self._dense_escapes(data, i))
-            if escape.match(data, i) and self._may_matter(data, i):
-                few.append(i)
-            for h, at in nxt.items():
-                if at == i:
-                    nxt[h] = data.find(h, i + 1)
-        return iter(few)
-
-    def _dense_escapes(self, data: bytes, pos: int) -> Iterator[int]:
-        """:meth:`_escapes` from ``pos`` on, for a read dense in escape heads: every escape of
-        the claim's kinds in the rest of ``data``, found by one regex per head byte
-        (:func:`_finders`: each starts with a literal byte, which ``re`` seeks in a C loop, and
-        matches only the escapes :meth:`_may_matter` keeps), kept per read, so the next match in
-        it starts by bisection. The iterator is C-level and copies nothing: a read of many
-        matches asks again per match, and a copy of the rest each time was quadratic."""
         found = self._found
         if found is None or found[0] is not data or found[1] > pos:
-            c = self._c
-            # the heads differ, so no two patterns match at one position
-            finders = _finders(c.kinds, c.made_of, c.non_ascii)
-            at = [m.start() for rx in finders for m in rx.finditer(data, pos)]
-            found = self._found = (data, pos, sorted(at))
+            found = self._found = (data, pos, _heads(c.kinds, c.made_of, c.non_ascii).find(data, pos))
         positions = found[2]
         return map(positions.__getitem__, range(bisect.bisect_left(positions, pos), len(positions)))
-
-    def _may_matter(self, data: bytes, i: int) -> bool:
-        """Whether the escape at ``i`` decodes to a byte some spelling holds. Every escape
-        inside an escaped match decodes to a byte of that match, so the windows decoded around
-        the escapes that pass still find every match (see _next)."""
-        c = self._c
-        head = data[i]
-        if head == 0x25:  # %XX
-            return int(data[i + 1 : i + 3], 16) in c.made_of
-        if head == 0x5C:  # \uXXXX, \/, \", \\
-            second = data[i + 1]
-            if second == 0x75:
-                point = int(data[i + 2 : i + 6], 16)
-                return point in c.made_of if point < 0x80 else c.non_ascii
-            return second in c.made_of
-        return True  # "+": a space, and some spelling holds one (else "+" is no escape here)
 
     def _scan(self, data: bytes, cut: int) -> tuple[bytes, int]:
         """Replace the matches starting before ``cut``; returns the output and where it stops."""
@@ -222,6 +182,84 @@ class Scrubber:
             pos, cut = end, max(cut, end)
         out.append(data[pos:cut])
         return b"".join(out), cut
+
+    def _hidden(
+        self, data: bytes, start: int, end: int, view: View, decoded: bytes, offsets: list[int]
+    ) -> Iterator[tuple[int, int, bytes, int]]:
+        """The starts hidden inside escapes in ``data[start:end]`` as ``view`` decodes it: for
+        every escape at ``[a, b)``, each ``h`` in ``a+1..b-1`` whose byte a spelling may start
+        with, with what a decoding from ``h`` reads there (``data[h:b]`` as it is, then the
+        window's decoding from ``b`` on, at most ``longest`` bytes: no escape starts inside one
+        but at a backslash, and those are the backslash views' to read) and the index in
+        ``decoded`` where that decoding goes on: ``(h, b, text, j)``, in order of ``h``.
+
+        Decoding reads the window from its start, so an escape that takes the first bytes of a
+        spelling hides it: a literal ``%`` before ``ab\\u0063defgh`` reads as the byte 0xAB and
+        then ``\\u0063defgh``. Text that holds a ``%`` (a JSON value ``50%``, a form's
+        ``100%``) before a spelling, or a backslash before one that starts with ``/`` or ``"``,
+        is not an escape there."""
+        inner = self._inner
+        if not inner:
+            return
+        n = self._c.longest
+        for m in TOKENS[view[0], view[1]].finditer(data, start, end):
+            a, b = m.span()
+            if b - a < 2 or data[a + 1] == 0x5C:  # "+" hides none, nor a backslash pair
+                continue
+            j = -1
+            for h in range(a + 1, b):
+                if data[h] in inner:
+                    if j < 0:
+                        j = bisect.bisect_left(offsets, b)
+                    yield h, b, data[h:b] + decoded[j : j + n], j
+
+    def _inside(
+        self,
+        data: bytes,
+        start: int,
+        end: int,
+        view: View,
+        decoded: bytes,
+        offsets: list[int],
+        last: int,
+    ) -> tuple[int, int, bytes] | None:
+        """The leftmost-longest escaped match, starting at or before ``last``, that a decoding of
+        the window from its start cannot show, because an escape straddles one of its ends:
+        (start, end, the spelling it is), or None.
+
+        - It starts inside an escape (:meth:`_hidden`): ``50%ab\\u0063defgh``.
+        - It ends inside one: a spelling that ends like an escape's head (``abc%``, a secret
+          that holds ``%`` or a backslash: ``Compiled.open_ended``) before text that completes
+          it, ``\\u0061bc%41``: the bytes before the escape decode to the rest of it."""
+        c = self._c
+        literal = c.literal
+        assert literal is not None
+        best: tuple[int, int, bytes] | None = None
+        for h, b, text, j in self._hidden(data, start, end, view, decoded, offsets):
+            if h > last:
+                break
+            m = literal.search(text)
+            if m is None or m[0] != 0:
+                continue
+            e = h + m[1] if m[1] <= b - h else offsets[j + m[1] - (b - h)]
+            if data[h:e] != text[: m[1]]:  # an escaped spelling (a plain one the plain search finds)
+                best = (h, e, text[: m[1]])
+                break
+        if c.open_ended:
+            for token in TOKENS[view[0], view[1]].finditer(data, start, end):
+                a, b = token.span()
+                for before, tail in c.open_ended:
+                    if len(tail) >= b - a or not data.startswith(tail, a):
+                        continue
+                    i = bisect.bisect_left(offsets, a)
+                    if i < len(before) or decoded[i - len(before) : i] != before:
+                        continue
+                    s, e, spelling = offsets[i - len(before)], a + len(tail), before + tail
+                    if s > last or data[s:e] == spelling:
+                        continue
+                    if best is None or (s, -e) < (best[0], -best[1]):
+                        best = (s, e, spelling)
+        return best
 
     def _could_start(self, text: bytes) -> bool:
         """True when ``text`` is a prefix of some spelling (binary search in the sorted ones)."""
@@ -254,6 +292,10 @@ class Scrubber:
                 for m in c.first.finditer(decoded):
                     if self._could_start(decoded[m.start() :]):
                         starts.append(offsets[m.start()])
+                        break
+                for h, _, text, _ in self._hidden(data, tail, end, view, decoded, offsets):
+                    if self._could_start(text):
+                        starts.append(h)
                         break
         return len(data) - min(starts) if starts else 0
 
@@ -302,56 +344,66 @@ class Scrubber:
         return self._scan(data, len(data))[0]
 
 
-_HEX = rb"[0-9A-Fa-f]"
+def _hex_spellings(value: int) -> set[str]:
+    """``value`` as two hex digits, each in either case (0x6b: 6b, 6B)."""
+    digits = f"{value:02x}"
+    return {a + b for a in {digits[0], digits[0].upper()} for b in {digits[1], digits[1].upper()}}
 
 
-def _digit_class(digits: Iterable[str]) -> bytes:
-    """A regex class of hex ``digits``, each in either case (``[0-8Dd]``)."""
-    return b"[" + "".join(sorted({c for d in digits for c in (d.upper(), d.lower())})).encode() + b"]"
+class _Heads:
+    """Where the escapes that matter start in a read: those that decode to a byte some spelling
+    holds. Every escape inside an escaped match decodes to a byte of that match, so the windows
+    decoded around these still find every match (:meth:`Scrubber._next`). One Aho-Corasick
+    automaton (ahocorasick-rs, the Rust ``aho-corasick`` crate) of every such escape spelled out,
+    ``%XX`` and ``\\u00XX`` of each byte some spelling holds in every hex case, the one-byte
+    kinds, ``+``; searched with overlapping matches, so ``\\\\u0041`` yields both backslashes
+    (which reading holds is the views' to decide). No two of these start at one position (their
+    second bytes, or hex digits, differ). Every one starts with ``%``, ``\\`` or ``+``: the
+    crate seeks those with memchr and runs the automaton only there.
 
+    A ``\\uXXXX`` beyond ASCII matters when a spelling holds a byte >= 0x80 (``non_ascii``):
+    those, too many to spell out, are found by one regex (lookahead, so it matches only the
+    backslash), disjoint from the automaton's ``\\u00[0-7]X``.
 
-def _hex_of(values: Iterable[int]) -> bytes:
-    """A pattern for the bytes ``values`` as two hex digits in either case, grouped by the first
-    digit (``3[0-8Dd]|4[2-9]``): one class test a digit per candidate, where an alternation of
-    every byte tried each in turn (3 times slower over a JSON body's escapes)."""
-    by_high: dict[str, set[str]] = {}
-    for v in values:
-        digits = f"{v:02x}"
-        by_high.setdefault(digits[0], set()).add(digits[1])
-    groups = [_digit_class(high) + _digit_class(lows) for high, lows in sorted(by_high.items())]
-    return b"(?:" + b"|".join(groups) + b")"
+    Why so: the automaton finds them 2 to 9 times faster than the one regex per head byte it
+    replaced, which ``re`` steps through at ~0.5 ms per 256 KiB read, for a read of every byte
+    value, an API's JSON, or JSON dense with escapes no spelling holds (``\\u00e9``, ``\\"``:
+    measured in process, issue 19); and escapes of bytes no spelling holds cost no Python step.
+    """
+
+    __slots__ = ("_automaton", "_wide")
+
+    def __init__(self, kinds: tuple[bytes, ...], made_of: frozenset[int], non_ascii: bool) -> None:
+        words: set[bytes] = set()
+        if b"%hh" in kinds:
+            words.update(f"%{h}".encode() for v in made_of for h in _hex_spellings(v))
+        if b"\\uhhhh" in kinds:
+            words.update(f"\\u00{h}".encode() for v in made_of if v < 0x80 for h in _hex_spellings(v))
+        words.update(k for k in kinds if len(k) == 2 and k[0] == 0x5C)
+        if b"+" in kinds:
+            words.add(b"+")
+        self._automaton = (
+            ahocorasick_rs.BytesAhoCorasick(sorted(words), matchkind=ahocorasick_rs.MATCHKIND_STANDARD)
+            if words
+            else None
+        )
+        wide = b"\\uhhhh" in kinds and non_ascii
+        self._wide = re.compile(rb"\\(?=u(?!00[0-7])[0-9A-Fa-f]{4})") if wide else None
+
+    def find(self, data: bytes, pos: int) -> list[int]:
+        """The start of every such escape in ``data[pos:]``, ascending."""
+        at: list[int] = []
+        if self._automaton is not None:
+            found = self._automaton.find_matches_as_indexes(memoryview(data)[pos:], overlapping=True)
+            at = [pos + start for _, start, _ in found]
+        if self._wide is not None:
+            at += [m.start() for m in self._wide.finditer(data, pos)]
+        at.sort()  # the crate reports overlapping matches by their end
+        return at
 
 
 @functools.lru_cache(maxsize=256)  # bounded: claims come and go in a long-running proxy
-def _finders(
-    kinds: tuple[bytes, ...], made_of: frozenset[int], non_ascii: bool
-) -> tuple[re.Pattern[bytes], ...]:
-    """One pattern per head byte, matching exactly where an escape of ``kinds`` starts that
-    :meth:`Scrubber._may_matter` keeps (``Compiled.kinds``, ``made_of``, ``non_ascii``): ``%XX``
-    and ``\\u00XX`` of a byte some spelling holds, ``\\uXXXX`` beyond ASCII when a spelling
-    holds such a character, the one-byte kinds, ``+``. Overlapping starts are all found: the
-    backslash kinds are a lookahead, so ``\\\\u0041`` yields both backslashes (which reading
-    holds is the views' to decide).
-
-    Why so: every pattern starts with a literal byte, which ``re`` seeks in a tight C loop, where
-    one alternation of both heads steps the matcher through every byte (8 times slower over a
-    256 KiB read; translating the read to a skeleton and searching it, 3 times); and escapes of
-    bytes no spelling holds (a JSON body's ``\\u00e9`` and ``\\"``, a URL's ``%3A``, thousands
-    per read) cost no Python step each (a JSON API body went at 60 MB/s when each was checked).
-    """
-    ascii_ = [b for b in made_of if b < 0x80]
-    out = []
-    if b"%hh" in kinds and made_of:
-        out.append(re.compile(b"%" + _hex_of(made_of)))
-    after = []
-    if b"\\uhhhh" in kinds:
-        wide = [rb"(?!00[0-7])" + _HEX + b"{4}"] if non_ascii else []
-        codes = ([b"00" + _hex_of(ascii_)] if ascii_ else []) + wide
-        if codes:
-            after.append(b"u(?:" + b"|".join(codes) + b")")
-    after += [re.escape(k[1:]) for k in kinds if len(k) == 2 and k[0] == 0x5C]
-    if after:
-        out.append(re.compile(rb"\\(?=" + b"|".join(after) + b")"))
-    if b"+" in kinds:
-        out.append(re.compile(rb"\+"))
-    return tuple(out)
+def _heads(kinds: tuple[bytes, ...], made_of: frozenset[int], non_ascii: bool) -> _Heads:
+    """The :class:`_Heads` of a claim's escape tables (``Compiled.kinds``, ``made_of``,
+    ``non_ascii``), built once per set of them."""
+    return _Heads(kinds, made_of, non_ascii)

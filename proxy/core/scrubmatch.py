@@ -24,7 +24,7 @@ from typing import Protocol
 import ahocorasick_rs
 
 from proxy.core import base64run
-from proxy.core.scrubforms import ESCAPE, KINDS, View, secret_spellings, unescape
+from proxy.core.scrubforms import ESCAPE, KINDS, OPEN_ESCAPE, View, secret_spellings, unescape
 
 ESCAPE_LIKE = re.compile(rb"%[0-9A-Fa-f]{2}|\\|\+")  # text an escaped view decodes
 _EXPANSION = 12  # original bytes per decoded byte at most (a surrogate pair: 12 for 4 bytes)
@@ -131,6 +131,10 @@ class Compiled:
     binary: Compiled | None = None  # the same spellings, escaped forms not sought (escapes_matter)
     folded: Compiled | None = None  # the raw secrets lower-cased, for header names (Scrubber.scrub_name)
     starts: frozenset[int] = frozenset()  # the bytes spellings start with (``first``'s class)
+    # (what comes before, the open escape it ends in) for each spelling that ends like the head
+    # of an escape (``abc%``, ``x\\u0``: a secret that holds ``%`` or a backslash); text after
+    # it may complete that escape (``abc%41``), see Scrubber._inside
+    open_ended: tuple[tuple[bytes, bytes], ...] = ()
 
 
 def _byte_class(values: Iterable[int]) -> re.Pattern[bytes]:
@@ -184,6 +188,15 @@ _ALL_VIEWS: tuple[View, ...] = (
 )  # fmt: skip
 
 
+def _open_ended(spellings: Iterable[bytes]) -> tuple[tuple[bytes, bytes], ...]:
+    """``Compiled.open_ended`` of ``spellings``."""
+    out = []
+    for spelling in spellings:
+        if (m := OPEN_ESCAPE.search(spelling)) is not None and m.start() > 0:
+            out.append((spelling[: m.start()], spelling[m.start() :]))
+    return tuple(sorted(out))
+
+
 def _assemble(
     spellings: dict[bytes, bytes],
     runs: dict[bytes, base64run.Run],
@@ -193,6 +206,7 @@ def _assemble(
     starts: frozenset[int],
     raw_longest: int,
     escapes: bool,
+    open_ended: tuple[tuple[bytes, bytes], ...],
 ) -> Compiled:
     """The tables of a set of spellings, from what is known of them as a whole (the bytes they
     are made of, their first bytes, the longest), so that :func:`extend` need not walk them."""
@@ -213,7 +227,7 @@ def _assemble(
         # leftmost-longest: a secret that contains another is replaced whole
         literal=literal,
         escape=re.compile(ESCAPE + (rb"|\+" if spaces else b"")),
-        # a one-byte escape of a byte no spelling holds is never sought (see Scrubber._may_matter)
+        # a one-byte escape of a byte no spelling holds is never sought (see scrub._Heads)
         kinds=tuple(k for k in KINDS if len(k) != 2 or k[1] in made_of) + ((b"+",) if spaces else ())
         if escapes
         else (),
@@ -223,6 +237,7 @@ def _assemble(
         made_of=made_of,
         non_ascii=non_ascii,
         starts=starts,
+        open_ended=open_ended if escapes else (),
     )
 
 
@@ -239,15 +254,17 @@ def _variants(base: Compiled, folded: Compiled) -> Compiled:
 def _compile(pairs: tuple[tuple[bytes, bytes], ...], escapes: bool) -> Compiled:
     """The patterns for ``pairs``, built once per set of pairs."""
     spellings, runs = _gather(pairs, escapes)
+    made_of = frozenset(b"".join(spellings))
     base = _assemble(
         spellings,
         runs,
         sorted(spellings),
         Literals(spellings) if spellings else None,
-        frozenset(b"".join(spellings)),
+        made_of,
         frozenset(s[0] for s in spellings),
         max(map(len, spellings), default=0),
         escapes,
+        _open_ended(spellings) if escapes and (0x25 in made_of or 0x5C in made_of) else (),
     )
     if not escapes:
         return base
@@ -286,8 +303,10 @@ def _combine(kept: Compiled, added: Compiled, escapes: bool) -> Compiled:
         del runs[s]  # a spelling added as plain text that was a base64 run of a kept secret
     ordered = sorted(kept.ordered + [s for s in added.ordered if s not in kept.spellings])  # two runs
     raw = max(kept.longest, added.longest) // (_EXPANSION if escapes else 1)
+    open_ended = tuple(sorted({*kept.open_ended, *added.open_ended}))
     base = _assemble(spellings, runs, ordered, Either(kept.literal, added.literal),
-                     kept.made_of | added.made_of, kept.starts | added.starts, raw, escapes)  # fmt: skip
+                     kept.made_of | added.made_of, kept.starts | added.starts, raw, escapes,
+                     open_ended)  # fmt: skip
     if not escapes:
         return base
     assert kept.folded is not None and added.folded is not None

@@ -93,11 +93,16 @@ class Hostile:
 JSON_NOISE = b'{"t": "caf\\u00e9 \\"q\\" \\n", "u": "/q?is%3Aopen", "x": "%41\\u0042"}, '
 
 
+HEADS = {"percent": b'"50%', "backslash-u": b"\\u00", "percent-digit": b"%4"}
+
+
 def padding(pad: int, noise: str) -> bytes:
     """``pad`` bytes: "a"s, or (``noise=json``) whole JSON_NOISE records then "a"s, so no escape
     is left open against the spelling that follows."""
     if noise == "a":
         return b"a" * pad
+    if noise in HEADS:  # text that ends like an escape's head, right before the spelling
+        return b"a" * (pad - len(HEADS[noise])) + HEADS[noise]
     records = JSON_NOISE * (pad // len(JSON_NOISE))
     return records + b"a" * (pad - len(records))
 
@@ -114,6 +119,8 @@ def spell(secret: bytes, form: str) -> bytes:
         for i, b in enumerate(secret):
             out.append(bytes([b]) if i % 2 else (f"%{b:02x}" if i % 4 else f"\\u{b:04X}").encode())
         return b"".join(out)
+    if form == "late":  # plain first characters (a canary starts with the hex digits "CA"), one escaped
+        return secret[:3] + f"\\u{secret[3]:04x}".encode() + secret[4:]
     if form == "base64":
         return base64.b64encode(secret)
     if form == "basic":  # inside a longer base64 run, as in Basic credentials
@@ -203,3 +210,20 @@ def test_a_secret_after_json_dense_in_escapes_at_the_read_boundaries_is_never_re
         assert spelled not in body
         if form == "raw":
             assert PH.encode() in body
+
+
+@pytest.mark.parametrize("ctype", ["application/json", "text/plain"])
+@pytest.mark.parametrize("noise", list(HEADS))
+def test_a_literal_percent_before_a_secret_escaped_past_its_first_characters_is_never_received(
+    world: World, noise: str, ctype: str
+) -> None:
+    """A JSON value ``"50%CAN\\u0041RY…"``: the ``%`` is text, but decoding read ``%CA`` as
+    one byte and the rest no longer spelled the secret, which came back whole (an attack
+    session, through the proxy: ``50%ab\\u0063defgh``). Also after ``\\u00`` and ``%4``, whole
+    and cut by a pause at each offset of the spelling's first bytes."""
+    spelled = spell(world.hostile.secret, "late")
+    for cut in (-1, 1, 2, 3, 4, 8, len(spelled) - 1):
+        body = _get(world, 200, "late", cut, ctype, noise=noise)
+        assert spelled not in body and spelled[3:] not in body, (noise, cut, body[190:300])
+        assert body.count(PH.encode()) == 1, (noise, cut, body[190:300])
+        assert body.startswith(padding(200, noise)), (noise, cut)
