@@ -202,9 +202,9 @@ class Scrubber:
         if not inner:
             return
         n = self._c.longest
-        for m in TOKENS[view[0], view[1]].finditer(data, start, end):
+        for m in _straddlers(view[1], inner).finditer(data, start, end):
             a, b = m.span()
-            if b - a < 2 or data[a + 1] == 0x5C:  # "+" hides none, nor a backslash pair
+            if data[a + 1] == 0x5C:  # a backslash pair hides none (the other views read it)
                 continue
             j = -1
             for h in range(a + 1, b):
@@ -400,6 +400,34 @@ class _Heads:
             at += [m.start() for m in self._wide.finditer(data, pos)]
         at.sort()  # the crate reports overlapping matches by their end
         return at
+
+
+_H = rb"[0-9A-Fa-f]"
+
+
+@functools.lru_cache(maxsize=256)  # bounded: claims come and go in a long-running proxy
+def _straddlers(backslash: bool, inner: frozenset[int]) -> re.Pattern[bytes]:
+    """The escapes of :data:`proxy.core.scrubforms.TOKENS` (the view's, by ``backslash``) that
+    hold, after their head, a byte of ``inner`` (:meth:`Scrubber._hidden`), in the order the
+    tokenizer finds them: ``re`` skips the others in C (a hostile body of nothing but ``%43``
+    escapes, for a secret that starts with ``C``, would cost a Python step each). A surrogate
+    pair and a backslash pair are matched whole, as the tokenizer does, so that no escape is
+    found inside them; the caller looks at their bytes (``\\\\`` hides none). No other escape
+    holds a head byte after its own, so skipping one cannot make the search start inside it."""
+    hexes = bytes(sorted(inner & frozenset(b"0123456789abcdefABCDEF")))
+    i = b"[" + re.escape(hexes) + b"]" if hexes else b""
+    parts = [rb"\\u[dD][89abAB]" + _H + rb"{2}\\u[dD][c-fC-F]" + _H + b"{2}"]
+    if i:
+        parts.append(b"%(?:" + i + _H + b"|" + _H + i + b")")
+    if ord("u") in inner:
+        parts.append(rb"\\u" + _H + b"{4}")
+    elif i:
+        at = [_H * k + i + _H * (3 - k) for k in range(4)]
+        parts.append(rb"\\u(?:" + b"|".join(at) + b")")
+    parts += [rb"\\" + re.escape(bytes([c])) for c in b'/"' if c in inner]
+    if backslash:
+        parts.append(rb"\\\\")
+    return re.compile(b"|".join(parts))
 
 
 @functools.lru_cache(maxsize=256)  # bounded: claims come and go in a long-running proxy
