@@ -76,7 +76,7 @@ from proxy.core.scrubmatch import Compiled, compile_pairs
 __all__ = ["MIN_BASE64", "Compiled", "Scrubber", "compile_pairs", "escapes_matter"]
 
 MIN_BASE64 = base64run.MIN_BASE64
-_INSIDE_ESCAPES = frozenset(b"0123456789abcdefABCDEFu/\"")  # after the head of %XX, \\uXXXX, \\/, \\"
+_INSIDE_ESCAPES = frozenset(b'0123456789abcdefABCDEFu/"')  # after the head of %XX, \\uXXXX, \\/, \\"
 
 
 class Scrubber:
@@ -120,50 +120,62 @@ class Scrubber:
         limit = lit[0] if lit else len(data)
         n = c.longest
         escapes = self._escapes(data, pos)
-        t = next(escapes, None)
-        while t is not None:
-            start, last = max(pos, t - n + 1), t
-            if start > limit:
+        k = bisect.bisect_left(escapes, pos)
+        # Windows of candidate starts, each decoded with the longest spelling past its end, that
+        # double while they follow each other over a run of escapes (a match near costs a short
+        # window: one per match over the rest of the run was quadratic in a read of many
+        # escaped matches close together) and start again within reach of the next escape.
+        start, step = pos, 2 * n
+        while k < len(escapes):
+            if escapes[k] - n + 1 > start:
+                start, step = escapes[k] - n + 1, 2 * n
+            if start >= limit:
                 break
-            # one decoded window over a run of escapes whose reach touches
-            while (t := next(escapes, None)) is not None and t < last + n:
-                last = t
-            end = min(len(data), last + n)
-            found: tuple[int, int, bytes] | None = None
-            # "+" is a space in a form body and itself elsewhere: each reading is tried, and the
-            # leftmost, then longest, match of any reading wins (a shorter reading of the same
-            # text would leave a stray escape behind)
-            for view in c.views:
-                decoded, offsets = unescape(data, start, end, view)
-                for ms, me in c.literal.finditer(decoded):
-                    s, e = offsets[ms], offsets[me]
-                    if s > last or s >= limit or (found is not None and (s, -e) >= (found[0], -found[1])):
-                        break
-                    if e > s and data[s:e] != decoded[ms:me]:  # an escaped spelling (else: plain)
-                        found = (s, e, decoded[ms:me])
-                        break
-                inside = self._inside(data, start, end, view, decoded, offsets, min(last, limit - 1))
-                if inside is not None and (found is None or (inside[0], -inside[1]) < (found[0], -found[1])):
-                    found = inside
+            upto = min(limit - 1, start + step - 1)
+            found = self._window(data, start, min(len(data), upto + n), upto)
             if found is not None:
                 return found
-            pos = last + 1
+            start, step = upto + 1, step * 2
+            k = bisect.bisect_left(escapes, start, k)
         return (lit[0], lit[1], data[lit[0] : lit[1]]) if lit else None
 
-    def _escapes(self, data: bytes, pos: int) -> Iterator[int]:
-        """Where the escapes that matter start in ``data`` from ``pos``, in order: found in the
-        rest of ``data`` by one automaton (:class:`_Heads`; escapes of bytes no spelling holds
-        cost no Python step) and kept per read, so the search from the next match on starts by
-        bisection. The iterator is C-level and copies nothing: a read of
-        many matches asks again per match, and a copy of the rest each time was quadratic."""
+    def _window(self, data: bytes, start: int, end: int, last: int) -> tuple[int, int, bytes] | None:
+        """The leftmost-longest escaped match that starts in ``data[start:last + 1]``, found by
+        decoding ``data[start:end]`` (``end``: ``last`` plus the longest spelling at least), or
+        None. A window that starts inside an escape reads its rest as it is: a match starting
+        there or after it is found as it is in a window that starts before it."""
+        c = self._c
+        assert c.literal is not None
+        found: tuple[int, int, bytes] | None = None
+        # "+" is a space in a form body and itself elsewhere: each reading is tried, and the
+        # leftmost, then longest, match of any reading wins (a shorter reading of the same
+        # text would leave a stray escape behind)
+        for view in c.views:
+            decoded, offsets = unescape(data, start, end, view)
+            for ms, me in c.literal.finditer(decoded):
+                s, e = offsets[ms], offsets[me]
+                if s > last or (found is not None and (s, -e) >= (found[0], -found[1])):
+                    break
+                if e > s and data[s:e] != decoded[ms:me]:  # an escaped spelling (else: plain)
+                    found = (s, e, decoded[ms:me])
+                    break
+            inside = self._inside(data, start, end, view, decoded, offsets, last)
+            if inside is not None and (found is None or (inside[0], -inside[1]) < (found[0], -found[1])):
+                found = inside
+        return found
+
+    def _escapes(self, data: bytes, pos: int) -> list[int]:
+        """Where the escapes that matter start in ``data``, ascending, from ``pos`` at least (the
+        caller bisects): found in the rest of ``data`` by one automaton (:class:`_Heads`;
+        escapes of bytes no spelling holds cost no Python step) and kept per read, so the
+        search from the next match on reuses them."""
         c = self._c
         if not c.kinds:
-            return iter(())
+            return []
         found = self._found
         if found is None or found[0] is not data or found[1] > pos:
             found = self._found = (data, pos, _heads(c.kinds, c.made_of, c.non_ascii).find(data, pos))
-        positions = found[2]
-        return map(positions.__getitem__, range(bisect.bisect_left(positions, pos), len(positions)))
+        return found[2]
 
     def _scan(self, data: bytes, cut: int) -> tuple[bytes, int]:
         """Replace the matches starting before ``cut``; returns the output and where it stops."""
@@ -230,14 +242,18 @@ class Scrubber:
         - It starts inside an escape (:meth:`_hidden`): ``50%ab\\u0063defgh``.
         - It ends inside one: a spelling that ends like an escape's head (``abc%``, a secret
           that holds ``%`` or a backslash: ``Compiled.open_ended``) before text that completes
-          it, ``\\u0061bc%41``: the bytes before the escape decode to the rest of it."""
+          it, ``\\u0061bc%41``: the bytes before the escape decode to the rest of it, from a
+          byte of the window's decoding or from a start hidden inside an escape (both ends)."""
         c = self._c
         literal = c.literal
         assert literal is not None
         best: tuple[int, int, bytes] | None = None
-        for h, b, text, j in self._hidden(data, start, end, view, decoded, offsets):
-            if h > last:
+        hidden = []
+        for candidate in self._hidden(data, start, end, view, decoded, offsets):
+            if candidate[0] > last:
                 break
+            hidden.append(candidate)
+        for h, b, text, j in hidden:
             m = literal.search(text)
             if m is None or m[0] != 0:
                 continue
@@ -252,9 +268,14 @@ class Scrubber:
                     if len(tail) >= b - a or not data.startswith(tail, a):
                         continue
                     i = bisect.bisect_left(offsets, a)
-                    if i < len(before) or decoded[i - len(before) : i] != before:
-                        continue
-                    s, e, spelling = offsets[i - len(before)], a + len(tail), before + tail
+                    if i >= len(before) and decoded[i - len(before) : i] == before:
+                        s = offsets[i - len(before)]
+                    else:  # both ends inside escapes: "%ab\\u0063defg%41" for "abcdefg%"
+                        hid = (h for h, b, _, j in hidden if b <= a and data[h:b] + decoded[j:i] == before)
+                        s = next(hid, -1)
+                        if s < 0:
+                            continue
+                    e, spelling = a + len(tail), before + tail
                     if s > last or data[s:e] == spelling:
                         continue
                     if best is None or (s, -e) < (best[0], -best[1]):

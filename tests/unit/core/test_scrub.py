@@ -358,11 +358,15 @@ def test_the_escape_finder_yields_every_escape_that_matters(
     data = (b"%" + gap) * stray + b"".join(parts)  # stray heads, dense or sparse
     pos %= len(data) + 1
     reference = _escapes_reference(s, data)
-    assert list(s._escapes(data, pos)) == [i for i in reference if i >= pos]
+
+    def found(data: bytes, pos: int) -> list[int]:
+        return [i for i in s._escapes(data, pos) if i >= pos]
+
+    assert found(data, pos) == [i for i in reference if i >= pos]
     again %= len(data) + 1
-    assert list(s._escapes(data, again)) == [i for i in reference if i >= again]
+    assert found(data, again) == [i for i in reference if i >= again]
     longer = data + b"%41"  # another read (a new bytes object): not the kept one's answer
-    assert list(s._escapes(longer, again)) == [i for i in _escapes_reference(s, longer) if i >= again]
+    assert found(longer, again) == [i for i in _escapes_reference(s, longer) if i >= again]
 
 
 _API_RECORD = (
@@ -417,8 +421,14 @@ def _escaped(secret: bytes, how: list[int]) -> bytes:
         (b"61abcdefgh", b"%61abc%64efgh"),
         (b"deadbeef1234", b"\\udeadbeef\\u0031234"),
     ],
-    ids=["json-50-percent", "percent-digit", "json-escaped-percent", "php-slash", "hex-pair-in-made-of",
-         "backslash-u"],  # fmt: skip
+    ids=[
+        "json-50-percent",
+        "percent-digit",
+        "json-escaped-percent",
+        "php-slash",
+        "hex-pair-in-made-of",
+        "backslash-u",
+    ],  # fmt: skip
 )
 def test_a_literal_percent_or_backslash_before_an_escaped_secret_does_not_hide_it(
     secret: bytes, body: bytes
@@ -456,7 +466,7 @@ def test_a_secret_after_another_ending_in_a_percent_is_found_at_every_cut() -> N
     secret=st.sampled_from(_HEXY_SECRETS),
     before=st.sampled_from(_BEFORE),
     how=st.lists(st.integers(0, 3), min_size=1, max_size=20).filter(any),
-    after=st.sampled_from([b"", b"\"}", b"%", b"\\u00", b" tail"]),
+    after=st.sampled_from([b"", b'"}', b"%", b"\\u00", b" tail"]),
     cuts=st.lists(st.integers(0, 400), max_size=6),
 )
 def test_any_text_before_a_mixed_escaped_secret_leaves_it_replaced_whatever_the_cuts(
@@ -526,3 +536,61 @@ def test_any_text_after_a_mixed_escaped_secret_that_ends_like_an_escape_leaves_i
     points = sorted({c % (len(body) + 1) for c in cuts})
     chunks = [body[a:b] for a, b in zip([0, *points], [*points, len(body)], strict=True)]
     assert run(pairs, chunks) == out
+
+
+@pytest.mark.parametrize(
+    ("secret", "body", "expected"),
+    [
+        (b"abc%", b"%ab\\u0063%41", b"%surr_PH3" + b"41"),
+        (b"abcdefg%", b"%ab\\u0063defg%41", b"%surr_PH3" + b"41"),
+        (b"abcdefg%", b'x%ab\\u0063defg%41"}', b"x%surr_PH3" + b'41"}'),
+        (b"abcdefg\\", b"%ab\\u0063defg\\u0041", b"%surr_PH3" + b"u0041"),
+        (b"abcdefg%4", b"%ab\\u0063defg%41", b"%surr_PH3" + b"1"),
+    ],
+    ids=["short", "percent", "in-json", "backslash", "percent-digit"],
+)
+def test_a_secret_whose_both_ends_lie_inside_escapes_is_found_whole_and_cut(
+    secret: bytes, body: bytes, expected: bytes
+) -> None:
+    """``%ab\\u0063defg%41`` for ``abcdefg%``: a start hidden in ``%ab`` and an end in ``%41``
+    at once. Whole it came back unchanged, cut it was caught (an attack session on the fix)."""
+    pairs = [(secret, b"surr_PH3")]
+    assert Scrubber(pairs).scrub(body) == expected
+    for cut in range(0, len(body) + 1):
+        assert run(pairs, [body[:cut], body[cut:]]) == expected, cut
+
+
+_JSON_ESCAPED = "".join(f"\\u{c:04x}" for c in b"abcdef12").encode()
+
+
+@pytest.mark.parametrize(
+    "unit",
+    [b"%61%62%63%64%65%66%31%32x", b"%ab\\u0063def12", b"%" + _JSON_ESCAPED],
+    ids=["percent-escaped-secrets", "hidden-starts", "json-escaped-secrets"],
+)
+def test_escaped_secrets_close_together_cost_work_linear_in_the_read(
+    unit: bytes, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A read of thousands of escaped secrets close together: each match decoded the rest of the
+    run of escapes again, so 64 KiB took ~50 s where 16 KiB took 3 (an attack session). The
+    bytes decoded are counted (not timed): at most a few times the read, whatever its size."""
+    import proxy.core.scrub as scrub_module
+
+    decoded = [0]
+    real = scrub_module.unescape
+
+    def counting(data: bytes, start: int, end: int, view: tuple[bool, bool, bool]) -> tuple[bytes, list[int]]:
+        decoded[0] += end - start
+        return real(data, start, end, view)
+
+    monkeypatch.setattr(scrub_module, "unescape", counting)
+    pairs = [(b"abcdef12", b"surr_PH4")]
+    ratios = []
+    for size in (16384, 65536):
+        body = (unit * (size // len(unit) + 1))[:size]
+        decoded[0] = 0
+        out = run(pairs, [body[i : i + 65536] for i in range(0, len(body), 65536)])
+        assert b"surr_PH4" in out and b"%61%62%63%64" not in out
+        ratios.append(decoded[0] / size)
+    assert ratios[1] < 1.5 * ratios[0] + 1, ratios  # linear: the ratio does not grow with the size
+    assert ratios[1] < 40, ratios
