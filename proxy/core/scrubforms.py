@@ -62,7 +62,7 @@ OPEN_ESCAPE = re.compile(
     rb"(?:%[0-9A-Fa-f]?|\\(?:u[0-9A-Fa-f]{0,3})?|\\u[dD][89abAB][0-9A-Fa-f]{2}\\?u?[0-9A-Fa-f]{0,3})\Z"
 )
 # the escape kinds a claim may seek (Compiled.kinds): the one-byte ones only when a spelling holds
-# their byte; proxy.core.scrub._Heads finds where each kind starts
+# their byte; proxy.core.scrubheads.Heads finds where each kind starts
 KINDS = (b"%hh", b"\\uhhhh", b"\\/", b'\\"', b"\\\\")
 
 

@@ -227,7 +227,7 @@ def _assemble(
         # leftmost-longest: a secret that contains another is replaced whole
         literal=literal,
         escape=re.compile(ESCAPE + (rb"|\+" if spaces else b"")),
-        # a one-byte escape of a byte no spelling holds is never sought (see scrub._Heads)
+        # a one-byte escape of a byte no spelling holds is never sought (see scrubheads.Heads)
         kinds=tuple(k for k in KINDS if len(k) != 2 or k[1] in made_of) + ((b"+",) if spaces else ())
         if escapes
         else (),
