@@ -31,6 +31,33 @@ def cpu_seconds(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / CLK_TCK
 
 
+def tree_cpu_seconds(pid: int) -> float:
+    """:func:`cpu_seconds` of ``pid`` and of every process descended from it now (``--workers``
+    children), from /proc/PID/task/TID/children (Linux 3.5+). A child that exited is not counted."""
+    total, todo, seen = 0.0, [pid], set()
+    while todo:
+        p = todo.pop()
+        if p in seen:
+            continue
+        seen.add(p)
+        try:
+            total += cpu_seconds(p)
+            for task in Path(f"/proc/{p}/task").iterdir():
+                todo += [int(c) for c in (task / "children").read_text().split()]
+        except (FileNotFoundError, ProcessLookupError):
+            continue  # gone between the listing and the read
+    return total
+
+
+def machine_busy_seconds() -> float:
+    """CPU seconds every core of the machine spent busy so far: the ``cpu`` line of /proc/stat
+    (proc(5)), user + nice + system + irq + softirq + steal, in ``CLK_TCK`` ticks; idle and
+    iowait are the rest. Counts every process, the bench's load generators and upstreams too."""
+    fields = Path("/proc/stat").read_text().split("\n", 1)[0].split()
+    user, nice, system, _idle, _iowait, irq, softirq, steal = (int(f) for f in fields[1:9])
+    return (user + nice + system + irq + softirq + steal) / CLK_TCK
+
+
 def status_kib(pid: int, field: str) -> int:
     for line in Path(f"/proc/{pid}/status").read_text().splitlines():
         if line.startswith(field + ":"):
@@ -72,6 +99,11 @@ class HeyResult:
     p50_ms: float
     p99_ms: float
     cpu_us_per_req: float | None  # the proxy's, when there is one
+    # for the --workers rows: CPU seconds over the run, of the proxy with its children (None when
+    # direct) and of the whole machine (hey, nginx, the kernel and the proxy), and its wall seconds
+    proxy_tree_cpu_s: float | None = None
+    machine_busy_s: float = 0.0
+    wall_s: float = 0.0
 
 
 _LATENCY = re.compile(r"^\s*(\d+)% in ([\d.]+) secs", re.M)
@@ -88,9 +120,13 @@ def hey(
     for h in headers:
         cmd += ["-H", h]
     before = cpu_seconds(target.pid) if target.pid else 0.0
+    tree_before = tree_cpu_seconds(target.pid) if target.pid else 0.0
+    busy_before, wall_before = machine_busy_seconds(), time.perf_counter()
     out = subprocess.run(pinned([*cmd, url], cpu), capture_output=True, text=True, check=True).stdout
     time.sleep(0.2)  # let the proxy finish closing hey's connections: that work is per run too
     used = cpu_seconds(target.pid) - before if target.pid else None
+    tree_used = tree_cpu_seconds(target.pid) - tree_before if target.pid else None
+    busy, wall = machine_busy_seconds() - busy_before, time.perf_counter() - wall_before
     status_part, _, error_part = out.partition("Error distribution:")
     statuses = {int(code): int(n) for code, n in _STATUS.findall(status_part)}
     errors = sum(int(n) for n in _ERROR.findall(error_part))
@@ -110,6 +146,9 @@ def hey(
         p50_ms=pct[50],
         p99_ms=pct[99],
         cpu_us_per_req=None if used is None else used / answered * 1e6,
+        proxy_tree_cpu_s=tree_used,
+        machine_busy_s=busy,
+        wall_s=wall,
     )
 
 

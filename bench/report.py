@@ -37,6 +37,7 @@ class Results:
     control_sized: WriteThenRequest | None = None  # on the instance holding the large claim
     registered: Registered | None = None
     workers: dict[int, list[HeyResult]] = field(default_factory=dict)  # --workers N at c=64, ABBA runs
+    cores: int = 2  # the CPUs the --workers runs share (the machine's, for the ceiling)
     handshakes: dict[tuple[str, bool], list[Handshakes]] = field(default_factory=dict)  # (target, resumed)
     tunnels: int = 10_000
     idle: dict[str, Held] = field(default_factory=dict)  # idle tunnels held, per proxy
@@ -282,6 +283,53 @@ def _workers_rows(table: Table, r: Results) -> None:
         f"{ratio:.2f}× --workers {one} (runs {rounds.removeprefix('rounds ')}); want ≥ 1.8× (issue 19)",
         _status(ratio >= 1.8),
     )
+    for n, runs in ((one, ones), (two, twos)):
+        table.note(f"surrogate --workers {n}, c=64: where the machine's CPU went", _cpu_split(runs))
+    ceiling = _ceiling(twos, r.cores)
+    if ceiling is not None and one_rps:
+        table.note(
+            f"--workers {two}: the most {r.cores} cores allow at its measured CPU per request "
+            "(the proxy's and everyone else's)",
+            f"{_fmt(ceiling)} req/s",
+            f"{ceiling / one_rps:.2f}× --workers {one} (no target: what stands in the way of 1.8×)",
+        )
+
+
+def _per_request_us(runs: list[HeyResult]) -> tuple[float, float, float, float] | None:
+    """Medians over ``runs`` of: the proxy's CPU (every process) per response, everyone else's
+    (hey, nginx, the kernel: the machine's busy time minus the proxy's) per response, in µs; and
+    the cores each kept busy on average over the run."""
+    rows = [
+        (h.proxy_tree_cpu_s, h.machine_busy_s, h.wall_s, h.requests + h.others)
+        for h in runs
+        if h.proxy_tree_cpu_s is not None and h.wall_s > 0 and h.requests + h.others > 0
+    ]
+    if not rows:
+        return None
+    proxy = statistics.median(p / n * 1e6 for p, _b, _w, n in rows)
+    rest = statistics.median(max(b - p, 0.0) / n * 1e6 for p, b, _w, n in rows)
+    proxy_cores = statistics.median(p / w for p, _b, w, _n in rows)
+    rest_cores = statistics.median(max(b - p, 0.0) / w for p, b, w, _n in rows)
+    return proxy, rest, proxy_cores, rest_cores
+
+
+def _cpu_split(runs: list[HeyResult]) -> str:
+    got = _per_request_us(runs)
+    if got is None:
+        return "—"
+    proxy, rest, proxy_cores, rest_cores = got
+    return (
+        f"proxy {proxy:,.0f} µs/req ({proxy_cores:.2f} cores), "
+        f"hey + nginx + kernel {rest:,.0f} µs/req ({rest_cores:.2f} cores)"
+    )
+
+
+def _ceiling(runs: list[HeyResult], cores: int) -> float | None:
+    """Requests per second if every core were busy at the CPU per request measured in ``runs``."""
+    got = _per_request_us(runs)
+    if got is None or got[0] + got[1] <= 0:
+        return None
+    return cores / ((got[0] + got[1]) / 1e6)
 
 
 def _connection_rows(table: Table, r: Results) -> None:

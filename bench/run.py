@@ -263,6 +263,7 @@ def main() -> int:
     t_start, load_before = time.monotonic(), os.getloadavg()[0]
     every_cpu = ",".join(str(c) for c in sorted(os.sched_getaffinity(0)))
     results = Results(CONCURRENCY, placeholders=args.placeholders, tunnels=args.tunnels)
+    results.cores = len(every_cpu.split(","))
     _, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     if args.tunnels + 200 > hard:
         print(f"error: the file-descriptor limit is {hard}: --tunnels at most {hard - 200}", file=sys.stderr)
