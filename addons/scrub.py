@@ -30,10 +30,19 @@ replaces the error page for protocol errors (``HttpStream.check_killed``), but n
 that fails header validation (``HttpStream.check_invalid`` sends it unconditionally after the
 hook); there, only closing the client transport in the hook (``SendData`` skips a closing
 writer) withholds it.
+
+Some messages carry the peer's bytes in a form no scrubber seeks: h2 (4.x, ``h2/events.py``
+``_bytes_representation``) prints a GOAWAY's debug data as hex (its first 20 bytes), and
+mitmproxy's message for it is ``HTTP/2 connection closed: <ConnectionTerminated error_code:2,
+last_stream_id:1, additional_data:53654b72…>``: an upstream that echoed the secret there had its
+first 20 bytes in the audit event. Every hex field of an h2 event (``additional_data``,
+``ping_data``, ``data``) is elided from every error message, whoever the peer
+(:func:`elide_peer_bytes`): opaque debug bytes tell an operator nothing the error code does not.
 """
 
 from __future__ import annotations
 
+import re
 import time
 
 from mitmproxy import ctx, http
@@ -49,7 +58,15 @@ from proxy.core.policy import Claim
 from proxy.core.scrub import Scrubber, compile_pairs, escapes_matter
 from proxy.engine.state import State
 
-__all__ = ["Scrub", "ScrubMessages"]
+__all__ = ["Scrub", "ScrubMessages", "elide_peer_bytes"]
+
+# h2's repr of an event's bytes: ``name:`` and lower-case hex (h2/events.py _bytes_representation)
+_H2_BYTES = re.compile(r"\b(\w*data):[0-9a-fA-F]+")
+
+
+def elide_peer_bytes(message: str) -> str:
+    """``message`` with the hex of every h2 event's bytes replaced by ``…`` (module docstring)."""
+    return _H2_BYTES.sub(r"\1:…", message)
 
 
 def _unscannable(flow: http.HTTPFlow, why: str) -> None:
@@ -205,8 +222,11 @@ class Scrub:
             response.trailers = None
 
     def error(self, flow: http.HTTPFlow) -> None:
+        if flow.error is None:
+            return
+        flow.error.msg = elide_peer_bytes(flow.error.msg)  # before the audit event reads it
         claim = flow.metadata.get(facts.CLAIM)
-        if flow.error is None or claim is None or not claim.credentials:
+        if claim is None or not claim.credentials:
             return
         try:
             message = flow.error.msg.encode("utf-8", "surrogateescape")

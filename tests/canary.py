@@ -10,8 +10,9 @@ client outputs) with :func:`scan_tree`; modules also check the bytes their clien
 
 A value is looked for in the forms a careless code path would write it in: raw, base64 (standard
 and URL-safe, at each of the three byte alignments, as inside ``Basic user:secret``),
-percent-encoded and JSON ``\\u``-escaped (every byte escaped, upper- and lower-case hex). A
-report names the file, the form and the canary's tag, never the value.
+percent-encoded, JSON ``\\u``-escaped (every byte escaped, upper- and lower-case hex) and the
+hex of its first 16 bytes (either case). A report names the file, the form and the canary's tag,
+never the value.
 """
 
 from __future__ import annotations
@@ -77,6 +78,10 @@ def forms(value: str) -> dict[str, bytes]:
     out["percent-lower"] = "".join(f"%{b:02x}" for b in raw).encode()
     out["json-escaped"] = "".join(f"\\u{b:04x}" for b in raw).encode()
     out["json-escaped-upper"] = "".join(f"\\u{b:04X}" for b in raw).encode()
+    # hex, as h2 prints an event's bytes (lower case, the first 20 only: a GOAWAY's debug data in
+    # mitmproxy's error message): the first 16 bytes, CANARY<tag> and a few random characters
+    out["hex-head"] = raw[:16].hex().encode()
+    out["hex-head-upper"] = raw[:16].hex().upper().encode()
     return out
 
 

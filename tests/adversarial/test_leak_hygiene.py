@@ -23,6 +23,9 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import canary
+import h2.config
+import h2.connection
+import h2.events
 import pytest
 from harness import ProxyProcess, World
 from servers import TestCA
@@ -242,3 +245,84 @@ def test_no_audit_field_holds_a_placeholder_the_sandbox_put_in_a_name(world: Wor
     assert "REDACTED.api.test" in mismatch["message"]
     audit = world.proxy.audit_path.read_text()
     assert ph not in audit and ph.lower() not in audit
+
+
+class _GoawayEcho:
+    """A hostile HTTP/2 upstream (h2 library, TLS with ALPN h2) that answers each request by
+    closing the connection with a GOAWAY whose debug data is 20 bytes of the Authorization value
+    it received (the real secret, after substitution), from the offset its path names."""
+
+    def __init__(self, ca: TestCA, name: str) -> None:
+        self.ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+        self.ctx.set_alpn_protocols(["h2"])
+        ca.ca.issue_cert(name).configure_cert(self.ctx)
+        self.sock = socket.create_server(("127.0.0.1", 0))
+        self.port = self.sock.getsockname()[1]
+        self.seen: list[bytes] = []
+        self.thread = threading.Thread(target=self._serve, daemon=True)
+        self.thread.start()
+
+    def _serve(self) -> None:
+        while True:
+            try:
+                raw, _ = self.sock.accept()
+            except OSError:
+                return
+            with contextlib.suppress(OSError), self.ctx.wrap_socket(raw, server_side=True) as tls:
+                self._one(tls)
+
+    def _one(self, tls: ssl.SSLSocket) -> None:
+        conn = h2.connection.H2Connection(h2.config.H2Configuration(client_side=False))
+        conn.initiate_connection()
+        tls.sendall(conn.data_to_send())
+        while data := tls.recv(65536):
+            if conn.state_machine.state == h2.connection.ConnectionState.CLOSED:
+                continue  # read on until the proxy closes, so that it reads the GOAWAY first
+            for event in conn.receive_data(data):
+                if isinstance(event, h2.events.RequestReceived):
+                    fields = {bytes(k): bytes(v) for k, v in event.headers}
+                    secret = fields.get(b"authorization", b"").removeprefix(b"Bearer ")
+                    self.seen.append(secret)
+                    at = int(fields[b":path"].rsplit(b"/", 1)[1])
+                    conn.close_connection(error_code=2, additional_data=secret[at : at + 20])
+            tls.sendall(conn.data_to_send())
+
+    def close(self) -> None:
+        self.sock.close()
+        self.thread.join(5)
+
+
+def test_an_http2_goaway_echoing_the_secret_leaves_no_trace_of_it_in_the_audit(tmp_path: Path) -> None:
+    """Was: h2 prints a GOAWAY's debug data as hex (its first 20 bytes), mitmproxy's error message
+    quotes that ("HTTP/2 connection closed: <ConnectionTerminated ... additional_data:53654b…>"),
+    and no scrubber seeks hex: an upstream echoing the secret there put it, 20 bytes per request,
+    in the audit event. Every such hex field is elided from error messages (addons/scrub.py)."""
+    with Stage(tmp_path) as st:
+        secret = st.secret("k", tag="goaway", file="secret")
+        st.token("t", newline=False)
+        upstream = _GoawayEcho(st.ca, "evil.test")
+        st.defer(upstream.close)
+        text = rules(
+            [egress("evil.test", upstream.port)],
+            claim_id="c",
+            credentials=[credential("k", "surr_GoawayEchoPlaceholder0001", ["evil.test"], "file:secret")],
+        )
+        proxy = st.proxy(text, ["evil.test"])
+        offsets = range(0, len(secret), 10)
+        for at in offsets:
+            done = subprocess.run(
+                ["curl", "-sS", "--http2", "-x", proxy.url("c", "t"), "--cacert", str(proxy.ca_pem),
+                 "-H", "Authorization: Bearer surr_GoawayEchoPlaceholder0001",
+                 f"https://evil.test:{upstream.port}/echo/{at}"],
+                capture_output=True, timeout=30, check=False,
+            )  # fmt: skip
+            st.received.append(done.stdout + done.stderr)
+        events = [proxy.wait_event(path=f"/echo/{at}") for at in offsets]
+        audit = proxy.audit_path.read_bytes()
+    assert upstream.seen == [secret.encode()] * len(offsets)  # it did get the secret, and echoed it
+    raw = secret.encode()
+    seen = audit.lower()  # any 6 bytes of it as hex, in either case
+    assert not [i for i in range(len(raw) - 5) if raw[i : i + 6].hex().encode() in seen], "the secret's hex"
+    assert [e["reason"] for e in events] == ["upstream_error"] * len(offsets)
+    messages = [e["message"] for e in events]
+    assert all("HTTP/2 connection closed" in m and "additional_data:…" in m for m in messages), messages
