@@ -151,19 +151,36 @@ MALFORMED = [
 ]
 
 
-class _Reflector:
-    """A hostile HTTPS upstream that answers every request with a malformed response quoting the
-    Authorization value it received (the real secret, after substitution)."""
+class _HostileUpstream:
+    """A TLS server on loopback under the test CA, for ``name``, serving in a thread what its
+    subclass's ``_serve`` writes; ``seen`` holds the Authorization values it received."""
 
-    def __init__(self, ca: TestCA, name: str, template: bytes) -> None:
+    def __init__(self, ca: TestCA, name: str, alpn: list[str] | None = None) -> None:
         self.ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+        if alpn:
+            self.ctx.set_alpn_protocols(alpn)
         ca.ca.issue_cert(name).configure_cert(self.ctx)
-        self.template = template
         self.sock = socket.create_server(("127.0.0.1", 0))
         self.port = self.sock.getsockname()[1]
         self.seen: list[bytes] = []
         self.thread = threading.Thread(target=self._serve, daemon=True)
         self.thread.start()
+
+    def _serve(self) -> None:
+        raise NotImplementedError
+
+    def close(self) -> None:
+        self.sock.close()
+        self.thread.join(5)
+
+
+class _Reflector(_HostileUpstream):
+    """A hostile HTTPS upstream that answers every request with a malformed response quoting the
+    Authorization value it received (the real secret, after substitution)."""
+
+    def __init__(self, ca: TestCA, name: str, template: bytes) -> None:
+        self.template = template
+        super().__init__(ca, name)
 
     def _serve(self) -> None:
         self.sock.settimeout(20)
@@ -181,10 +198,6 @@ class _Reflector:
             )
             self.seen.append(auth)
             c.sendall(self.template % auth.replace(b" ", b""))
-
-    def close(self) -> None:
-        self.sock.close()
-        self.thread.join(5)
 
 
 @pytest.mark.parametrize("template", MALFORMED)
@@ -247,20 +260,10 @@ def test_no_audit_field_holds_a_placeholder_the_sandbox_put_in_a_name(world: Wor
     assert ph not in audit and ph.lower() not in audit
 
 
-class _GoawayEcho:
+class _GoawayEcho(_HostileUpstream):
     """A hostile HTTP/2 upstream (h2 library, TLS with ALPN h2) that answers each request by
     closing the connection with a GOAWAY whose debug data is 20 bytes of the Authorization value
     it received (the real secret, after substitution), from the offset its path names."""
-
-    def __init__(self, ca: TestCA, name: str) -> None:
-        self.ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
-        self.ctx.set_alpn_protocols(["h2"])
-        ca.ca.issue_cert(name).configure_cert(self.ctx)
-        self.sock = socket.create_server(("127.0.0.1", 0))
-        self.port = self.sock.getsockname()[1]
-        self.seen: list[bytes] = []
-        self.thread = threading.Thread(target=self._serve, daemon=True)
-        self.thread.start()
 
     def _serve(self) -> None:
         while True:
@@ -287,10 +290,6 @@ class _GoawayEcho:
                     conn.close_connection(error_code=2, additional_data=secret[at : at + 20])
             tls.sendall(conn.data_to_send())
 
-    def close(self) -> None:
-        self.sock.close()
-        self.thread.join(5)
-
 
 def test_an_http2_goaway_echoing_the_secret_leaves_no_trace_of_it_in_the_audit(tmp_path: Path) -> None:
     """Was: h2 prints a GOAWAY's debug data as hex (its first 20 bytes), mitmproxy's error message
@@ -300,7 +299,7 @@ def test_an_http2_goaway_echoing_the_secret_leaves_no_trace_of_it_in_the_audit(t
     with Stage(tmp_path) as st:
         secret = st.secret("k", tag="goaway", file="secret")
         st.token("t", newline=False)
-        upstream = _GoawayEcho(st.ca, "evil.test")
+        upstream = _GoawayEcho(st.ca, "evil.test", alpn=["h2"])
         st.defer(upstream.close)
         text = rules(
             [egress("evil.test", upstream.port)],
