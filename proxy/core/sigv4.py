@@ -29,6 +29,7 @@ from __future__ import annotations
 import hashlib
 import hmac
 import json
+import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from urllib.parse import quote
@@ -125,8 +126,8 @@ def real_keys(value: str) -> Keys:
 def sigv4_pairs(value: str, placeholder: str, spec: SigV4Spec) -> list[tuple[bytes, bytes]]:
     """(real, placeholder) pairs the scrubber replaces in responses: the access key id, the
     secret key and the session token (its placeholder, or the key id's when it has none), each
-    also in hex (lower and upper case, bare and with a space between bytes: S3's
-    ``CanonicalRequestBytes``)."""
+    also URI-encoded where that differs (the presigned query's spelling), and each of these in hex
+    (lower and upper case, bare and with a space between bytes: S3's ``CanonicalRequestBytes``)."""
     try:
         real = real_keys(value)
     except SigV4Error:
@@ -135,6 +136,11 @@ def sigv4_pairs(value: str, placeholder: str, spec: SigV4Spec) -> list[tuple[byt
     out.append((real.secret_access_key.encode(), spec.placeholder_secret.encode()))
     if real.session_token:
         out.append((real.session_token.encode(), (spec.placeholder_token or placeholder).encode()))
+    # A presigned URL carries the token URI-encoded (resign: + / = as %2B %2F %3D; lower-case
+    # escapes from a client that spells them so), and S3 hexes that form: both forms, hexed below
+    encoded = [(quote(r.decode(), safe="-_.~"), p) for r, p in out]
+    encoded += [(_lower_escapes(e), p) for e, p in encoded]
+    out += list(dict.fromkeys((e.encode(), p) for e, p in encoded if e.encode() not in {r for r, _ in out}))
     # S3's SignatureDoesNotMatch answer repeats the canonical request it computed as
     # <CanonicalRequestBytes>, space-separated lower-case hex: with the real key id (in the
     # presigned X-Amz-Credential) and the real session token (a signed header, or the query).
@@ -146,6 +152,10 @@ def sigv4_pairs(value: str, placeholder: str, spec: SigV4Spec) -> list[tuple[byt
         for upper in (False, True)
     ]
     return out
+
+
+def _lower_escapes(encoded: str) -> str:
+    return re.sub(r"%[0-9A-F]{2}", lambda m: m.group(0).lower(), encoded)
 
 
 def _hex(value: bytes, sep: str, upper: bool) -> bytes:

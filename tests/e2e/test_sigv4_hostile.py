@@ -20,7 +20,7 @@ import json
 import ssl
 from collections.abc import Iterator
 from typing import Any
-from urllib.parse import parse_qs, urlsplit
+from urllib.parse import parse_qs, quote, urlsplit
 
 import boto3
 import canary
@@ -96,7 +96,9 @@ def world(tmp_path_factory: pytest.TempPathFactory) -> Iterator[World]:
         real = {
             "access_key_id": "AKIA" + canary.make("akid")[6:22].upper(),
             "secret_access_key": canary.make("awssecret"),
-            "session_token": canary.make("awstoken"),
+            # as AWS's are, base64: its + / = are percent-encoded in a presigned query, and S3's
+            # hex echo of that query hid the token from a scrubber seeking only the raw value's hex
+            "session_token": "IQoJb3JpZ2luX2Vj+" + canary.make("awstoken") + "/x+yZ==",
         }
         st.watch(*real.values())
         canary.source(tmp / "secret-aws", json.dumps(real))
@@ -117,9 +119,9 @@ def world(tmp_path_factory: pytest.TempPathFactory) -> Iterator[World]:
 
 
 def _hex_forms(value: str) -> list[bytes]:
-    raw = value.encode()
     return [
-        sep.join(f"{b:02X}" if upper else f"{b:02x}" for b in raw).encode()
+        sep.join(f"{b:02X}" if upper else f"{b:02x}" for b in spelled.encode()).encode()
+        for spelled in (value, quote(value, safe="-_.~"))
         for sep in ("", " ")
         for upper in (False, True)
     ]
@@ -127,7 +129,7 @@ def _hex_forms(value: str) -> list[bytes]:
 
 def _assert_no_real_value(world: World, data: bytes) -> None:
     for name, value in world.real.items():
-        for form in [value.encode(), *_hex_forms(value)]:
+        for form in [value.encode(), quote(value, safe="-_.~").encode(), *_hex_forms(value)]:
             assert form not in data, name
 
 
