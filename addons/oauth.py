@@ -9,14 +9,17 @@ addon runs before scrub, whose stream wraps this one and scrubs what it passes o
 (``expires_in`` sets the access token's expiry), and the body goes on with their placeholders
 instead. The next request (any tunnel) uses the new values: the registry rebuilds from the store.
 
-A non-2xx answer with a JSON or form body is read whole too and refused if it holds any
-token-like field (:func:`proxy.core.oauth.check_other`); other answers stream through (scrubbed).
+A non-2xx answer is read whole too, whatever its Content-Type, and refused if it holds any
+token-like field (:func:`proxy.core.oauth.check_other`: JSON, also behind an anti-XSSI prefix,
+forms, and a token-like ``name=value`` or ``"name": value`` in any other text); the head of
+every answer of a token endpoint is checked before it goes on (a token-like header name, a
+``Location`` whose query or fragment holds a token-like field: :func:`proxy.core.oauth.check_head`).
 
 A refresh token presented anywhere else on its hosts (swapped into a request whose path is not
 the declared endpoint: a provider's second token URL, such as Microsoft's ``/oauth2/token``
 beside ``/oauth2/v2.0/token``) may be answered with fresh real tokens that no scrubber knows:
-a JSON or form answer to such a request, any status, is read whole and refused when it holds a
-token-like field with a value (:func:`proxy.core.oauth.check_other`); nothing is captured there
+every answer to such a request, any status and Content-Type, is read whole and refused when it
+holds a token-like field with a value (:func:`proxy.core.oauth.check_other`); nothing is captured there
 (declare the endpoint that is used).
 
 Fails closed: a body that is too large, not JSON or a form, holds a token-like field it does not
@@ -77,11 +80,14 @@ class OAuthCapture:
         if cred is None:
             # not the declared endpoint, but the request presented a refresh token: whatever
             # the host answers there (another token URL of the provider) is checked, not captured
-            if not _presented(flow, claim.oauth, host) or not oauth.checked_media(content_type):
+            if not _presented(flow, claim.oauth, host):
                 return
             ok = False
-        elif not ok and not oauth.checked_media(content_type):
-            return  # an error page: streams on, scrubbed
+        try:  # the head goes out before the body is read: a token in it would be past capture
+            oauth.check_head(response.headers)
+        except oauth.CaptureError as e:
+            _fail(flow, str(e))
+            return
         encoding = response.headers.get("content-encoding", "").strip().lower()
         decode = decoder(encoding)
         if decode is None:

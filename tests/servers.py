@@ -334,6 +334,14 @@ class _Handler(BaseHTTPRequestHandler):
             for k in ("access_token", "refresh_token", "id_token")
         }
         up.oauth_issued.append(issued)
+        if up.oauth_raw is not None:  # a hostile endpoint's answer, head and body as given
+            status, headers, data = up.oauth_raw(issued)
+            self.send_response(status)
+            for name, value in [*headers, ("Content-Length", str(len(data)))]:
+                self.send_header(name, value)
+            self.end_headers()
+            self.wfile.write(data)
+            return None
         if up.oauth_reply is not None:  # a test's own answer shape: (status, JSON document)
             status, doc = up.oauth_reply(issued, form["refresh_token"])
             if not up.oauth_gzip:
@@ -508,6 +516,8 @@ class Upstream:
         # (issued tokens, refresh token presented) -> (status, JSON answer); None: the RFC 6749 one
         self.oauth_reply: Callable[[dict[str, str], str], tuple[int, object]] | None = None
         self.oauth_gzip: bool | str = False  # oauth_reply's answer gzip-encoded ("transfer": as TE)
+        # issued tokens -> (status, [(header, value)], body): any answer at all, as sent
+        self.oauth_raw: Callable[[dict[str, str]], tuple[int, list[tuple[str, str]], bytes]] | None = None
         self.port = 0
         self._tmpdir = tmpdir
         self._ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)

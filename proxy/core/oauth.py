@@ -17,10 +17,12 @@ Fails closed on what it does not recognise: a *token-like* field anywhere else i
 (a key whose last word is token, secret, key, password, jwt or assertion, in any case or
 spelling: ``authed_user.access_token`` nested in an object or a list, ``ID_Token``,
 ``idToken``, ``bot_token``, ``client_secret``), a recognised field whose value is not a string,
-or a recognised field given twice in a form, refuses the response (:class:`CaptureError`):
-surrogate cannot tell where such a value may go, so it hands the sandbox neither the value nor
-a guess. A non-2xx response with a JSON or form body is checked the same way (no token-like
-field may pass) and otherwise passes, scrubbed, unchanged (:func:`check_other`).
+or a name given twice (a form's recognised field, a form's token-like field, any JSON member),
+refuses the response (:class:`CaptureError`): surrogate cannot tell where such a value may go,
+so it hands the sandbox neither the value nor a guess. Every answer that is not captured (a
+non-2xx, whatever its Content-Type, or one where a refresh token was presented elsewhere) is
+checked the same way, body and head (:func:`check_other`, :func:`check_head`: no token-like
+field, header name or ``Location`` field may pass), and otherwise passes, scrubbed, unchanged.
 
 The token endpoint's host must be one of the declaring credential's hosts (so covered by an
 intercepting rule of the pool): :func:`endpoint_bound`, checked by the control API when the
@@ -30,7 +32,7 @@ the endpoint hands back unchanged into its own placeholder, and store that as th
 
 The response (2xx only) is read whole, up to :data:`MAX_BODY` bytes, as JSON
 (``application/json``, RFC 6749 §5.1) or a form (``application/x-www-form-urlencoded``, as some
-providers answer). Other statuses pass through scrubbed like any response.
+providers answer).
 
 Rules-file credentials cannot declare it: their values come from env/file sources the proxy
 does not own (it would have to write the operator's files); use a store claim.
@@ -45,7 +47,7 @@ import re
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
-from urllib.parse import parse_qsl, urlencode
+from urllib.parse import parse_qsl, unquote_plus, urlencode
 
 from proxy.core.errors import HostError
 from proxy.core.hosts import HostPattern, canonical_host
@@ -63,8 +65,38 @@ def token_like(key: str) -> bool:
     """True when ``key`` names what is probably a credential (``authed_user``'s ``access_token``,
     ``idToken``, ``ID_TOKEN``, ``client_secret``, ``api_key``); ``token_type`` and
     ``refresh_token_expires_in`` are not."""
+    if not key.isascii():
+        return True  # decided: a look-alike letter (Cyrillic е in ``id_tokеn``) spells any of these
     words = _WORDS.findall(key)
     return bool(words) and words[-1].lower().endswith(_TOKEN_LIKE)
+
+
+def _unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    """``json.loads`` object hook: a name given twice is refused (RFC 8259 §4 leaves its meaning
+    to the parser; the last one wins in Python, so ``{"bot_token": "<real>", "bot_token": ""}``
+    would read as empty and pass the real value on)."""
+    doc = dict(pairs)
+    if len(doc) != len(pairs):
+        raise CaptureError("token endpoint answer gives a JSON member name more than once")
+    return doc
+
+
+def _form_doc(pairs: list[tuple[str, str]]) -> dict[str, Any]:
+    """A form's fields by name, every value of a repeated name kept (a list): ``a=<real>&a=``
+    holds a value, whichever occurrence a reader takes."""
+    doc: dict[str, Any] = {}
+    for k, v in pairs:
+        doc[k] = [*doc[k], v] if isinstance(doc.get(k), list) else [doc[k], v] if k in doc else v
+    return doc
+
+
+# An answer that parses as neither JSON nor a form (text/plain, HTML, JSON behind an anti-XSSI
+# prefix such as ``)]}'``): a token-like name, then ``:`` or ``=`` and the start of a value.
+_TEXT_FIELD = re.compile(
+    rb"(?i)(?:token|tokens|secret|secrets|key|keys|password|jwt|assertion)[\"']?\s*[:=]\s*[\"']?"
+    rb"(?![\"'\s&,;}<]|null\b)"
+)
+_XSSI = re.compile(rb"^\s*(?:\)\]\}'|while\s*\(1\);|for\s*\(;;\);)\s*,?")
 
 
 def _holds_value(value: Any) -> bool:
@@ -200,12 +232,14 @@ def read(body: bytes, content_type: str) -> TokenResponse:
         twice = sorted({k for k, _ in pairs if k in TOKEN_FIELDS and sum(1 for j, _ in pairs if j == k) > 1})
         if twice:
             raise CaptureError(f"token response gives {', '.join(twice)} more than once")
-        _refuse_unrecognised({k: v for k, v in pairs if k not in TOKEN_FIELDS})
+        _refuse_unrecognised(_form_doc([(k, v) for k, v in pairs if k not in TOKEN_FIELDS]))
         tokens = {k: v for k, v in pairs if k in TOKEN_FIELDS}
         expires = next((v for k, v in pairs if k == "expires_in"), None)
         return TokenResponse("form", pairs, tokens, _seconds(expires))
     try:
-        doc = json.loads(body)
+        doc = json.loads(body, object_pairs_hook=_unique_keys)
+    except CaptureError:
+        raise
     except (UnicodeDecodeError, ValueError):
         raise CaptureError(f"token response ({media or 'no content type'}) is not JSON") from None
     if not isinstance(doc, dict):
@@ -216,29 +250,67 @@ def read(body: bytes, content_type: str) -> TokenResponse:
 
 
 def check_other(body: bytes, content_type: str) -> None:
-    """A non-2xx answer of a token endpoint: raises :class:`CaptureError` when its JSON or form
-    body holds any token-like field with a value (recognised ones included: nothing is captured
-    from an error). Other media types, and bodies that do not parse, are not token responses."""
+    """An answer of a token endpoint that is not captured (a non-2xx, or any answer where a
+    refresh token was presented outside the declared endpoint): raises :class:`CaptureError` when
+    its body holds any token-like field with a value (recognised ones included: nothing is
+    captured from an error), whatever its Content-Type says. The body is read as a form (when so
+    labelled), else as JSON (also behind an anti-XSSI prefix), else as a form; a body that is
+    none of these (text, HTML) is refused when it shows a token-like name followed by ``:`` or
+    ``=`` and a value (``access_token=…``, ``"id_token": "…"``), so an error page that says
+    ``token: expired`` is refused too (decided: fail closed at a token endpoint)."""
     if len(body) > MAX_BODY:
         raise CaptureError(f"token endpoint answer over {MAX_BODY} bytes")
     media = content_type.split(";", 1)[0].strip().lower()
-    doc: Any
-    try:
-        if media == "application/x-www-form-urlencoded":
-            doc = dict(parse_qsl(body.decode("utf-8"), keep_blank_values=True))
-        else:
-            doc = json.loads(body)
-    except (UnicodeDecodeError, ValueError):
+    doc = _parsed(body, media)
+    if doc is None:
+        if _TEXT_FIELD.search(body):
+            raise CaptureError(
+                "token endpoint answer shows a token-like field in a body that is not JSON or a form"
+            )
         return
     found = list(dict.fromkeys(_unrecognised(doc, [], False)))
     if found:
         raise CaptureError(f"token endpoint error answer holds token-like field(s): {', '.join(found[:5])}")
 
 
-def checked_media(content_type: str) -> bool:
-    """True for the media types :func:`check_other` reads (JSON, ``+json`` and forms)."""
-    media = content_type.split(";", 1)[0].strip().lower()
-    return media in ("application/json", "application/x-www-form-urlencoded") or media.endswith("+json")
+def _parsed(body: bytes, media: str) -> Any:
+    """The body as a form (labelled so), JSON (bare or behind an anti-XSSI prefix), or a strict
+    form; None when it is none of them. Raises :class:`CaptureError` for a repeated JSON name."""
+    if media == "application/x-www-form-urlencoded":
+        try:
+            return _form_doc(parse_qsl(body.decode("utf-8"), keep_blank_values=True))
+        except (UnicodeDecodeError, ValueError):
+            return None
+    for text in (body, _XSSI.sub(b"", body, count=1)):
+        try:
+            return json.loads(text, object_pairs_hook=_unique_keys)
+        except CaptureError:
+            raise
+        except (UnicodeDecodeError, ValueError):
+            continue
+    try:
+        pairs = parse_qsl(body.decode("utf-8"), keep_blank_values=True, strict_parsing=True)
+    except (UnicodeDecodeError, ValueError):
+        return None
+    return _form_doc(pairs) if pairs else None
+
+
+def check_head(headers: Any) -> None:
+    """The head of a token endpoint's answer, before it goes on: raises :class:`CaptureError`
+    when a header's name is token-like (``X-Access-Token``) or a ``Location`` (RFC 9110 §10.2.2)
+    carries a token-like field with a value in its query or fragment (the implicit grant's
+    ``#access_token=…``, RFC 6749 §4.2.2). ``headers``: mitmproxy's ``Headers``. Tokens are
+    captured from the body only (RFC 6749 §5.1); a provider that hides one elsewhere (a cookie
+    of another name, an encoding) is beyond what capture can tell from any other value."""
+    named = sorted({k.lower() for k in headers if token_like(k)})
+    if named:
+        raise CaptureError(f"token endpoint answer carries token-like header(s): {', '.join(named[:5])}")
+    for location in headers.get_all("location"):
+        _, _, rest = location.partition("?") if "?" in location else location.partition("#")
+        for part in rest.replace("#", "&").split("&"):
+            key, eq, value = part.partition("=")
+            if eq and value and token_like(unquote_plus(key)):
+                raise CaptureError("token endpoint answer's Location carries a token-like field")
 
 
 def _seconds(value: Any) -> float | None:

@@ -12,6 +12,7 @@ from proxy.core.hosts import HostPattern
 from proxy.core.oauth import (
     CaptureError,
     OAuthSpec,
+    check_head,
     check_other,
     endpoint_bound,
     parse_spec,
@@ -192,8 +193,40 @@ def test_harmless_fields_pass() -> None:
         (b"error=x&access_token=A", "application/x-www-form-urlencoded", True),
         (b"<html>502</html>", "text/html", False),
         (b"not json", "application/json", False),
+        # the class of a token in an answer whose label or shape is not a token response's
+        (b'{"error": "x", "access_token": "A"}', "text/plain", True),
+        (b'{"error": "x", "access_token": "A"}', "", True),
+        (b"error=x&access_token=A&scope=a", "text/plain", True),
+        (b"error: bad\naccess_token=A\n", "text/plain", True),
+        (b'<html><p>"id_token": "A"</p></html>', "text/html", True),
+        (b')]}\'\n{"access_token": "A"}', "application/json", True),
+        (b'while(1);{"error": {"api_key": "A"}}', "application/json", True),
+        (b'{"error": "x", "access_token": "A", "access_token": ""}', "application/json", True),
+        (b"error=x&bot_token=A&bot_token=", "application/x-www-form-urlencoded", True),
+        (b'{"error": "x", "id_tok\xd0\xb5n": "A"}', "application/json", True),
+        (b'{"error": "x", "access_token": null, "refresh_token": ""}', "text/plain", False),
+        (b"<html>token expired</html>", "text/html", False),
     ],
-    ids=["plain-error", "token-in-error", "nested-problem", "form", "html", "unparsable"],
+    ids=[
+        "plain-error",
+        "token-in-error",
+        "nested-problem",
+        "form",
+        "html",
+        "unparsable",
+        "json-as-text",
+        "json-no-type",
+        "form-as-text",
+        "text-line",
+        "html-quoting-json",
+        "xssi",
+        "while1",
+        "json-repeated-name",
+        "form-repeated-name",
+        "look-alike-letter",
+        "empty-fields",
+        "prose",
+    ],
 )
 def test_an_error_answer_passes_only_without_token_like_fields(
     body: bytes, ctype: str, refused: bool
@@ -210,3 +243,50 @@ def test_the_endpoint_must_be_one_of_the_credentials_hosts() -> None:
     assert endpoint_bound(spec, [HostPattern.parse("auth.example.com")])
     assert endpoint_bound(spec, [HostPattern.parse("*.example.com")])
     assert not endpoint_bound(spec, [HostPattern.parse("api.example.com")])
+
+
+@pytest.mark.parametrize(
+    "body",
+    [
+        b'{"access_token": "A", "bot_token": "B", "bot_token": ""}',
+        b'{"access_token": "A", "access_token": "B"}',
+        b'{"access_token": "A", "id_tok\xd0\xb5n": "B"}',
+    ],
+    ids=["repeated-token-like", "repeated-recognised", "look-alike-letter"],
+)
+def test_a_captured_json_response_with_a_repeated_or_look_alike_name_is_refused(body: bytes) -> None:
+    with pytest.raises(CaptureError):
+        read(body, "application/json")
+
+
+def test_a_captured_form_with_a_repeated_token_like_field_is_refused() -> None:
+    # the last "bot_token" is empty: read as a dict, the real first one passed unchecked
+    with pytest.raises(CaptureError, match="bot_token"):
+        read(b"access_token=A&bot_token=B&bot_token=&token_type=Bearer", "application/x-www-form-urlencoded")
+
+
+@pytest.mark.parametrize(
+    ("headers", "refused"),
+    [
+        ([("content-type", "application/json")], False),
+        ([("x-access-token", "A")], True),
+        ([("X-Api-Key", "A")], True),
+        ([("location", "https://app.test/cb#access_token=A&token_type=Bearer")], True),
+        ([("location", "https://app.test/cb?code=c&id_token=A")], True),
+        ([("location", "https://app.test/cb?access%5Ftoken=A")], True),
+        ([("location", "https://app.test/cb?code=c&state=s")], False),
+        ([("location", "https://app.test/cb#access_token=&state=s")], False),
+    ],
+    ids=["plain", "token-header", "key-header", "fragment", "query", "escaped-name", "code-flow", "empty"],
+)
+def test_the_head_of_a_token_endpoint_answer_carries_no_token(
+    headers: list[tuple[str, str]], refused: bool
+) -> None:
+    from mitmproxy.http import Headers
+
+    h = Headers([(k.encode(), v.encode()) for k, v in headers])
+    if refused:
+        with pytest.raises(CaptureError):
+            check_head(h)
+    else:
+        check_head(h)
