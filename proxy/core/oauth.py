@@ -47,7 +47,7 @@ import re
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
-from urllib.parse import parse_qsl, unquote_plus, urlencode
+from urllib.parse import parse_qsl, urlencode, urlsplit
 
 from proxy.core.errors import HostError
 from proxy.core.hosts import HostPattern, canonical_host
@@ -84,10 +84,10 @@ def _unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
 def _form_doc(pairs: list[tuple[str, str]]) -> dict[str, Any]:
     """A form's fields by name, every value of a repeated name kept (a list): ``a=<real>&a=``
     holds a value, whichever occurrence a reader takes."""
-    doc: dict[str, Any] = {}
+    grouped: dict[str, list[str]] = {}
     for k, v in pairs:
-        doc[k] = [*doc[k], v] if isinstance(doc.get(k), list) else [doc[k], v] if k in doc else v
-    return doc
+        grouped.setdefault(k, []).append(v)
+    return {k: vs[0] if len(vs) == 1 else vs for k, vs in grouped.items()}
 
 
 # An answer that parses as neither JSON nor a form (text/plain, HTML, JSON behind an anti-XSSI
@@ -306,11 +306,10 @@ def check_head(headers: Any) -> None:
     if named:
         raise CaptureError(f"token endpoint answer carries token-like header(s): {', '.join(named[:5])}")
     for location in headers.get_all("location"):
-        _, _, rest = location.partition("?") if "?" in location else location.partition("#")
-        for part in rest.replace("#", "&").split("&"):
-            key, eq, value = part.partition("=")
-            if eq and value and token_like(unquote_plus(key)):
-                raise CaptureError("token endpoint answer's Location carries a token-like field")
+        url = urlsplit(location)
+        fields = parse_qsl(f"{url.query}&{url.fragment}", keep_blank_values=True)
+        if any(value and token_like(name) for name, value in fields):
+            raise CaptureError("token endpoint answer's Location carries a token-like field")
 
 
 def _seconds(value: Any) -> float | None:

@@ -140,7 +140,8 @@ def sigv4_pairs(value: str, placeholder: str, spec: SigV4Spec) -> list[tuple[byt
     # escapes from a client that spells them so), and S3 hexes that form: both forms, hexed below
     encoded = [(quote(r.decode(), safe="-_.~"), p) for r, p in out]
     encoded += [(_lower_escapes(e), p) for e, p in encoded]
-    out += list(dict.fromkeys((e.encode(), p) for e, p in encoded if e.encode() not in {r for r, _ in out}))
+    raw = {r for r, _ in out}
+    out += list(dict.fromkeys((e.encode(), p) for e, p in encoded if e.encode() not in raw))
     # S3's SignatureDoesNotMatch answer repeats the canonical request it computed as
     # <CanonicalRequestBytes>, space-separated lower-case hex: with the real key id (in the
     # presigned X-Amz-Credential) and the real session token (a signed header, or the query).
