@@ -27,10 +27,41 @@ from servers import Upstream
 ROOT = Path(__file__).resolve().parent.parent
 
 
+def _port_band() -> range:
+    """The ports :func:`free_port` hands out in this process: below the kernel's ephemeral range
+    (``net.ipv4.ip_local_port_range``), where no server bound to port 0 and no client's source port
+    lands, cut into one band per xdist worker so two workers never choose the same port. A port
+    taken from the ephemeral range could be taken again by another worker's server between the
+    choice and the proxy's bind: the harness then saw that server answer and took it for the proxy."""
+    try:
+        low = int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        low = 32768
+    low = max(low, 12000)
+    name = os.environ.get("PYTEST_XDIST_WORKER", "gw0")
+    index = int(name[2:]) if name[2:].isdigit() else 0
+    count = max(int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1") or 1), index + 1)
+    width = (low - 10000) // count
+    return range(10000 + index * width, 10000 + (index + 1) * width)
+
+
+_band = _port_band()
+_next = [_band.start + (os.getpid() * 7) % len(_band)]
+
+
 def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
+    """A loopback port nobody holds now, from this process's band (:func:`_port_band`), taken in
+    turn so a port just let go is not handed out again soon."""
+    for _ in range(len(_band)):
+        port = _next[0]
+        _next[0] = port + 1 if port + 1 < _band.stop else _band.start
+        with socket.socket() as s:
+            try:
+                s.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+            return port
+    raise RuntimeError(f"no free loopback port in {_band.start}-{_band.stop - 1}")
 
 
 _held: list[socket.socket] = []  # dead_port's sockets, open until the process ends
