@@ -13,7 +13,9 @@ A non-2xx answer is read whole too, whatever its Content-Type, and refused if it
 token-like field (:func:`proxy.core.oauth.check_other`: JSON, also behind an anti-XSSI prefix,
 forms, and a token-like ``name=value`` or ``"name": value`` in any other text); the head of
 every answer of a token endpoint is checked before it goes on (a token-like header name, a
-``Location`` whose query or fragment holds a token-like field: :func:`proxy.core.oauth.check_head`).
+``Location`` whose query or fragment holds a token-like field, a field value showing a token-like
+``name=value``: :func:`proxy.core.oauth.check_head`), and so are its HTTP/2 trailers when the body
+has been read, before mitmproxy sends them.
 
 A refresh token presented anywhere else on its hosts (swapped into a request whose path is not
 the declared endpoint: a provider's second token URL, such as Microsoft's ``/oauth2/token``
@@ -43,6 +45,8 @@ from proxy.core.errors import SecretUnavailable, SurrogateError
 from proxy.core.policy import Claim, Credential
 from proxy.core.secrets import checked_value
 from proxy.engine.state import State
+
+_CHECKED = "surrogate.oauth_checked"  # responseheaders read this answer as a token endpoint's
 
 
 def _fail(flow: http.HTTPFlow, why: str) -> None:
@@ -88,6 +92,7 @@ class OAuthCapture:
         except oauth.CaptureError as e:
             _fail(flow, str(e))
             return
+        flow.metadata[_CHECKED] = True  # its trailers are checked too (response, below)
         encoding = response.headers.get("content-encoding", "").strip().lower()
         decode = decoder(encoding)
         if decode is None:
@@ -126,6 +131,18 @@ class OAuthCapture:
             return [body] if body else []
 
         response.stream = capture
+
+    @facts.fail_closed
+    def response(self, flow: http.HTTPFlow) -> None:
+        """HTTP/2 trailers (RFC 9113 §8.1) come after the body: mitmproxy sends them after this
+        hook, so a killed flow never passes them on."""
+        response = flow.response
+        if response is None or not response.trailers or not flow.metadata.get(_CHECKED):
+            return
+        try:
+            oauth.check_head(response.trailers)
+        except oauth.CaptureError as e:
+            _fail(flow, f"trailers: {e}")
 
     def _capture(self, claim: Claim, cred: Credential, body: bytes, content_type: str, host: str) -> bytes:
         assert cred.oauth is not None

@@ -47,7 +47,7 @@ import re
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
-from urllib.parse import parse_qsl, urlencode, urlsplit
+from urllib.parse import parse_qsl, unquote, urlencode, urlsplit
 
 from proxy.core.errors import HostError
 from proxy.core.hosts import HostPattern, canonical_host
@@ -296,15 +296,22 @@ def _parsed(body: bytes, media: str) -> Any:
 
 
 def check_head(headers: Any) -> None:
-    """The head of a token endpoint's answer, before it goes on: raises :class:`CaptureError`
-    when a header's name is token-like (``X-Access-Token``) or a ``Location`` (RFC 9110 §10.2.2)
-    carries a token-like field with a value in its query or fragment (the implicit grant's
-    ``#access_token=…``, RFC 6749 §4.2.2). ``headers``: mitmproxy's ``Headers``. Tokens are
-    captured from the body only (RFC 6749 §5.1); a provider that hides one elsewhere (a cookie
-    of another name, an encoding) is beyond what capture can tell from any other value."""
+    """The head (or the trailers, RFC 9110 §6.5) of a token endpoint's answer, before it goes
+    on: raises :class:`CaptureError` when a field's name is token-like (``X-Access-Token``), a
+    field's value shows a token-like name followed by ``=`` or ``:`` and a value, as written or
+    percent-decoded (``Set-Cookie: access_token=…``, ``Refresh: 0; url=…#id_token=…``), or a
+    ``Location`` (RFC 9110 §10.2.2) carries a token-like field with a value in its query or
+    fragment (the implicit grant's ``#access_token=…``, RFC 6749 §4.2.2). ``headers``:
+    mitmproxy's ``Headers``. Tokens are captured from the body only (RFC 6749 §5.1); a provider
+    that hides one elsewhere (a cookie of another name, an encoding) is beyond what capture can
+    tell from any other value."""
     named = sorted({k.lower() for k in headers if token_like(k)})
     if named:
-        raise CaptureError(f"token endpoint answer carries token-like header(s): {', '.join(named[:5])}")
+        raise CaptureError(f"token endpoint answer carries token-like field(s): {', '.join(named[:5])}")
+    for value in headers.values():
+        texts = (value, unquote(value))
+        if any(_TEXT_FIELD.search(t.encode("utf-8", "surrogateescape")) for t in texts):
+            raise CaptureError("a field value of the token endpoint answer shows a token-like field")
     for location in headers.get_all("location"):
         url = urlsplit(location)
         fields = parse_qsl(f"{url.query}&{url.fragment}", keep_blank_values=True)

@@ -1,6 +1,7 @@
 """A token endpoint that puts fresh real tokens where capture did not look (issue 19's attack
-session, 2026-12-04): in the head (a token-like header, the implicit grant's ``Location``
-fragment, RFC 6749 §4.2.2), in an answer not labelled JSON or a form, behind an anti-XSSI
+session, 2026-12-04): in the head (a token-like header, a header value such as
+``Set-Cookie: refresh_token=…``, ``Refresh`` or a percent-encoded ``Link``, the implicit
+grant's ``Location`` fragment, RFC 6749 §4.2.2), in an answer not labelled JSON or a form, behind an anti-XSSI
 prefix, under a name given twice (``bot_token=<real>&bot_token=`` read as a dict took the empty
 one), or a name spelled with a look-alike letter. Each reached the sandbox whole through a real
 proxy; now each answer is refused (the connection closed, audited ``unscannable_response``) and
@@ -40,6 +41,21 @@ ANSWERS: dict[str, Answer] = {
         b"",
     ),
     "token-header": lambda t: (200, [*JSON, ("X-Access-Token", t["refresh_token"])], _doc(t)),
+    "set-cookie": lambda t: (
+        200,
+        [*JSON, ("Set-Cookie", f"refresh_token={t['refresh_token']}; Secure")],
+        _doc(t),
+    ),
+    "refresh-header": lambda t: (
+        200,
+        [*JSON, ("Refresh", f"0; url=https://app.test/cb#id_token={t['id_token']}")],
+        _doc(t),
+    ),
+    "percent-encoded-header": lambda t: (
+        400,
+        [*JSON, ("Link", f"<https://app.test/cb?refresh%5Ftoken={t['refresh_token']}>; rel=next")],
+        b'{"error": "invalid_grant"}',
+    ),
     "error-text-plain": lambda t: (
         400,
         [("Content-Type", "text/plain")],
@@ -82,6 +98,7 @@ ANSWERS: dict[str, Answer] = {
 ALIAS = [
     "location-fragment",
     "token-header",
+    "percent-encoded-header",
     "error-text-plain",
     "error-xssi",
     "ok-form-repeated",
