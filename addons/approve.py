@@ -65,7 +65,7 @@ from addons.notify import Notifier
 from addons.policy import Policy
 from proxy import audit
 from proxy.control import approvals as service
-from proxy.core import preview
+from proxy.core import approvals, preview
 from proxy.core.approvals import Ask, offered
 from proxy.core.decide import Reason, deny
 from proxy.core.policy import EgressRule
@@ -103,12 +103,21 @@ class Approve:
         method = flow.request.data.method.decode("ascii", "replace")
         path = flow.metadata.get(facts.PATH)
         target = path.target if path is not None else flow.request.path
-        if not rule.approve.asks(method, target):
-            return
-        if preview.reads_body(flow.request.headers.get("content-length")):
+        ask, headers = rule.approve, flow.request.headers
+        readings = approvals.method_readings(method, headers, target)
+        one_method = len(readings) == 1
+        probe = False  # a POST whose body may name another method: asks only if it does
+        if not ask.asks(method, target, readings):
+            if not (ask.body_may_ask(method) and ask.reaches(target) and holdio.has_body(flow)):
+                return
+            if not preview.reads_body(headers.get("content-length")) or "content-encoding" in headers:
+                one_method = False  # its body cannot be read first: asks, as any method
+            else:
+                probe = True
+        if probe or preview.reads_body(headers.get("content-length")):
             # held in `request`, once its body is read; until then every later addon passes it
             # by (they skip an answered flow) and, should it never get there, it is refused
-            flow.metadata[_BODY] = (rule, decision, method, target)
+            flow.metadata[_BODY] = (rule, decision, method, target, one_method, probe)
             facts.refuse(flow, deny(Reason.INTERNAL_ERROR, "the held request's body did not arrive", 400))
             return
         # its connection is not read while held (back-pressure), from before any await: every
@@ -116,7 +125,7 @@ class Approve:
         h1 = flow.request.http_version.startswith("HTTP/1")
         unread = holdio.Unread(flow) if h1 or holdio.has_body(flow) else None
         try:
-            await self._hold(flow, rule, rule.approve, method, target, None, unread)
+            await self._hold(flow, rule, ask, method, target, None, unread, one_method)
         except _Gone:
             self._gone(flow)
         except Exception as e:  # fail closed: a request an ask rule covers never passes unasked
@@ -129,11 +138,15 @@ class Approve:
         held = flow.metadata.pop(_BODY, None)
         if held is None or flow.error:
             return
-        rule, allowed, method, target = held
+        rule, allowed, method, target, one_method, probe = held
         flow.response = None
         flow.metadata[facts.DECISION] = allowed
+        body = flow.request.raw_content or b""
         try:
-            await self._hold(flow, rule, rule.approve, method, target, flow.request.raw_content or b"", None)
+            if not probe or approvals.body_names_method(body):
+                await self._hold(
+                    flow, rule, rule.approve, method, target, body, None, not probe and one_method
+                )
             if flow.response or flow.error:
                 return
             await _after(self, flow)
@@ -157,8 +170,10 @@ class Approve:
 
     async def _hold(
         self, flow: http.HTTPFlow, rule: EgressRule, ask: Ask, method: str, target: str,
-        body: bytes | None, unread: holdio.Unread | None,
+        body: bytes | None, unread: holdio.Unread | None, one_method: bool,
     ) -> None:  # fmt: skip
+        """Hold ``flow`` until an operator decides (module docstring). ``one_method``: False when a
+        server may read the request as another method too: no grant covers it, approved once."""
         store = self.state.registry.store
         if store is None:
             raise RuntimeError("no credential store to keep approvals in")
@@ -168,8 +183,12 @@ class Approve:
         names = sorted(c.name for c in claim.credentials if c.bound_to(host))
         session = self._session(claim.id)
         now = time.time()
-        grant = await asyncio.to_thread(
-            store.matching_grant, claim.id, host, method, target, names, now, port=port, session=session
+        grant = (
+            await asyncio.to_thread(
+                store.matching_grant, claim.id, host, method, target, names, now, port=port, session=session
+            )
+            if one_method
+            else None
         )
         if grant is not None:
             flow.metadata[APPROVAL] = {"grant": grant.id}
@@ -177,7 +196,8 @@ class Approve:
         record = ApprovalRecord(
             id=new_id(), claim_id=claim.id, pool=claim.pool, method=method, host=host,
             port=port, path=target, credentials=tuple(names), preview=_preview(flow, claim, now, body),
-            rule=rule.id, scopes=offered(target, ask.scopes), created_at=now, expires_at=now + ask.timeout,
+            rule=rule.id, scopes=offered(target, ask.scopes, one_method), created_at=now,
+            expires_at=now + ask.timeout,
             session=session, request_id=flow.metadata.get(facts.REQUEST_ID, flow.id),
         )  # fmt: skip
         bound = self.state.policy.pools[claim.pool].limits.approvals

@@ -23,13 +23,29 @@ dot segment, an encoded slash: :mod:`proxy.core.paths`), so its grant would cove
 the host; ``/send//x`` or ``/send/x;p`` would grant ``/send/x``, which a server that keeps
 empty segments or parameters reads as another resource than the one the operator saw.
 
+A request may name its method twice: an override header (``X-HTTP-Method-Override``, Google
+APIs; ``X-HTTP-Method``, OData; ``X-Method-Override``) or a ``_method`` parameter (Rails/Rack,
+Laravel, Symfony: a form's, or the query's) makes many servers act on another method than the
+request line's, so a ``GET`` carrying ``X-HTTP-Method-Override: POST`` is a POST to them.
+Decided: every such reading counts (:func:`method_readings`): a rule asks when any reading is
+one of its ``methods``, and a request with more than one reading is approved ``once`` only and
+no standing grant covers it (a grant is for one method). A ``POST`` with a body, under a rule
+whose ``methods`` leave POST out, may carry ``_method`` in the body: that body is read first
+(up to :data:`proxy.core.preview.BODY_BOUND`) and asks when it shows ``_method``
+(:func:`body_names_method`); one that cannot be read first (no declared length, longer, or
+content-encoded) asks (when in doubt, an operator looks).
+
 Errors: ValueError with a sentence naming the scope and what would be right.
 """
 
 from __future__ import annotations
 
+import json
 import re
+from collections.abc import Iterable
 from dataclasses import dataclass
+from typing import Any
+from urllib.parse import parse_qsl, urlsplit
 
 from proxy.core.paths import canonical_path
 
@@ -84,10 +100,11 @@ def grantable(path: str) -> bool:
     return where.absolute and where.ambiguity is None and len(where.readings) == 1
 
 
-def offered(path: str, scopes: tuple[str, ...]) -> tuple[str, ...]:
+def offered(path: str, scopes: tuple[str, ...], one_method: bool = True) -> tuple[str, ...]:
     """The scopes an approval of ``path`` offers: the rule's ``scopes``, or only ``once`` when
-    the path is not :func:`grantable` (narrower than any rule's choice, so always safe)."""
-    return scopes if grantable(path) else ("once",)
+    the path is not :func:`grantable` or the request has more than one method reading
+    (``one_method`` False): narrower than any rule's choice, so always safe."""
+    return scopes if one_method and grantable(path) else ("once",)
 
 
 DEFAULT_TIMEOUT = 60.0
@@ -105,16 +122,62 @@ class Ask:
     timeout: float = DEFAULT_TIMEOUT
     scopes: tuple[str, ...] = SCOPES
 
-    def asks(self, method: str, path: str) -> bool:
+    def asks(self, method: str, path: str, readings: Iterable[str] = ()) -> bool:
         """Does a request (its method as sent, its target) need an approval under this rule?
         Its path is matched as a catch (:meth:`proxy.core.paths.RequestPath.reaches`): any
         reading under a prefix asks, an ambiguous path asks (when in doubt, an operator looks).
         Methods compare case-insensitively here, though methods are case-sensitive (RFC 9110
-        §9.1): an upstream that upper-cases ``post`` must not get a POST nobody approved."""
-        if self.methods and method.upper() not in self.methods:
+        §9.1): an upstream that upper-cases ``post`` must not get a POST nobody approved.
+        ``readings``: more methods a server may take it for (:func:`method_readings`)."""
+        if self.methods and not ({method.upper(), *(m.upper() for m in readings)} & self.methods):
             return False
+        return self.reaches(path)
+
+    def reaches(self, path: str) -> bool:
+        """Is ``path`` under one of the rule's ``paths`` (any method)?"""
         where = canonical_path(path)
         return any(where.reaches(p) for p in self.paths)
+
+    def body_may_ask(self, method: str) -> bool:
+        """A ``POST`` whose body may name another method (``_method``) one of ``methods`` holds,
+        while POST itself is not one of them (module docstring)."""
+        return bool(self.methods) and method.upper() == "POST" and "POST" not in self.methods
+
+
+OVERRIDE_HEADERS = ("x-http-method-override", "x-http-method", "x-method-override")
+_BODY_METHOD = re.compile(rb"(?i)(?<![a-z0-9])(?:_|%5f|\\u005f)method")
+
+
+def method_readings(method: str, headers: Any, target: str) -> frozenset[str]:
+    """Every method a server may take a request for, upper-cased: ``method`` (as sent), each
+    comma-separated value of an override header (:data:`OVERRIDE_HEADERS`; ``headers``: a
+    case-insensitive mapping with ``get_all``, such as mitmproxy's ``Headers``) and each
+    ``_method`` parameter of ``target``'s query (its name percent-decoded, any case)."""
+    found = {method.upper()}
+    for name in OVERRIDE_HEADERS:
+        for value in headers.get_all(name):
+            found.update(v.strip().upper() for v in value.split(",") if v.strip())
+    query = urlsplit(target).query
+    found.update(
+        v.strip().upper() for k, v in parse_qsl(query, keep_blank_values=True) if k.lower() == "_method"
+    )
+    return frozenset(found)
+
+
+def body_names_method(body: bytes) -> bool:
+    """Whether a request body names ``_method`` in any spelling a form, multipart part or JSON
+    gives it (``_method``, ``%5Fmethod``, ``_%6Dethod``, ``\\u005fmethod``; any case): read as
+    asking for every method."""
+    if _BODY_METHOD.search(body):
+        return True
+    text = body.decode("utf-8", "replace")
+    if any(k.lower() == "_method" for k, _ in parse_qsl(text, keep_blank_values=True)):
+        return True
+    try:
+        doc = json.loads(text)
+    except ValueError:
+        return False
+    return isinstance(doc, dict) and any(str(k).lower() == "_method" for k in doc)
 
 
 NOTIFY_DEFAULT_TIMEOUT = 5.0

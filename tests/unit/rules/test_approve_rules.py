@@ -98,3 +98,56 @@ def test_an_ask_without_methods_asks_for_every_method() -> None:
 )  # fmt: skip
 def test_only_a_path_with_one_reading_offers_standing_scopes(path: str, grantable: bool) -> None:
     assert offered(path, SCOPES) == (SCOPES if grantable else ("once",))
+
+
+@pytest.mark.parametrize(
+    ("headers", "target", "readings"),
+    [
+        ([], "/v1", {"GET"}),
+        ([("X-HTTP-Method-Override", "post")], "/v1", {"GET", "POST"}),
+        ([("x-http-method", "DELETE")], "/v1", {"GET", "DELETE"}),
+        ([("X-Method-Override", "PATCH, put")], "/v1", {"GET", "PATCH", "PUT"}),
+        ([], "/v1?_method=post", {"GET", "POST"}),
+        ([], "/v1?%5FMETHOD=delete&x=1", {"GET", "DELETE"}),
+        ([("X-Other", "POST")], "/v1?method=POST", {"GET"}),
+    ],
+)
+def test_every_method_a_server_may_read_a_request_as_counts(
+    headers: list[tuple[str, str]], target: str, readings: set[str]
+) -> None:
+    from mitmproxy.http import Headers
+
+    from proxy.core.approvals import method_readings
+
+    got = method_readings("GET", Headers([(k.encode(), v.encode()) for k, v in headers]), target)
+    assert got == readings
+    assert Ask(frozenset({"POST"}), ("/v1",)).asks("GET", target, got) is ("POST" in readings)
+
+
+@pytest.mark.parametrize(
+    ("body", "names"),
+    [
+        (b"_method=DELETE", True),
+        (b"id=1&%5fmethod=delete", True),
+        (b"id=1&_%6Dethod=delete", True),
+        (b'{"_method": "DELETE"}', True),
+        (b'{"\\u005fmethod": "DELETE"}', True),
+        (b'{"_\\u006dethod": "DELETE"}', True),
+        (b'--b\r\nContent-Disposition: form-data; name="_method"\r\n\r\nDELETE\r\n--b--', True),
+        (b'{"payment_method": "card"}', False),
+        (b"id=1&method=DELETE", False),
+        (b"", False),
+    ],
+)
+def test_a_post_body_naming_method_is_seen_in_every_spelling(body: bytes, names: bool) -> None:
+    from proxy.core.approvals import body_names_method
+
+    assert body_names_method(body) is names
+
+
+def test_a_request_with_more_than_one_method_reading_offers_once_only() -> None:
+    assert offered("/v1/x", SCOPES, one_method=False) == ("once",)
+    ask = Ask(frozenset({"DELETE"}), ("/v1",))
+    assert ask.body_may_ask("POST") and not ask.body_may_ask("GET")
+    assert not Ask(frozenset({"POST", "DELETE"}), ("/v1",)).body_may_ask("POST")
+    assert not Ask(frozenset(), ("/v1",)).body_may_ask("POST")  # every POST asks already
