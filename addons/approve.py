@@ -65,7 +65,7 @@ from addons.notify import Notifier
 from addons.policy import Policy
 from proxy import audit
 from proxy.control import approvals as service
-from proxy.core import approvals, preview
+from proxy.core import methods, preview
 from proxy.core.approvals import Ask, offered
 from proxy.core.decide import Reason, deny
 from proxy.core.policy import EgressRule
@@ -104,7 +104,7 @@ class Approve:
         path = flow.metadata.get(facts.PATH)
         target = path.target if path is not None else flow.request.path
         ask, headers = rule.approve, flow.request.headers
-        readings = approvals.method_readings(method, headers, target)
+        readings = flow.metadata.get(facts.METHODS) or methods.method_readings(method, headers, target)
         one_method = len(readings) == 1
         probe = False  # a POST whose body may name another method: asks only if it does
         if not ask.asks(method, target, readings):
@@ -143,7 +143,7 @@ class Approve:
         flow.metadata[facts.DECISION] = allowed
         body = flow.request.raw_content or b""
         try:
-            if not probe or approvals.body_names_method(body):
+            if not probe or methods.body_names_method(body):
                 await self._hold(
                     flow, rule, rule.approve, method, target, body, None, not probe and one_method
                 )

@@ -67,6 +67,7 @@ APPLIED = (
     "surrogate.applied"  # mint, sign: {credential name: "token_minted" | "token_cached" | "hmac_signed"}
 )
 PATH = "surrogate.path"
+METHODS = "surrogate.methods"  # policy: every method a server may read the request as (proxy/core/methods.py)
 ANSWERED = "surrogate.answered"  # errorpage: the status of the answer written for mitmproxy's refusal
 
 REQUEST_ID_HEADER = refusals.REQUEST_ID_HEADER

@@ -87,7 +87,8 @@ class Hooks:
             return
         pool = self.state.policy.pools.get(claim.pool)
         path = flow.metadata.get(facts.PATH) or flow.request.path  # the canonical identity (policy)
-        route = hooks.find(pool.hooks, host, flow.request.method, path) if pool else None
+        also = flow.metadata.get(facts.METHODS, frozenset())  # override headers, _method (policy)
+        route = hooks.find(pool.hooks, host, flow.request.method, path, also) if pool else None
         if route is None:
             return
         flow.metadata[facts.HOOK] = route

@@ -29,6 +29,7 @@ from addons import facts
 from proxy.core.decide import Decision, Reason, check_path, decide_connect, decide_request, deny
 from proxy.core.errors import HostError
 from proxy.core.hosts import canonical_host, split_authority
+from proxy.core.methods import method_readings
 from proxy.core.paths import RequestPath, canonical_path
 from proxy.engine.state import State
 
@@ -97,6 +98,8 @@ class Policy:
         claim = flow.metadata[facts.CLAIM]
         # computed once, from the target as sent: every path matcher and the audit use it
         flow.metadata[facts.PATH] = canonical_path(flow.request.data.path)
+        sent = flow.request.data.method.decode("ascii", "replace")
+        flow.metadata[facts.METHODS] = method_readings(sent, flow.request.headers, flow.request.path)
         try:
             decision = self._decide(flow, claim.pool)
         except HostError as e:
@@ -175,7 +178,8 @@ class Policy:
         if ambiguous is not None:  # anything on this host that matches on paths could be misled
             return ambiguous
         scheme = "https" if req.scheme == "https" else "http"  # as it reached us, and will leave
-        return decide_request(pool, host, port, method, path, intercepted_only=in_tunnel, scheme=scheme)
+        also = flow.metadata[facts.METHODS] - {method.upper()}  # an override names another method
+        return decide_request(pool, host, port, method, path, in_tunnel, scheme, also)
 
 
 def _hostport(host: str, port: int, scheme: str) -> str:

@@ -23,29 +23,24 @@ dot segment, an encoded slash: :mod:`proxy.core.paths`), so its grant would cove
 the host; ``/send//x`` or ``/send/x;p`` would grant ``/send/x``, which a server that keeps
 empty segments or parameters reads as another resource than the one the operator saw.
 
-A request may name its method twice: an override header (``X-HTTP-Method-Override``, Google
-APIs; ``X-HTTP-Method``, OData; ``X-Method-Override``) or a ``_method`` parameter (Rails/Rack,
-Laravel, Symfony: a form's, or the query's) makes many servers act on another method than the
-request line's, so a ``GET`` carrying ``X-HTTP-Method-Override: POST`` is a POST to them.
-Decided: every such reading counts (:func:`method_readings`): a rule asks when any reading is
-one of its ``methods``, and a request with more than one reading is approved ``once`` only and
-no standing grant covers it (a grant is for one method). A ``POST`` with a body, under a rule
-whose ``methods`` leave POST out, may carry ``_method`` in the body: that body is read first
-(up to :data:`proxy.core.preview.BODY_BOUND`) and asks when it shows ``_method``
-(:func:`body_names_method`); one that cannot be read first (no declared length, longer, or
-content-encoded) asks (when in doubt, an operator looks).
+A request may name its method twice (an override header, a ``_method`` parameter:
+:mod:`proxy.core.methods`), and many servers act on the other one: a ``GET`` carrying
+``X-HTTP-Method-Override: POST`` is a POST to them. Decided: every reading counts (a rule asks
+when any reading is one of its ``methods``), and a request with more than one reading is
+approved ``once`` only and no standing grant covers it (a grant is for one method). A ``POST``
+with a body, under a rule whose ``methods`` leave POST out, may carry ``_method`` in the body:
+that body is read first (up to :data:`proxy.core.preview.BODY_BOUND`) and asks when it names
+``_method`` (:func:`proxy.core.methods.body_names_method`); one that cannot be read first (no
+declared length, longer, or content-encoded) asks (when in doubt, an operator looks).
 
 Errors: ValueError with a sentence naming the scope and what would be right.
 """
 
 from __future__ import annotations
 
-import json
 import re
 from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import Any
-from urllib.parse import parse_qsl, urlsplit
 
 from proxy.core.paths import canonical_path
 
@@ -128,7 +123,7 @@ class Ask:
         reading under a prefix asks, an ambiguous path asks (when in doubt, an operator looks).
         Methods compare case-insensitively here, though methods are case-sensitive (RFC 9110
         §9.1): an upstream that upper-cases ``post`` must not get a POST nobody approved.
-        ``readings``: more methods a server may take it for (:func:`method_readings`)."""
+        ``readings``: more methods a server may take it for (:func:`proxy.core.methods.method_readings`)."""
         if self.methods and not ({method.upper(), *(m.upper() for m in readings)} & self.methods):
             return False
         return self.reaches(path)
@@ -142,42 +137,6 @@ class Ask:
         """A ``POST`` whose body may name another method (``_method``) one of ``methods`` holds,
         while POST itself is not one of them (module docstring)."""
         return bool(self.methods) and method.upper() == "POST" and "POST" not in self.methods
-
-
-OVERRIDE_HEADERS = ("x-http-method-override", "x-http-method", "x-method-override")
-_BODY_METHOD = re.compile(rb"(?i)(?<![a-z0-9])(?:_|%5f|\\u005f)method")
-
-
-def method_readings(method: str, headers: Any, target: str) -> frozenset[str]:
-    """Every method a server may take a request for, upper-cased: ``method`` (as sent), each
-    comma-separated value of an override header (:data:`OVERRIDE_HEADERS`; ``headers``: a
-    case-insensitive mapping with ``get_all``, such as mitmproxy's ``Headers``) and each
-    ``_method`` parameter of ``target``'s query (its name percent-decoded, any case)."""
-    found = {method.upper()}
-    for name in OVERRIDE_HEADERS:
-        for value in headers.get_all(name):
-            found.update(v.strip().upper() for v in value.split(",") if v.strip())
-    query = urlsplit(target).query
-    found.update(
-        v.strip().upper() for k, v in parse_qsl(query, keep_blank_values=True) if k.lower() == "_method"
-    )
-    return frozenset(found)
-
-
-def body_names_method(body: bytes) -> bool:
-    """Whether a request body names ``_method`` in any spelling a form, multipart part or JSON
-    gives it (``_method``, ``%5Fmethod``, ``_%6Dethod``, ``\\u005fmethod``; any case): read as
-    asking for every method."""
-    if _BODY_METHOD.search(body):
-        return True
-    text = body.decode("utf-8", "replace")
-    if any(k.lower() == "_method" for k, _ in parse_qsl(text, keep_blank_values=True)):
-        return True
-    try:
-        doc = json.loads(text)
-    except ValueError:
-        return False
-    return isinstance(doc, dict) and any(str(k).lower() == "_method" for k in doc)
 
 
 NOTIFY_DEFAULT_TIMEOUT = 5.0

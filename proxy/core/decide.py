@@ -172,6 +172,7 @@ def decide_request(
     path: str | RequestPath,
     intercepted_only: bool = False,
     scheme: str = "https",
+    also: Iterable[str] = (),
 ) -> Decision:
     """Decide one request; ``path`` is the request target as sent (its query is ignored) or its
     :class:`proxy.core.paths.RequestPath`, whose every reading a rule's path prefix must cover
@@ -179,9 +180,12 @@ def decide_request(
 
     ``intercepted_only``: the request came through a tunnel whose TLS surrogate terminated, so
     only intercepting rules may allow it. ``scheme``: ``https`` when the request reached surrogate
-    over TLS or names ``https://`` (it leaves over TLS), else ``http``.
+    over TLS or names ``https://`` (it leaves over TLS), else ``http``. ``also``: the other
+    methods a server may read the request as (:mod:`proxy.core.methods`): a rule's ``methods``
+    must list them all.
     """
     ident = canonical_path(path) if isinstance(path, str) else path
+    others = frozenset(also)
     best, closest = 0, None
     for rule in pool.egress:
         if not rule.host.matches(host) or (intercepted_only and not rule.intercept):
@@ -190,7 +194,7 @@ def decide_request(
             progress = 1
         elif rule.scheme != scheme:
             progress = 2
-        elif rule.methods and method not in rule.methods:
+        elif rule.methods and (method not in rule.methods or not others <= rule.methods):
             progress = 3
         elif not any(ident.within(p) for p in rule.paths):
             progress = 4
@@ -199,6 +203,9 @@ def decide_request(
         if progress > best or closest is None:
             best, closest = max(best, progress), rule
     shown = redact(ident.canonical if ident.ambiguity is None else ident.target.split("?", 1)[0])
+    if others:  # named as sent only when a plain word: the values are the sandbox's
+        named = sorted(m for m in others if m.isascii() and m.isalpha() and len(m) <= 20)[:5]
+        method = f"{method} (also read as {', '.join(named) or 'another method'})"
     return _report_or_refuse(pool, closest, _refusal(pool, host, port, best, method, shown, scheme + "://"))
 
 

@@ -56,24 +56,33 @@ class HookRoute:
     command: tuple[str, ...] = ()
     timeout: float = DEFAULT_TIMEOUT
 
-    def matches(self, host: str, method: str, path: str | RequestPath) -> bool:
+    def matches(
+        self, host: str, method: str, path: str | RequestPath, also: frozenset[str] = frozenset()
+    ) -> bool:
         """``host`` canonical; ``path`` the request target as sent (its query ignored) or its
         canonical identity. A route catches a request when *any* reading of its path is under
         one of the route's prefixes (:meth:`proxy.core.paths.RequestPath.reaches`: case, escapes,
         ``//`` and ``;params`` as some server may read them): ``/%6Fauth/token`` is
         ``/oauth/token``, so a spelling cannot take a hooked request past its command to the
-        upstream."""
+        upstream. ``also``: the other methods a server may read it as (:mod:`proxy.core.methods`):
+        any the route lists catches it too."""
         ident = canonical_path(path) if isinstance(path, str) else path
         return (
             self.host.matches(host)
-            and (not self.methods or method in self.methods)
+            and (not self.methods or method in self.methods or bool(also & self.methods))
             and any(ident.reaches(p) for p in self.paths)
         )
 
 
-def find(routes: tuple[HookRoute, ...], host: str, method: str, path: str | RequestPath) -> HookRoute | None:
-    """The first route that matches, or None."""
-    return next((r for r in routes if r.matches(host, method, path)), None)
+def find(
+    routes: tuple[HookRoute, ...],
+    host: str,
+    method: str,
+    path: str | RequestPath,
+    also: frozenset[str] = frozenset(),
+) -> HookRoute | None:
+    """The first route that matches (:meth:`HookRoute.matches`), or None."""
+    return next((r for r in routes if r.matches(host, method, path, also)), None)
 
 
 def request_json(

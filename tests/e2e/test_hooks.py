@@ -162,6 +162,28 @@ def test_every_spelling_of_a_hook_route_is_answered_by_its_command(env: Env, hoo
     assert [x for x in env.upstream.requests if x.path == path] == []
 
 
+OVERRIDES = [
+    ({"X-HTTP-Method-Override": "POST"}, "/hook/ok?o=1"),
+    ({"X-HTTP-Method": "post"}, "/hook/ok?o=2"),
+    ({"X-Method-Override": "PUT, POST"}, "/hook/ok?o=3"),
+    ({}, "/hook/ok?_method=POST"),
+]
+
+
+@pytest.mark.parametrize(("headers", "path"), OVERRIDES, ids=["override", "odata", "list", "query"])
+def test_a_get_that_a_server_reads_as_the_routes_post_is_answered_by_its_command(
+    env: Env, hooked: Path, headers: dict[str, str], path: str
+) -> None:
+    """The route is ``methods: [POST]``; a GET naming POST elsewhere (proxy/core/methods.py) is a
+    POST to many servers, so the command answers it and the upstream never sees it."""
+    ctx = ssl.create_default_context(cafile=env.proxy.ca_pem)
+    with httpx.Client(proxy=env.proxy_url, verify=ctx, timeout=20) as client:
+        r = client.get(env.url("api.test", path), headers=headers)
+    env.received.append(r.content)
+    assert r.status_code == 201, r.text
+    assert [x for x in env.upstream.requests if x.path == path] == []
+
+
 AMBIGUOUS = [
     ("/hook/%2e/ok", "encoded-dot-segment"),
     ("/hook/x/.%2E/ok", "half-encoded-dot-dot"),  # a raw /../ is resolved by httpx itself

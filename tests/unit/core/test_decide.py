@@ -350,3 +350,13 @@ def test_report_mode_allows_and_says_what_it_would_deny(
 def test_report_mode_never_relaxes_an_allowed_request() -> None:
     d = decide_request(_report_pool(True, True), "api.test", 443, "GET", "/v1/x")
     assert d.allowed and d.would_deny is None
+
+
+def test_a_rule_with_methods_must_list_every_method_a_server_may_read_the_request_as() -> None:
+    pool = Pool("t", (rule(0, "a.example.com", methods=["GET", "HEAD"]),))
+    assert decide_request(pool, "a.example.com", 443, "GET", "/x", also={"HEAD"}).allowed
+    d = decide_request(pool, "a.example.com", 443, "GET", "/x", also={"DELETE"})
+    assert not d.allowed and d.reason == Reason.METHOD_NOT_ALLOWED
+    assert "GET (also read as DELETE)" in d.message
+    d = decide_request(pool, "a.example.com", 443, "GET", "/x", also={"DEL\r\nX: 1"})
+    assert "\r" not in d.message and "another method" in d.message  # the sandbox's value is not echoed

@@ -158,3 +158,9 @@ def test_bad_hook_routes_are_reported_where_they_are(
     text = str(info.value)
     assert where in text, text
     assert says in text
+
+
+def test_a_route_catches_a_request_a_server_reads_as_its_method() -> None:
+    assert not ROUTE.matches("auth.test", "GET", "/oauth/token")
+    assert ROUTE.matches("auth.test", "GET", "/oauth/token", frozenset({"GET", "POST"}))
+    assert not ROUTE.matches("auth.test", "GET", "/oauth/token", frozenset({"PUT"}))

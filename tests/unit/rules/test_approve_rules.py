@@ -117,7 +117,7 @@ def test_every_method_a_server_may_read_a_request_as_counts(
 ) -> None:
     from mitmproxy.http import Headers
 
-    from proxy.core.approvals import method_readings
+    from proxy.core.methods import method_readings
 
     got = method_readings("GET", Headers([(k.encode(), v.encode()) for k, v in headers]), target)
     assert got == readings
@@ -140,7 +140,7 @@ def test_every_method_a_server_may_read_a_request_as_counts(
     ],
 )
 def test_a_post_body_naming_method_is_seen_in_every_spelling(body: bytes, names: bool) -> None:
-    from proxy.core.approvals import body_names_method
+    from proxy.core.methods import body_names_method
 
     assert body_names_method(body) is names
 

@@ -1,11 +1,13 @@
-"""An ask rule's ``methods`` and the methods a server acts on (issue 16 follow-up; attack session
-2026-12-04): a ``GET`` carrying ``X-HTTP-Method-Override: POST`` is a POST to Google APIs, Rack
-and many more, and passed a POST-only ask rule unasked. Every reading counts now
-(proxy/core/approvals.py): the override headers, a ``_method`` query parameter, and a POST's
-body naming ``_method`` (a form, multipart, JSON, percent-encoded) under a rule that leaves POST
-out; a POST body that cannot be read first asks too. Such a request is approved ``once`` only,
-and a standing grant for its request-line method does not cover it. A POST whose body names no
-method still passes unasked, its body swapped and delivered whole."""
+"""A rule's ``methods`` and the methods a server acts on (attack session 2026-12-04): a ``GET``
+carrying ``X-HTTP-Method-Override: POST`` is a POST to Google APIs, Rack and many more, and
+passed a POST-only ask rule unasked; a GET-only egress rule let a GET overridden to DELETE
+through. Every reading counts now (proxy/core/methods.py): an egress rule must list them all
+(``method_not_allowed``); an ask rule (proxy/core/approvals.py) asks for any of them: the
+override headers, a ``_method`` query parameter, and a POST's body naming ``_method`` (a form,
+multipart, JSON, percent-encoded) under a rule that leaves POST out; a POST body that cannot be
+read first asks too. Such a request is approved ``once`` only, and a standing grant for its
+request-line method does not cover it. A POST whose body names no method still passes
+unasked, its body swapped and delivered whole. (Hook routes: tests/e2e/test_hooks.py.)"""
 
 from __future__ import annotations
 
@@ -31,6 +33,7 @@ def _rules(port: int) -> str:
             egress("api.test", port, paths=["/send"], approve={"methods": ["POST"], "timeout": 20}),
             egress("api.test", port, paths=["/del"], approve={"methods": ["DELETE"], "timeout": 20}),
             egress("api.test", port, paths=["/any"], approve={"timeout": 20}),
+            egress("ro.test", port, methods=["GET", "HEAD"]),
         ],
         claims=[claim("c1", [credential("api", PH, ["api.test"], surfaces=["header", "body"])])],
     )
@@ -44,11 +47,11 @@ class World:
     token: str
     secret: str
 
-    def curl(self, path: str, *args: str) -> subprocess.Popen[bytes]:
+    def curl(self, path: str, *args: str, host: str = "api.test") -> subprocess.Popen[bytes]:
         return subprocess.Popen(
             ["curl", "-sS", "--max-time", "30", "-x", self.proxy.url("c1", self.token),
              "--cacert", str(self.proxy.ca_pem), "-w", "\n%{http_code}", *args,
-             f"https://api.test:{self.upstream.port}{path}"],
+             f"https://{host}:{self.upstream.port}{path}"],
             stdout=subprocess.PIPE, stderr=subprocess.PIPE,
         )  # fmt: skip
 
@@ -93,8 +96,8 @@ class World:
 def world(tmp_path_factory: pytest.TempPathFactory) -> Iterator[World]:
     with Stage(tmp_path_factory.mktemp("methods")) as st:
         token, secret = st.token(), st.secret("api")
-        up = st.upstream(["api.test"])
-        proxy = st.proxy(_rules(up.port), resolve=["api.test"], control=True)
+        up = st.upstream(["api.test", "ro.test"])
+        proxy = st.proxy(_rules(up.port), resolve=["api.test", "ro.test"], control=True)
         yield World(st, up, proxy, token, secret)
 
 
@@ -149,3 +152,28 @@ def test_a_grant_for_a_get_does_not_cover_a_get_overridden_to_delete(world: Worl
     assert world.done(world.curl("/any/g")) == 200  # the grant covers the plain GET
     assert world.pending(timeout=0.2) is None
     world.asked_once_only(world.curl("/any/g/x", "-H", "X-HTTP-Method-Override: DELETE"), "/any/g/x")
+
+
+GET_ONLY = {
+    "override": ["-H", "X-HTTP-Method-Override: DELETE"],
+    "odata": ["-H", "X-HTTP-Method: delete"],
+    "list": ["-H", "X-Method-Override: GET, PUT"],
+    "query": ["-G", "--data-urlencode", "_method=DELETE"],
+}
+
+
+@pytest.mark.parametrize("shape", list(GET_ONLY))
+def test_a_get_only_rule_refuses_a_get_a_server_reads_as_another_method(world: World, shape: str) -> None:
+    path = f"/ro/{shape}"
+    out, _ = world.curl(path, *GET_ONLY[shape], host="ro.test").communicate(timeout=40)
+    world.stage.received.append(out)
+    assert int(out.rpartition(b"\n")[2] or 0) == 403, out
+    assert [r for r in list(world.upstream.requests) if r.path.startswith(path)] == []
+    audited = path + ("?_method=REDACTED" if shape == "query" else "")
+    event = world.proxy.wait_event(event="request", host="ro.test", path=audited)
+    assert event["reason"] == "method_not_allowed" and "also read as" in event["message"], event
+
+
+def test_a_get_only_rule_still_passes_a_plain_get_and_an_override_naming_get(world: World) -> None:
+    assert world.done(world.curl("/ro/plain", host="ro.test")) == 200
+    assert world.done(world.curl("/ro/same", "-H", "X-HTTP-Method-Override: get", host="ro.test")) == 200

@@ -1,0 +1,62 @@
+"""A request's method as servers may read it: the method identity every matcher uses.
+
+Many servers act on another method than the request line's when the request names one
+elsewhere: an override header (``X-HTTP-Method-Override``: Google APIs, Rack's
+``MethodOverride`` and most REST toolkits; ``X-HTTP-Method``: OData, Microsoft Graph;
+``X-Method-Override``) or a ``_method`` parameter (Rails/Rack, Laravel, Symfony: a form field,
+or the query). So a ``GET`` carrying ``X-HTTP-Method-Override: DELETE`` is a DELETE to them.
+
+Decided: each such name is a *reading* of the request's method (:func:`method_readings`,
+computed once per request by ``addons/policy.py`` into ``facts.METHODS``), and every matcher
+reads them all, each its own way round:
+
+- an egress rule's ``methods`` (an allow-list, :func:`proxy.core.decide.decide_request`): every
+  reading must be listed, so a GET-only rule refuses that GET (``method_not_allowed``);
+- a hook route's and an ask rule's ``methods`` (catches, :mod:`proxy.core.hooks`,
+  :mod:`proxy.core.approvals`): any listed reading catches it.
+
+A ``_method`` in a request *body* is read only where a body is read before the decision (an
+ask rule, :func:`body_names_method`); an egress rule's ``methods`` does not hold every POST's body
+to look (an operator who must stop a POST acting as DELETE leaves POST out or asks for it).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from typing import Any
+from urllib.parse import parse_qsl, urlsplit
+
+OVERRIDE_HEADERS = ("x-http-method-override", "x-http-method", "x-method-override")
+_BODY_METHOD = re.compile(rb"(?i)(?<![a-z0-9])(?:_|%5f|\\u005f)method")
+
+
+def method_readings(method: str, headers: Any, target: str) -> frozenset[str]:
+    """Every method a server may take a request for, upper-cased: ``method`` (as sent), each
+    comma-separated value of an override header (:data:`OVERRIDE_HEADERS`; ``headers``: a
+    case-insensitive mapping with ``get_all``, such as mitmproxy's ``Headers``) and each
+    ``_method`` parameter of ``target``'s query (its name percent-decoded, any case)."""
+    found = {method.upper()}
+    for name in OVERRIDE_HEADERS:
+        for value in headers.get_all(name):
+            found.update(v.strip().upper() for v in value.split(",") if v.strip())
+    query = urlsplit(target).query
+    found.update(v.strip().upper() for k, v in parse_qsl(query) if k.lower() == "_method")
+    found.discard("")
+    return frozenset(found)
+
+
+def body_names_method(body: bytes) -> bool:
+    """Whether a request body names ``_method`` in any spelling a form, multipart part or JSON
+    gives it (``_method``, ``%5Fmethod``, ``_%6Dethod``, ``\\u005fmethod``; any case): read as
+    asking for every method."""
+    if _BODY_METHOD.search(body):
+        return True
+    text = body.decode("utf-8", "replace")
+    if any(k.lower() == "_method" for k, _ in parse_qsl(text, keep_blank_values=True)):
+        return True
+    try:
+        doc = json.loads(text)
+    except ValueError:
+        return False
+    return isinstance(doc, dict) and any(str(k).lower() == "_method" for k in doc)
