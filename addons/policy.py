@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import time
 
-from mitmproxy import http, tls
+from mitmproxy import connection, http, tls
 from mitmproxy.proxy import layer, layers, mode_specs
 
 from addons import facts
@@ -38,6 +38,9 @@ class Policy:
     def __init__(self, state: State) -> None:
         self.state = state
         self.opaque_pending: set[str] = set()
+        # client connections whose ClientHello had a server_name extension mitmproxy could not
+        # read as a host (``api.test:8443``, ``[::1]``, two names): their SNI is unknown, not absent
+        self.unreadable_sni: set[str] = set()
 
     @facts.fail_closed
     def http_connect(self, flow: http.HTTPFlow) -> None:
@@ -63,9 +66,17 @@ class Policy:
     def tls_clienthello(self, data: tls.ClientHelloData) -> None:
         """Transparent mode: a TLS connection whose SNI an opaque rule allows is passed through
         uninspected, to the SNI's address (resolve checks it is where the sandbox connected).
-        Anything else is intercepted and its first request decided in full."""
+        Anything else is intercepted and its first request decided in full.
+
+        Any mode: a server_name extension (RFC 6066 §3) mitmproxy does not read as one valid
+        host name is not taken for no SNI: every request of that connection is refused 421
+        (``authority_mismatch``), as a disagreeing SNI is; mitmproxy would otherwise drop it and
+        the request would be decided on its Host alone."""
         context = data.context
         sni = data.client_hello.sni
+        if sni is None and any(kind == 0 for kind, _ in data.client_hello.extensions):
+            self.unreadable_sni.add(context.client.id)
+            return
         if not isinstance(context.client.proxy_mode, mode_specs.TransparentMode) or not sni:
             return
         peer, original = context.client.peername, context.server.address
@@ -118,8 +129,14 @@ class Policy:
         except HostError as e:
             return deny(Reason.AUTHORITY_MISMATCH, str(e), status=400)
 
+    def client_disconnected(self, client: connection.Client) -> None:
+        self.unreadable_sni.discard(client.id)
+
     def _decide(self, flow: http.HTTPFlow, pool_name: str) -> Decision:
         req = flow.request
+        if flow.client_conn.id in self.unreadable_sni:
+            why = "the TLS ClientHello's server name is not one valid host name (RFC 6066 §3)"
+            return deny(Reason.AUTHORITY_MISMATCH, why, status=421)
         authority = flow.metadata.get(facts.AUTHORITY)
         original = flow.metadata.get(facts.ORIGINAL_DST)
         if original is not None:  # transparent: the name comes from the Host header (or SNI)

@@ -194,6 +194,42 @@ def test_sni_mismatch_gets_421(env: Env) -> None:
     assert requests_to(env, "/t/421-sni") == []
 
 
+def _over_sni(env: Env, sni: str, path: str) -> bytes:
+    """CONNECT api.test, TLS with ``sni`` as sent (hostname not checked), Host api.test."""
+    port = env.upstream.port
+    with socket.create_connection(("127.0.0.1", env.proxy.port), timeout=10) as raw:
+        auth = base64.b64encode(f"c1:{env.token}".encode()).decode()
+        raw.sendall(
+            f"CONNECT api.test:{port} HTTP/1.1\r\nHost: api.test:{port}\r\n"
+            f"Proxy-Authorization: Basic {auth}\r\n\r\n".encode()
+        )
+        assert raw.recv(4096).startswith(b"HTTP/1.1 200")
+        ctx = ssl.create_default_context(cafile=str(env.proxy.ca_pem))
+        ctx.check_hostname = False  # the name is meant to be one no certificate holds
+        with ctx.wrap_socket(raw, server_hostname=sni) as tls:
+            tls.sendall(f"GET {path} HTTP/1.1\r\nHost: api.test:{port}\r\nConnection: close\r\n\r\n".encode())
+            data = b""
+            while chunk := tls.recv(65536):
+                data += chunk
+    env.received.append(data)
+    return data
+
+
+@pytest.mark.parametrize("sni", ["other.test:443", "api.test:{port}", "api.test/x", "api.test."])
+def test_an_sni_mitmproxy_cannot_read_as_a_host_gets_421_not_ignored(env: Env, sni: str) -> None:
+    """mitmproxy's ClientHello.sni drops a server name that is not one valid host name; the
+    request was then decided on its Host alone (attack session 2026-12-04, transparent mode).
+    ``api.test.`` (a valid name, the same host) is the control."""
+    path = f"/t/421-badsni-{len(sni)}"
+    data = _over_sni(env, sni.format(port=env.upstream.port), path)
+    if sni == "api.test.":
+        assert data.startswith(b"HTTP/1.1 200"), data[:200]
+        return
+    assert data.startswith(b"HTTP/1.1 421"), data[:200]
+    assert b"server name" in data
+    assert requests_to(env, path) == []
+
+
 def test_sse_first_event_arrives_before_the_stream_ends(env: Env) -> None:
     """The upstream sends one event and then waits for us: a buffering proxy would hang here."""
     env.upstream.sse_release.clear()

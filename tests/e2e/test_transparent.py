@@ -609,6 +609,30 @@ def test_an_opaque_sni_naming_another_address_is_intercepted_and_refused(world: 
     assert len(passed) <= 1  # only the previous test's pass-through, if it ran
 
 
+BAD_SNI_CLIENT = """
+import os, socket, ssl, sys
+ctx = ssl.create_default_context(cafile=os.environ["CA"])
+ctx.check_hostname = False  # the name is meant to be one no certificate holds
+with socket.create_connection(("10.232.0.2", 443), timeout=10) as raw:
+    with ctx.wrap_socket(raw, server_hostname=sys.argv[1]) as tls:
+        tls.sendall(f"GET {sys.argv[2]} HTTP/1.1\\r\\nHost: api.test\\r\\n"
+                    f"Authorization: Bearer {os.environ['PH']}\\r\\nConnection: close\\r\\n\\r\\n".encode())
+        data = b""
+        while chunk := tls.recv(65536):
+            data += chunk
+print(data.decode(errors="replace"))
+"""
+
+
+@pytest.mark.parametrize("sni", ["free.test:443", "opaque.test:8443", "api.test/x"])
+def test_an_sni_mitmproxy_cannot_read_as_a_host_is_refused_not_ignored(world: World, sni: str) -> None:
+    """mitmproxy's ClientHello.sni drops a server name that is not one valid host name, and the
+    request was decided on its Host alone: a 200 with the secret swapped in (attack session
+    2026-12-04). Now 421, and nothing reaches the upstream (the last test checks its paths)."""
+    done = sandbox_python(world, BAD_SNI_CLIENT, sni, "/t/bad-sni")
+    assert done.stdout.startswith("HTTP/1.1 421") and "server name" in done.stdout, done.stdout + done.stderr
+
+
 NOT_HTTP_CLIENT = """
 import socket, sys, time
 port, payload = int(sys.argv[1]), sys.argv[2].encode().decode("unicode_escape").encode("latin-1")
