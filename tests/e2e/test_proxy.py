@@ -171,29 +171,6 @@ def test_host_header_mismatch_gets_421(env: Env) -> None:
     assert requests_to(env, "/t/421-host") == []
 
 
-def test_sni_mismatch_gets_421(env: Env) -> None:
-    """CONNECT api.test, TLS SNI other.test, Host api.test: the client chose all three."""
-    port = env.upstream.port
-    with socket.create_connection(("127.0.0.1", env.proxy.port), timeout=10) as raw:
-        auth = base64.b64encode(f"c1:{env.token}".encode()).decode()
-        raw.sendall(
-            f"CONNECT api.test:{port} HTTP/1.1\r\nHost: api.test:{port}\r\n"
-            f"Proxy-Authorization: Basic {auth}\r\n\r\n".encode()
-        )
-        assert raw.recv(4096).startswith(b"HTTP/1.1 200")
-        ctx = ssl.create_default_context(cafile=str(env.proxy.ca_pem))
-        with ctx.wrap_socket(raw, server_hostname="other.test") as tls:
-            tls.sendall(
-                f"GET /t/421-sni HTTP/1.1\r\nHost: api.test:{port}\r\nConnection: close\r\n\r\n".encode()
-            )
-            data = b""
-            while chunk := tls.recv(65536):
-                data += chunk
-    env.received.append(data)
-    assert data.startswith(b"HTTP/1.1 421")
-    assert requests_to(env, "/t/421-sni") == []
-
-
 def _over_sni(env: Env, sni: str, path: str) -> bytes:
     """CONNECT api.test, TLS with ``sni`` as sent (hostname not checked), Host api.test."""
     port = env.upstream.port
@@ -213,6 +190,12 @@ def _over_sni(env: Env, sni: str, path: str) -> bytes:
                 data += chunk
     env.received.append(data)
     return data
+
+
+def test_sni_mismatch_gets_421(env: Env) -> None:
+    """CONNECT api.test, TLS SNI other.test, Host api.test: the client chose all three."""
+    assert _over_sni(env, "other.test", "/t/421-sni").startswith(b"HTTP/1.1 421")
+    assert requests_to(env, "/t/421-sni") == []
 
 
 @pytest.mark.parametrize("sni", ["other.test:443", "api.test:{port}", "api.test/x", "api.test."])
