@@ -28,20 +28,23 @@ from typing import Any
 from urllib.parse import parse_qsl, urlsplit
 
 OVERRIDE_HEADERS = ("x-http-method-override", "x-http-method", "x-method-override")
+_OVERRIDE_NAMES = frozenset(n.encode() for n in OVERRIDE_HEADERS)
 _BODY_METHOD = re.compile(rb"(?i)(?<![a-z0-9])(?:_|%5f|\\u005f)method")
 
 
 def method_readings(method: str, headers: Any, target: str) -> frozenset[str]:
     """Every method a server may take a request for, upper-cased: ``method`` (as sent), each
-    comma-separated value of an override header (:data:`OVERRIDE_HEADERS`; ``headers``: a
-    case-insensitive mapping with ``get_all``, such as mitmproxy's ``Headers``) and each
+    comma-separated value of an override header (:data:`OVERRIDE_HEADERS`; ``headers``:
+    mitmproxy's ``Headers``, read through its raw ``fields``) and each
     ``_method`` parameter of ``target``'s query (its name percent-decoded, any case)."""
     found = {method.upper()}
-    for name in OVERRIDE_HEADERS:
-        for value in headers.get_all(name):
-            found.update(v.strip().upper() for v in value.split(",") if v.strip())
-    query = urlsplit(target).query
-    found.update(v.strip().upper() for k, v in parse_qsl(query) if k.lower() == "_method")
+    for name, raw in headers.fields:  # one pass over the raw fields: get_all per name costs 10x
+        if name.lower() in _OVERRIDE_NAMES:
+            found.update(v.strip().upper() for v in raw.decode("latin-1").split(",") if v.strip())
+    _, mark, query = target.partition("?")
+    if mark and ("%" in query or "method" in query.lower()):  # else no query parse: none named
+        query = urlsplit(target).query
+        found.update(v.strip().upper() for k, v in parse_qsl(query) if k.lower() == "_method")
     found.discard("")
     return frozenset(found)
 

@@ -15,8 +15,7 @@ from proxy.rules.loader import load_rules
 def _load(tmp_path: Path, approve: str, extra: str = "") -> Path:
     path = tmp_path / "r.yaml"
     path.write_text(
-        "version: 1\npools:\n  p:\n    egress:\n"
-        f"      - host: api.test\n{extra}        approve: {approve}\n"
+        f"version: 1\npools:\n  p:\n    egress:\n      - host: api.test\n{extra}        approve: {approve}\n"
     )
     return path
 
@@ -24,9 +23,11 @@ def _load(tmp_path: Path, approve: str, extra: str = "") -> Path:
 def test_approve_is_read_with_its_defaults(tmp_path: Path) -> None:
     [rule] = load_rules(_load(tmp_path, "{}")).pools["p"].egress
     assert rule.approve == Ask(frozenset(), ("/",), 60.0, SCOPES)
-    [rule] = load_rules(
-        _load(tmp_path, "{methods: [POST], paths: [/v1], timeout: 5, scopes: [once, for]}")
-    ).pools["p"].egress
+    [rule] = (
+        load_rules(_load(tmp_path, "{methods: [POST], paths: [/v1], timeout: 5, scopes: [once, for]}"))
+        .pools["p"]
+        .egress
+    )
     assert rule.approve == Ask(frozenset({"POST"}), ("/v1",), 5.0, ("once", "for"))
 
 
@@ -109,6 +110,12 @@ def test_only_a_path_with_one_reading_offers_standing_scopes(path: str, grantabl
         ([("X-Method-Override", "PATCH, put")], "/v1", {"GET", "PATCH", "PUT"}),
         ([], "/v1?_method=post", {"GET", "POST"}),
         ([], "/v1?%5FMETHOD=delete&x=1", {"GET", "DELETE"}),
+        ([], "/v1?x=1&%5F%6D%65thod=put", {"GET", "PUT"}),  # no "method" as written
+        (
+            [("X-HTTP-Method-Override", "put"), ("x-http-method-override", "PATCH")],
+            "/v1",
+            {"GET", "PUT", "PATCH"},
+        ),
         ([("X-Other", "POST")], "/v1?method=POST", {"GET"}),
     ],
 )
