@@ -158,3 +158,41 @@ def test_a_request_with_more_than_one_method_reading_offers_once_only() -> None:
     assert ask.body_may_ask("POST") and not ask.body_may_ask("GET")
     assert not Ask(frozenset({"POST", "DELETE"}), ("/v1",)).body_may_ask("POST")
     assert not Ask(frozenset(), ("/v1",)).body_may_ask("POST")  # every POST asks already
+
+
+@pytest.mark.parametrize(
+    ("headers", "target"),
+    [
+        ([("X_HTTP_Method_Override", "DELETE")], "/v1"),
+        ([("x_http_method", "delete")], "/v1"),
+        ([], "/v1?.method=DELETE"),
+        ([], "/v1?%2Emethod=DELETE"),
+        ([], "/v1?[method=DELETE"),
+        ([], "/v1?_method[]=DELETE"),
+        ([], "/v1?a=1;_method=DELETE"),
+    ],
+)
+def test_spellings_a_server_reads_as_an_override_count(headers: list[tuple[str, str]], target: str) -> None:
+    from mitmproxy.http import Headers
+
+    from proxy.core.methods import method_readings
+
+    got = method_readings("GET", Headers([(k.encode(), v.encode()) for k, v in headers]), target)
+    assert got == {"GET", "DELETE"}
+
+
+@pytest.mark.parametrize(
+    "body",
+    [
+        b"id=1&.method=DELETE",
+        b"[method=DELETE",
+        b"--b\r\nContent-Disposition: form-data; name*=UTF-8''_%6Dethod\r\n\r\nDELETE\r\n--b--",
+        b'--b\r\nContent-Disposition: form-data; name="_\\method"\r\n\r\nDELETE\r\n--b--',
+        '\ufeff{"_\\u006dethod": "DELETE"}'.encode(),
+        b"id=1;_me%74hod=DELETE",
+    ],
+)
+def test_body_spellings_a_server_reads_as_method_count(body: bytes) -> None:
+    from proxy.core.methods import body_names_method
+
+    assert body_names_method(body)
